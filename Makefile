@@ -1,0 +1,50 @@
+# edgefleet — see README.md. The two commands: make demo, make test.
+SHELL   := /bin/bash
+GO      ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X github.com/edgefleet/edgefleet/internal/version.Version=$(VERSION)
+BINS    := edge origin probe fleet
+# Debian packages the tests, the demo and the benchmarks run against.
+DEB_PKGS := haproxy nginx-light libnginx-mod-stream slapd ldap-utils bind9 bind9-dnsutils \
+            openssl iproute2 iptables conntrack ca-certificates
+export CGO_ENABLED = 0
+
+.PHONY: all build deps test demo bench lint fuzz clean
+
+all: build
+
+build:
+	@mkdir -p bin
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/ $(addprefix ./cmd/,$(BINS))
+
+# deps installs the Debian packages when any is missing (quiet, idempotent).
+deps:
+	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "deps: installing $$missing"; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get install -y -q --no-install-recommends $$missing >/tmp/edgefleet-apt.log 2>&1 || \
+		{ apt-get update -q >>/tmp/edgefleet-apt.log 2>&1 && apt-get install -y -q --no-install-recommends $$missing >>/tmp/edgefleet-apt.log 2>&1; } || \
+		{ tail -20 /tmp/edgefleet-apt.log; exit 1; }; \
+	fi
+	@$(GO) mod download
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
+	$(GO) vet ./...
+
+# test is the one test command (README and .ci/run call it).
+test: deps lint
+	$(GO) test -count=1 -timeout 40m ./...
+
+fuzz:
+	$(GO) test ./internal/splice/ -run '^$$' # placeholder until fuzz targets land
+
+demo: deps build
+	./scripts/demo.sh
+
+bench: deps build
+	./scripts/bench.sh
+
+clean:
+	rm -rf bin

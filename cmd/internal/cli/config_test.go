@@ -1,0 +1,73 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+type sample struct {
+	Listen  []string      `mapstructure:"listen"`
+	Timeout time.Duration `mapstructure:"timeout"`
+	Front   struct {
+		Inner string `mapstructure:"inner"`
+	} `mapstructure:"front"`
+	Log Log `mapstructure:"log"`
+}
+
+func defaults() sample {
+	s := sample{Listen: []string{":636"}, Timeout: 3 * time.Second, Log: DefaultLog()}
+	s.Front.Inner = "127.0.0.1:1636"
+	return s
+}
+
+func TestLoad(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml, env, wantErr string
+		check                    func(sample) bool
+	}{
+		{name: "defaults", check: func(s sample) bool { return s.Timeout == 3*time.Second && s.Front.Inner == "127.0.0.1:1636" }},
+		{name: "file", yaml: "timeout: 250ms\nfront:\n  inner: 127.0.0.1:9\nlisten: [\":1\", \":2\"]\n",
+			check: func(s sample) bool {
+				return s.Timeout == 250*time.Millisecond && s.Front.Inner == "127.0.0.1:9" && len(s.Listen) == 2
+			}},
+		{name: "env wins over file", yaml: "timeout: 1s\n", env: "EDGEFLEET_FRONT_INNER=127.0.0.1:7,EDGEFLEET_TIMEOUT=2s",
+			check: func(s sample) bool { return s.Timeout == 2*time.Second && s.Front.Inner == "127.0.0.1:7" }},
+		{name: "env list", env: "EDGEFLEET_LISTEN=:1;:2", check: func(s sample) bool { return len(s.Listen) == 2 }},
+		{name: "unknown top key", yaml: "timeout: 1s\nbogus: 1\n", wantErr: `unknown key "bogus"`},
+		{name: "unknown nested key", yaml: "front:\n  innr: x\n", wantErr: `unknown key "front.innr"`},
+		{name: "bad duration", yaml: "timeout: soon\n", wantErr: `bad duration "soon"`},
+		{name: "unitless duration", yaml: "timeout: 3\n", wantErr: `give a unit`},
+		{name: "broken yaml", yaml: "timeout: [\n", wantErr: "config "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := ""
+			if tc.yaml != "" {
+				path = filepath.Join(t.TempDir(), "c.yaml")
+				os.WriteFile(path, []byte(tc.yaml), 0o600)
+			}
+			if tc.env != "" {
+				for _, kv := range strings.Split(tc.env, ",") {
+					k, v, _ := strings.Cut(kv, "=")
+					t.Setenv(k, strings.ReplaceAll(v, ";", ","))
+				}
+			}
+			s := defaults()
+			err := Load(nil, path, &s)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || strings.Contains(err.Error(), "\n") {
+					t.Fatalf("err = %v, want one line containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.check(s) {
+				t.Fatalf("loaded %+v", s)
+			}
+		})
+	}
+}

@@ -1,0 +1,160 @@
+// Package splice is the one copy function of every relay path in edgefleet:
+// the edge, the origin front and the LDAP core's plain mode all join two
+// connections with it.
+//
+//	res := splice.Join(client, origin) // blocks until both directions are done
+//	log.Info("close", "bytes_up", res.Up, "bytes_down", res.Down, "reason", res.Reason)
+//
+// Between two *net.TCPConn it moves bytes with splice(2) through a kernel
+// pipe, so payload never enters user space. Unlike io.Copy (which holds a
+// pipe, two file descriptors, per direction for the whole life of a
+// connection), a pipe is taken from a shared pool only while data flows and
+// given back as soon as the socket has nothing more to read: an idle relayed
+// connection costs its two sockets and nothing else.
+//
+// Half-close is propagated: when one side finishes sending (EOF), the other
+// side's write half is shut (CloseWrite) and the copy the other way goes on.
+// An error in either direction closes both connections, since the surviving
+// direction could otherwise wait forever on an idle peer.
+package splice
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+)
+
+// Buffered is a TCP connection some of whose bytes were already read (a
+// sniffed prefix). Copy sends Pending first, then splices from Conn.
+type Buffered struct {
+	*net.TCPConn
+	Pending []byte
+}
+
+// Result describes how a joined pair of connections ended.
+type Result struct {
+	Up   int64 // bytes copied from client to server
+	Down int64 // bytes copied from server to client
+	// Reason is "eof" when both sides finished cleanly, "client-error" or
+	// "server-error" when a read or write on that side failed first.
+	Reason string
+	Err    error // the first error seen, nil for "eof"
+}
+
+// Reason values of Result.
+const (
+	ReasonEOF         = "eof"
+	ReasonClientError = "client-error"
+	ReasonServerError = "server-error"
+)
+
+// Join copies client→server and server→client concurrently until both
+// directions have finished, then closes both connections.
+func Join(client, server net.Conn) Result {
+	type half struct {
+		n          int64
+		rerr, werr error
+	}
+	upc := make(chan half, 1)
+	var once sync.Once
+	closeBoth := func() {
+		once.Do(func() {
+			client.Close()
+			server.Close()
+		})
+	}
+	go func() {
+		n, rerr, werr := Copy(server, client)
+		if rerr != nil || werr != nil {
+			closeBoth()
+		}
+		upc <- half{n, rerr, werr}
+	}()
+	dn, drerr, dwerr := Copy(client, server)
+	if drerr != nil || dwerr != nil {
+		closeBoth()
+	}
+	up := <-upc
+	closeBoth()
+
+	res := Result{Up: up.n, Down: dn, Reason: ReasonEOF}
+	// The first failure decides the reason. A failure caused by our own
+	// closeBoth (net.ErrClosed) is a consequence, so it only counts when
+	// nothing else failed.
+	fails := []struct {
+		err    error
+		reason string
+	}{
+		{up.rerr, ReasonClientError}, {dwerr, ReasonClientError},
+		{drerr, ReasonServerError}, {up.werr, ReasonServerError},
+	}
+	for _, consequences := range []bool{false, true} {
+		for _, f := range fails {
+			if f.err != nil && errors.Is(f.err, net.ErrClosed) == consequences {
+				res.Reason, res.Err = f.reason, f.err
+				return res
+			}
+		}
+	}
+	return res
+}
+
+// Copy copies src to dst until src reaches EOF, then shuts dst's write half
+// and src's read half. It returns the bytes written to dst, the error met
+// reading src and the error met writing dst (nil, nil on a clean EOF).
+func Copy(dst, src net.Conn) (n int64, rerr, werr error) {
+	if b, ok := src.(*Buffered); ok {
+		if len(b.Pending) > 0 {
+			m, err := dst.Write(b.Pending)
+			n += int64(m)
+			if err != nil {
+				return n, nil, err
+			}
+			b.Pending = nil
+		}
+		src = b.TCPConn
+	}
+	if b, ok := dst.(*Buffered); ok {
+		dst = b.TCPConn
+	}
+	s, sok := src.(*net.TCPConn)
+	d, dok := dst.(*net.TCPConn)
+	var m int64
+	if sok && dok {
+		m, rerr, werr = spliceCopy(d, s)
+	} else {
+		m, rerr, werr = plainCopy(dst, src)
+	}
+	n += m
+	if rerr == nil && werr == nil {
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		}
+		if cr, ok := src.(interface{ CloseRead() error }); ok {
+			cr.CloseRead()
+		}
+	}
+	return n, rerr, werr
+}
+
+// plainCopy is io.Copy with the read and write errors told apart.
+func plainCopy(dst io.Writer, src io.Reader) (n int64, rerr, werr error) {
+	buf := make([]byte, 32<<10)
+	for {
+		nr, er := src.Read(buf)
+		if nr > 0 {
+			nw, ew := dst.Write(buf[:nr])
+			n += int64(nw)
+			if ew != nil {
+				return n, nil, ew
+			}
+		}
+		if er == io.EOF {
+			return n, nil, nil
+		}
+		if er != nil {
+			return n, er, nil
+		}
+	}
+}

@@ -1,0 +1,135 @@
+package splice
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+// pair returns the two ends of a loopback TCP connection.
+func pair(t *testing.T) (a, b *net.TCPConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return c.(*net.TCPConn), s.(*net.TCPConn)
+}
+
+// TestJoinBothDirectionsWithHalfClose sends a distinct stream each way,
+// closes the client's write half first, and checks that the server's
+// answer still arrives whole after the client's FIN went through.
+func TestJoinBothDirectionsWithHalfClose(t *testing.T) {
+	client, relayIn := pair(t)
+	relayOut, server := pair(t)
+	done := make(chan Result, 1)
+	go func() { done <- Join(&Buffered{TCPConn: relayIn, Pending: []byte("hdr:")}, relayOut) }()
+
+	up := make([]byte, 8<<20)
+	down := make([]byte, 5<<20)
+	rand.Read(up)
+	rand.Read(down)
+
+	got := make(chan []byte, 1)
+	go func() { b, _ := io.ReadAll(server); got <- b }() // ends at the relayed FIN
+	if _, err := client.Write(up); err != nil {
+		t.Fatal(err)
+	}
+	client.CloseWrite()
+	if b := <-got; !bytes.Equal(b, append([]byte("hdr:"), up...)) {
+		t.Fatalf("server got %d bytes, want %d", len(b), len(up)+4)
+	}
+	// The upstream half is closed; downstream must still work.
+	go func() { server.Write(down); server.CloseWrite() }()
+	b, err := io.ReadAll(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sha256.Sum256(b) != sha256.Sum256(down) {
+		t.Fatalf("client got %d bytes, want %d", len(b), len(down))
+	}
+	select {
+	case res := <-done:
+		if res.Reason != ReasonEOF || res.Up != int64(len(up)+4) || res.Down != int64(len(down)) {
+			t.Fatalf("result = %+v", res)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Join did not return after both halves closed")
+	}
+}
+
+// TestJoinResetClosesBoth checks that an abortive close on one side ends
+// the whole pair even though the other side stays silent.
+func TestJoinResetClosesBoth(t *testing.T) {
+	client, relayIn := pair(t)
+	relayOut, server := pair(t)
+	done := make(chan Result, 1)
+	go func() { done <- Join(relayIn, relayOut) }()
+	client.Write([]byte("x"))
+	buf := make([]byte, 1)
+	io.ReadFull(server, buf)
+	client.SetLinger(0)
+	client.Close() // RST
+	select {
+	case res := <-done:
+		if res.Reason != ReasonClientError {
+			t.Fatalf("reason = %q, want %q", res.Reason, ReasonClientError)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Join hung after the client reset")
+	}
+	server.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := server.Read(buf); err == nil {
+		t.Fatal("server side still open after client reset")
+	}
+}
+
+// TestIdleHoldsNoPipe checks the property the fd budget rests on: a relayed
+// connection with nothing to read holds no pipe.
+func TestIdleHoldsNoPipe(t *testing.T) {
+	before := countFDs(t)
+	const n = 50
+	for range n {
+		client, relayIn := pair(t)
+		relayOut, server := pair(t)
+		go Join(relayIn, relayOut)
+		client.Write([]byte("ping"))
+		buf := make([]byte, 4)
+		io.ReadFull(server, buf)
+		server.Write(buf)
+		io.ReadFull(client, buf)
+	}
+	time.Sleep(100 * time.Millisecond)
+	// 4 sockets per pair are ours (test ends + relay ends); pooled pipes are
+	// shared and bounded by the pool size, not by n.
+	extra := countFDs(t) - before - 4*n
+	if extra > 2*cap(pool)+4 {
+		t.Fatalf("%d extra fds for %d idle relayed connections", extra, n)
+	}
+	if extra > 2*4 {
+		t.Fatalf("idle connections hold pipes: %d extra fds for %d connections", extra, n)
+	}
+}
+
+func countFDs(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
