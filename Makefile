@@ -38,7 +38,7 @@ test: deps lint
 	$(GO) test -count=1 -timeout 40m ./...
 
 fuzz:
-	$(GO) test ./internal/splice/ -run '^$$' # placeholder until fuzz targets land
+	./scripts/fuzz.sh
 
 demo: deps build
 	./scripts/demo.sh
