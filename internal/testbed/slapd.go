@@ -1,0 +1,328 @@
+package testbed
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The directory every slapd started here serves (see DirectoryLDIF).
+const (
+	Suffix = "dc=example,dc=com"
+	RootDN = "cn=admin,dc=example,dc=com"
+	RootPW = "secret"
+)
+
+// User is the DN of test user name (uid=name,ou=people,dc=example,dc=com);
+// its password is name+"-pw".
+func User(name string) string { return "uid=" + name + ",ou=people," + Suffix }
+
+// DirectoryLDIF is the LDIF loaded into every test slapd: the suffix,
+// ou=people with the users alice, bob and carol (password "<name>-pw"), and
+// n more entries uid=userNNNNN under ou=bulk for large searches.
+func DirectoryLDIF(n int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "dn: %s\nobjectClass: dcObject\nobjectClass: organization\ndc: example\no: Example\n\n", Suffix)
+	fmt.Fprintf(&b, "dn: ou=people,%s\nobjectClass: organizationalUnit\nou: people\n\n", Suffix)
+	fmt.Fprintf(&b, "dn: ou=bulk,%s\nobjectClass: organizationalUnit\nou: bulk\n\n", Suffix)
+	fmt.Fprintf(&b, "dn: ou=writes,%s\nobjectClass: organizationalUnit\nou: writes\n\n", Suffix)
+	for _, u := range []string{"alice", "bob", "carol"} {
+		fmt.Fprintf(&b, "dn: %s\nobjectClass: inetOrgPerson\nuid: %s\ncn: %s\nsn: %s\nuserPassword: %s-pw\n\n", User(u), u, u, u, u)
+	}
+	for i := range n {
+		fmt.Fprintf(&b, "dn: uid=user%05d,ou=bulk,%s\nobjectClass: inetOrgPerson\nuid: user%05d\ncn: User %d\nsn: %d\ndescription: %s\n\n",
+			i, Suffix, i, i, i, strings.Repeat("x", 200))
+	}
+	return b.String()
+}
+
+// SlapdConfig describes one slapd.
+type SlapdConfig struct {
+	// LDIF is loaded with slapadd before the first start (DirectoryLDIF(0)
+	// when empty). Ignored for a proxy.
+	LDIF string
+	// Proxy, when set, makes this slapd a back-ldap proxy to these URLs
+	// (ldap://host:port) instead of an mdb directory.
+	Proxy []string
+	// Threads is slapd's thread count (0: slapd's default).
+	Threads int
+}
+
+// Slapd is one slapd process serving ldap://Addr/ from Dir. Stop or Kill
+// it to simulate an outage; Start brings it back on the same address with
+// the same data.
+type Slapd struct {
+	Addr string // 127.0.0.1:port
+	URL  string // ldap://127.0.0.1:port
+	Dir  string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	out  *syncBuffer
+}
+
+// NewSlapd writes the configuration into dir (which must exist), loads the
+// data and starts slapd on a free loopback port. It needs no test, so
+// benchmarks use it too; Close stops it.
+func NewSlapd(dir string, cfg SlapdConfig) (*Slapd, error) {
+	s := &Slapd{Dir: dir, out: &syncBuffer{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s.Addr = ln.Addr().String()
+	ln.Close()
+	s.URL = "ldap://" + s.Addr
+	conf := slapdConf(dir, cfg)
+	if err := os.WriteFile(filepath.Join(dir, "slapd.conf"), []byte(conf), 0o600); err != nil {
+		return nil, err
+	}
+	if len(cfg.Proxy) == 0 {
+		if err := os.MkdirAll(filepath.Join(dir, "db"), 0o700); err != nil {
+			return nil, err
+		}
+		ldif := cfg.LDIF
+		if ldif == "" {
+			ldif = DirectoryLDIF(0)
+		}
+		lp := filepath.Join(dir, "data.ldif")
+		if err := os.WriteFile(lp, []byte(ldif), 0o600); err != nil {
+			return nil, err
+		}
+		slapadd, err := Path("slapadd")
+		if err != nil {
+			return nil, err
+		}
+		// -q: quick mode (no consistency checks), much faster for bulk data.
+		if out, err := exec.Command(slapadd, "-q", "-f", filepath.Join(dir, "slapd.conf"), "-l", lp).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("slapadd: %v: %s", err, out)
+		}
+	}
+	if err := s.Start(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func slapdConf(dir string, cfg SlapdConfig) string {
+	var b strings.Builder
+	for _, sc := range []string{"core", "cosine", "inetorgperson"} {
+		fmt.Fprintf(&b, "include /etc/ldap/schema/%s.schema\n", sc)
+	}
+	fmt.Fprintf(&b, "pidfile %s\nargsfile %s\n", filepath.Join(dir, "slapd.pid"), filepath.Join(dir, "slapd.args"))
+	b.WriteString("modulepath /usr/lib/ldap\n")
+	if cfg.Threads > 0 {
+		fmt.Fprintf(&b, "threads %d\n", cfg.Threads)
+	}
+	if len(cfg.Proxy) > 0 {
+		b.WriteString("moduleload back_ldap\n")
+		fmt.Fprintf(&b, "database ldap\nsuffix %q\nuri %q\n", Suffix, strings.Join(cfg.Proxy, " "))
+		b.WriteString("rebind-as-user yes\nidassert-bind bindmethod=none\nsizelimit unlimited\n")
+		return b.String()
+	}
+	b.WriteString("moduleload back_mdb\n")
+	fmt.Fprintf(&b, "database mdb\nmaxsize 1073741824\nsuffix %q\nrootdn %q\nrootpw %s\ndirectory %s\n",
+		Suffix, RootDN, RootPW, filepath.Join(dir, "db"))
+	b.WriteString("sizelimit unlimited\nindex objectClass eq\nindex uid eq\n")
+	b.WriteString("access to attrs=userPassword by self write by anonymous auth by * none\n")
+	b.WriteString("access to * by * read\n")
+	return b.String()
+}
+
+// Start starts a stopped slapd on its address and waits until it accepts
+// connections.
+func (s *Slapd) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		return nil
+	}
+	slapd, err := Path("slapd")
+	if err != nil {
+		return err
+	}
+	// -d 0 keeps slapd in the foreground without debug output.
+	cmd := exec.Command(slapd, "-h", s.URL+"/", "-f", filepath.Join(s.Dir, "slapd.conf"), "-d", "0")
+	cmd.Stdout, cmd.Stderr = s.out, s.out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start slapd: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", s.Addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			break
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("slapd on %s exited: %s", s.Addr, s.out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			<-done
+			return fmt.Errorf("slapd on %s not accepting after 10s: %s", s.Addr, s.out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.cmd, s.done = cmd, done
+	return nil
+}
+
+// Stop shuts slapd down (SIGTERM, then SIGKILL after five seconds) and
+// waits for it; its port refuses connections afterwards.
+func (s *Slapd) Stop() { s.stop(syscall.SIGTERM) }
+
+// Kill kills slapd at once (SIGKILL): its open connections are reset
+// mid-operation, like a crashed server.
+func (s *Slapd) Kill() { s.stop(syscall.SIGKILL) }
+
+func (s *Slapd) stop(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	s.cmd.Process.Signal(sig)
+	select {
+	case <-s.done:
+	case <-time.After(5 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.done
+	}
+	s.cmd, s.done = nil, nil
+}
+
+// Close stops slapd.
+func (s *Slapd) Close() { s.Stop() }
+
+// Output is what slapd wrote so far.
+func (s *Slapd) Output() string { return s.out.String() }
+
+// StartSlapds starts n slapd directories loaded with the same LDIF, each
+// in its own temp dir, stopped when the test ends.
+func StartSlapds(t testing.TB, n int, cfg SlapdConfig) []*Slapd {
+	t.Helper()
+	Need(t, "slapd", "slapadd")
+	out := make([]*Slapd, n)
+	for i := range out {
+		s, err := NewSlapd(t.TempDir(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			s.Stop()
+			if t.Failed() {
+				t.Logf("output of slapd %s:\n%s", s.Addr, s.Output())
+			}
+		})
+		out[i] = s
+	}
+	return out
+}
+
+// BlackHole returns a loopback address whose SYNs go unanswered, like a
+// host that is down or a firewall that drops: a listener with a full
+// accept queue that never accepts. Connecting to it blocks until the
+// dialer's timeout.
+func BlackHole(t testing.TB) string {
+	t.Helper()
+	addr, closeFn, err := NewBlackHole()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeFn)
+	return addr
+}
+
+// NewBlackHole is BlackHole without a test.
+func NewBlackHole() (addr string, closeFn func(), err error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		unix.Close(fd)
+		return "", nil, err
+	}
+	// Backlog 0: the accept queue holds one connection; once it is full
+	// Linux drops further SYNs instead of answering them.
+	if err := unix.Listen(fd, 0); err != nil {
+		unix.Close(fd)
+		return "", nil, err
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		unix.Close(fd)
+		return "", nil, err
+	}
+	addr = fmt.Sprintf("127.0.0.1:%d", sa.(*unix.SockaddrInet4).Port)
+	var fillers []net.Conn
+	closeFn = func() {
+		for _, c := range fillers {
+			c.Close()
+		}
+		unix.Close(fd)
+	}
+	for range 8 {
+		c, err := net.DialTimeout("tcp", addr, 300*time.Millisecond)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return addr, closeFn, nil // the queue is full: SYNs are dropped now
+			}
+			closeFn()
+			return "", nil, err
+		}
+		fillers = append(fillers, c)
+	}
+	closeFn()
+	return "", nil, errors.New("black hole: accept queue never filled")
+}
+
+// Silent returns a loopback address that accepts TCP connections and
+// never answers a byte: a hung server rather than a missing one.
+func Silent(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
