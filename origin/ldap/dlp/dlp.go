@@ -1,0 +1,109 @@
+// Package dlp reads the DLP configuration file (ldap_proxy.json) and makes
+// the routing decisions of the LDAP core: which rule applies to a user or an
+// operation, and in which order its servers are tried, with round robin,
+// failover and the OFFLINE state shared by all connections.
+//
+//	f, err := dlp.ParseFile("ldap_proxy.json")  // err is an ErrorList, one line per error
+//	p := f.Proxy(coreName)                       // nil → plain mode
+//	h := dlp.NewHealth(f.Defaults.OfflineRetryTimeout, time.Now)
+//	rt := dlp.NewRouter(f, p, h)
+//	sel, err := rt.SelectUser(&dlp.Ctx{User: dlp.NormalizeDN(bindDN), Op: "bind"})
+//	for _, s := range sel.Candidates { /* dial f.Servers[s].Addr(); h.Fail(s) or h.Succeed(s) */ }
+//
+// The selection semantics follow the DirX DLP documentation (seed 000) to
+// the letter; docs/dlp.md describes the file format.
+package dlp
+
+import (
+	"net"
+	"strconv"
+	"time"
+)
+
+// File is a parsed DLP configuration file.
+type File struct {
+	Path        string
+	Defaults    Defaults
+	Servers     map[string]*Server
+	ServerOrder []string // server names in file order
+	Proxies     []*Proxy
+	Rules       map[string]*Rule
+	RuleOrder   []string // rule names in file order
+	Balancers   map[string]*Balancer
+}
+
+// Defaults is the Defaults object, with the documented defaults filled in.
+type Defaults struct {
+	ConnectTimeout      time.Duration // 3s; 0 is rejected
+	OfflineRetryTimeout time.Duration // 60s
+	MonitorInterval     time.Duration // 10s
+	JSONCodeSet         int           // 1 = UTF-8, 0 = Latin-1 (converted on load)
+	Tracing             int           // 0..3
+}
+
+// DefaultDefaults is what a file without a Defaults object gets.
+func DefaultDefaults() Defaults {
+	return Defaults{
+		ConnectTimeout:      3 * time.Second,
+		OfflineRetryTimeout: 60 * time.Second,
+		MonitorInterval:     10 * time.Second,
+		JSONCodeSet:         1,
+	}
+}
+
+// Server is an LdapServer object: one backend directory server.
+type Server struct {
+	Name string
+	Host string
+	Port int  // 389
+	SSL  bool // LDAPS toward the server; needs proxy mode 2 (checked by the core)
+}
+
+// Addr is host:port for net.Dial.
+func (s *Server) Addr() string { return net.JoinHostPort(s.Host, strconv.Itoa(s.Port)) }
+
+// Rule types.
+const (
+	UserRouting      = "UserRouting"
+	OperationRouting = "OperationRouting"
+)
+
+// Rule is a ProxyRule object.
+type Rule struct {
+	Type          string // UserRouting or OperationRouting
+	Name          string
+	Condition     Cond
+	ConditionText string   // as written (after Latin-1 conversion)
+	Forward       []string // forwardto(S1,S2,…): server names, in order
+	Balance       string   // balance(LB): a LoadBalancer name; Forward is then empty
+	LoadBalance   bool     // round robin over Forward; default 0 for an exact-DN rule, 1 for other UserRouting rules, 0 for OperationRouting
+	Failover      bool     // try the next server when one fails; default 1
+	KeepConn      bool     // OperationRouting only: after a success the connection's target switches to this rule's
+}
+
+// Proxy is an LdapProxy object: the rule set of one core instance, chosen
+// by core.name.
+type Proxy struct {
+	Name    string
+	Rules   []*Rule  // resolved, in evaluation order
+	Default []string // servers used when no UserRouting rule matches; empty → the operation fails (52)
+}
+
+// Balancer is a LoadBalancer object. Its algorithm-specific keys are kept
+// raw here and interpreted by the balancer package (DESIGN.md §5).
+type Balancer struct {
+	Name      string
+	Algorithm string
+	Raw       map[string]any
+}
+
+// Proxy returns the LdapProxy object with that name, nil when there is none
+// (the core then runs in plain mode).
+func (f *File) Proxy(name string) *Proxy {
+	for _, p := range f.Proxies {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
