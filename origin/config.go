@@ -1,0 +1,149 @@
+package origin
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// Untrusted policies: what happens to a connection from outside
+// trusted_edges.
+const (
+	// UntrustedPassthrough forwards a connection without a header from any
+	// source (a header from an untrusted source is still a spoof and closed).
+	UntrustedPassthrough = "passthrough"
+	// UntrustedReject closes every connection from outside trusted_edges at
+	// once, before reading a byte.
+	UntrustedReject = "reject"
+)
+
+// Config is the `front:` section of the origin's configuration
+// (DESIGN.md §3). TrustedEdges is parsed once by New into a private twin.
+type Config struct {
+	// Listen is the list of host:port addresses the front accepts on.
+	Listen []string `mapstructure:"listen"`
+	// Inner is the host:port of the service every connection is forwarded
+	// to (the LDAP core).
+	Inner string `mapstructure:"inner"`
+	// TrustedEdges lists the CIDRs (or single addresses) whose PROXY
+	// headers are honoured.
+	TrustedEdges []string `mapstructure:"trusted_edges"`
+	// Untrusted is "passthrough" or "reject".
+	Untrusted string `mapstructure:"untrusted"`
+	// RequireHeader closes a trusted source's connection that carries no
+	// PROXY header.
+	RequireHeader bool `mapstructure:"require_header"`
+	// HeaderTimeout bounds how long a connection may take to deliver its
+	// first bytes and, when it starts a PROXY header, the whole header.
+	HeaderTimeout time.Duration `mapstructure:"header_timeout"`
+}
+
+// DefaultConfig is the front's configuration with DESIGN.md's defaults.
+func DefaultConfig() Config {
+	return Config{
+		Listen:        []string{":8636"},
+		Inner:         "127.0.0.1:1636",
+		TrustedEdges:  []string{},
+		Untrusted:     UntrustedPassthrough,
+		RequireHeader: false,
+		HeaderTimeout: 5 * time.Second,
+	}
+}
+
+// Validate names the first bad value, with its key under front.
+func (c Config) Validate() error {
+	_, err := c.parse()
+	return err
+}
+
+// parsed is Config's private twin, filled once.
+type parsed struct {
+	trusted []netip.Prefix
+}
+
+func (c Config) parse() (parsed, error) {
+	var p parsed
+	if len(c.Listen) == 0 {
+		return p, errors.New("front.listen: at least one address is required")
+	}
+	for _, l := range c.Listen {
+		if _, _, err := net.SplitHostPort(l); err != nil {
+			return p, fmt.Errorf("front.listen: %q is not host:port", l)
+		}
+	}
+	if host, port, err := net.SplitHostPort(c.Inner); err != nil || host == "" || port == "" {
+		return p, fmt.Errorf("front.inner: %q is not host:port", c.Inner)
+	}
+	for _, s := range c.TrustedEdges {
+		pf, err := parsePrefix(s)
+		if err != nil {
+			return p, fmt.Errorf("front.trusted_edges: %q is not a CIDR or an IP address", s)
+		}
+		p.trusted = append(p.trusted, pf)
+	}
+	switch c.Untrusted {
+	case UntrustedPassthrough:
+	case UntrustedReject:
+		if len(p.trusted) == 0 {
+			return p, errors.New("front.untrusted: reject with an empty trusted_edges would close every connection")
+		}
+	default:
+		return p, fmt.Errorf("front.untrusted: %q is not passthrough or reject", c.Untrusted)
+	}
+	if c.HeaderTimeout <= 0 {
+		return p, fmt.Errorf("front.header_timeout: %v must be positive", c.HeaderTimeout)
+	}
+	return p, nil
+}
+
+// parsePrefix accepts "10.0.0.0/8", "2001:db8::/32" and single addresses
+// ("10.1.2.3", "::1") as a one-address prefix.
+func parsePrefix(s string) (netip.Prefix, error) {
+	s = strings.TrimSpace(s)
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return p, err
+		}
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// trusts reports whether addr (the measured peer) is inside trusted_edges.
+func (p parsed) trusts(addr net.Addr) bool {
+	ap, ok := addrPort(addr)
+	if !ok {
+		return false
+	}
+	ip := ap.Addr().Unmap()
+	for _, pf := range p.trusted {
+		if pf.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// addrPort converts a socket address to netip form.
+func addrPort(a net.Addr) (netip.AddrPort, bool) {
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		return a.AddrPort(), true
+	case nil:
+		return netip.AddrPort{}, false
+	}
+	ap, err := netip.ParseAddrPort(a.String())
+	return ap, err == nil
+}

@@ -1,0 +1,385 @@
+package origin
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/edgefleet/edgefleet/internal/splice"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+const (
+	// innerDialTimeout bounds the connect to inner (a loopback service:
+	// it either answers at once or is down).
+	innerDialTimeout = 3 * time.Second
+	// A refused connection (spoof, bad header, timeout, …) logs at most
+	// refusalLogBurst lines per refusalLogWindow; the rest are counted and
+	// the next line says how many were suppressed.
+	refusalLogBurst  = 10
+	refusalLogWindow = 10 * time.Second
+)
+
+// Front is the origin's front listener. For each accepted connection it
+// peeks at the first bytes, reads a PROXY header if one is there and the
+// source may send one, dials inner, records the peer in the table under the
+// inner connection's local port, and joins the two connections with
+// splice.Join until both directions are done.
+type Front struct {
+	// Now is the clock for Peer.Since, durations and log rate limiting;
+	// nil means time.Now. Set it before Serve or HandleConn.
+	Now func() time.Time
+
+	cfg      Config
+	p        parsed
+	table    *PeerTable
+	log      *slog.Logger
+	m        *metrics
+	refusals *limiter
+	dialer   net.Dialer
+	ctx      context.Context // cancelled when Shutdown gives up waiting
+	cancel   context.CancelFunc
+
+	mu        sync.Mutex
+	closing   bool
+	listeners map[net.Listener]struct{}
+	conns     map[net.Conn]struct{} // outer and inner connections, closed on a forced shutdown
+	wg        sync.WaitGroup        // one per connection being handled
+}
+
+// New checks cfg and returns a front that records peers in table, logs to
+// log and registers its metrics with reg (nil: not registered).
+func New(cfg Config, table *PeerTable, log *slog.Logger, reg prometheus.Registerer) (*Front, error) {
+	p, err := cfg.parse()
+	if err != nil {
+		return nil, err
+	}
+	if table == nil {
+		return nil, errors.New("origin: nil peer table")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	f := &Front{
+		cfg:       cfg,
+		p:         p,
+		table:     table,
+		log:       log,
+		m:         newMetrics(table),
+		dialer:    net.Dialer{Timeout: innerDialTimeout},
+		listeners: map[net.Listener]struct{}{},
+		conns:     map[net.Conn]struct{}{},
+	}
+	f.refusals = newLimiter(refusalLogBurst, refusalLogWindow, f.now)
+	f.ctx, f.cancel = context.WithCancel(context.Background())
+	if err := f.m.register(reg); err != nil {
+		return nil, fmt.Errorf("origin: register metrics: %w", err)
+	}
+	return f, nil
+}
+
+func (f *Front) now() time.Time {
+	if f.Now != nil {
+		return f.Now()
+	}
+	return time.Now()
+}
+
+// Serve accepts connections on ln and handles each in its own goroutine
+// until Shutdown, when it returns nil. The accept loop never reads.
+func (f *Front) Serve(ln net.Listener) error {
+	f.mu.Lock()
+	if f.closing {
+		f.mu.Unlock()
+		ln.Close()
+		return nil
+	}
+	f.listeners[ln] = struct{}{}
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.listeners, ln)
+		f.mu.Unlock()
+	}()
+	var backoff time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if f.isClosing() {
+				return nil
+			}
+			if !temporary(err) {
+				return fmt.Errorf("accept on %s: %w", ln.Addr(), err)
+			}
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			f.log.Warn("accept failed, retrying", "error", err, "in", backoff)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		go f.HandleConn(c)
+	}
+}
+
+// temporary reports accept errors worth retrying: out of file descriptors
+// or memory, which closing connections will cure.
+func temporary(err error) bool {
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func (f *Front) isClosing() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.closing
+}
+
+// Shutdown stops accepting at once and waits for open connections to end;
+// when ctx is done first it closes them and returns ctx's error.
+func (f *Front) Shutdown(ctx context.Context) error {
+	f.mu.Lock()
+	f.closing = true
+	for ln := range f.listeners {
+		ln.Close()
+	}
+	f.mu.Unlock()
+	done := make(chan struct{})
+	go func() { f.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	f.cancel()
+	f.mu.Lock()
+	for c := range f.conns {
+		c.Close()
+	}
+	f.mu.Unlock()
+	<-done
+	return ctx.Err()
+}
+
+// track registers a connection for a forced shutdown; false when the front
+// is already shutting down.
+func (f *Front) track(c net.Conn, handler bool) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closing && handler {
+		return false
+	}
+	if handler {
+		f.wg.Add(1)
+	}
+	f.conns[c] = struct{}{}
+	return true
+}
+
+func (f *Front) untrack(c net.Conn, handler bool) {
+	f.mu.Lock()
+	delete(f.conns, c)
+	f.mu.Unlock()
+	if handler {
+		f.wg.Done()
+	}
+}
+
+// HandleConn serves one accepted connection and returns when it is closed.
+func (f *Front) HandleConn(c net.Conn) {
+	start := f.now()
+	if !f.track(c, true) {
+		c.Close()
+		f.m.conns.WithLabelValues(HeaderNone, ResultShutdown).Inc()
+		return
+	}
+	defer f.untrack(c, true)
+	f.m.active.Inc()
+	defer f.m.active.Dec()
+	s := &session{f: f, c: c, start: start, measured: formatAddr(c.RemoteAddr())}
+	s.header = HeaderNone
+	s.run()
+}
+
+// session is one outer connection going through the front.
+type session struct {
+	f        *Front
+	c        net.Conn
+	start    time.Time
+	measured string
+	headerInfo
+}
+
+func (s *session) run() {
+	f := s.f
+	trusted := f.p.trusts(s.c.RemoteAddr())
+	if !trusted && f.cfg.Untrusted == UntrustedReject {
+		s.refuse(ResultUntrusted, "untrusted source rejected", nil)
+		return
+	}
+
+	r := getReader(s.c)
+	pend, err := s.readFront(r, trusted)
+	putReader(r)
+	if err != nil {
+		return // refused and counted by readFront
+	}
+
+	token := f.table.beginDial()
+	ic, err := f.dialer.DialContext(f.ctx, "tcp", f.cfg.Inner)
+	if err != nil {
+		f.table.endDial(token)
+		s.refuse(ResultInnerError, "dial inner failed", err)
+		return
+	}
+	inner := ic.(*net.TCPConn)
+	port := inner.LocalAddr().(*net.TCPAddr).Port
+	f.table.insert(token, Peer{
+		InnerPort: port,
+		Claimed:   s.claimed,
+		Measured:  s.measured,
+		Edge:      s.edge,
+		ID:        s.id,
+		Header:    s.header,
+		Since:     s.start,
+	})
+	defer f.table.remove(port, token)
+	f.track(inner, false)
+	defer f.untrack(inner, false)
+
+	var client net.Conn = s.c
+	if tc, ok := s.c.(*net.TCPConn); ok {
+		client = &splice.Buffered{TCPConn: tc, Pending: pend}
+	} else if len(pend) > 0 {
+		client = &prefixed{Conn: s.c, pending: pend}
+	}
+	res := splice.Join(client, inner)
+	f.m.conns.WithLabelValues(s.header, ResultOK).Inc()
+	if res.Up == 0 && res.Down == 0 {
+		return // a health check: counted, not logged
+	}
+	f.log.Info("connection closed",
+		"id", s.id, "claimed", s.claimed, "measured", s.measured, "edge", s.edge,
+		"header", s.header, "inner_port", port, "bytes_up", res.Up, "bytes_down", res.Down,
+		"duration", f.now().Sub(s.start), "reason", res.Reason)
+}
+
+// readFront sniffs the first bytes within header_timeout, applies the trust
+// policy and reads the header if there is one. It returns the bytes already
+// read past the header (or the sniffed bytes when there was none), or an
+// error when the connection was refused.
+func (s *session) readFront(r *bufio.Reader, trusted bool) ([]byte, error) {
+	f := s.f
+	s.c.SetReadDeadline(time.Now().Add(f.cfg.HeaderTimeout))
+	k, err := sniff(r)
+	s.header = k.String()
+	if err != nil {
+		return nil, s.readFailed(err, r.Buffered() > 0)
+	}
+	if v := judge(trusted, k, f.cfg.RequireHeader); v.result != "" {
+		if v.result == ResultSpoofed {
+			f.m.spoofed.Inc()
+		}
+		return nil, s.refuse(v.result, v.msg, nil)
+	}
+	if k != kindNone {
+		h, err := readHeader(r, k)
+		if err != nil {
+			return nil, s.readFailed(err, true)
+		}
+		info, err := interpret(h)
+		if err != nil {
+			return nil, s.readFailed(err, true)
+		}
+		s.headerInfo = info
+	}
+	if err := s.c.SetReadDeadline(time.Time{}); err != nil {
+		return nil, s.refuse(ResultEmpty, "", err)
+	}
+	return pending(r), nil
+}
+
+// readFailed refuses a connection whose first bytes or header could not be
+// read: too slow, gone before a byte (no log line), or broken.
+func (s *session) readFailed(err error, gotBytes bool) error {
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		s.f.m.timeouts.Inc()
+		if !gotBytes {
+			s.header = HeaderNone
+			return s.refuse(ResultTimeout, "", err) // silent: no log line
+		}
+		return s.refuse(ResultTimeout, "proxy header timeout", err)
+	case !gotBytes:
+		return s.refuse(ResultEmpty, "", err)
+	}
+	return s.refuse(ResultBadHeader, "bad proxy header", err)
+}
+
+// refuse closes the outer connection, counts it and, when msg is set, logs
+// it through the rate limiter. It returns an error for readFront's caller.
+func (s *session) refuse(result, msg string, err error) error {
+	s.c.Close()
+	s.f.m.conns.WithLabelValues(s.header, result).Inc()
+	if msg != "" {
+		if ok, suppressed := s.f.refusals.allow(); ok {
+			attrs := []any{"measured", s.measured, "header", s.header, "reason", result}
+			if err != nil {
+				attrs = append(attrs, "error", err)
+			}
+			if suppressed > 0 {
+				attrs = append(attrs, "suppressed", suppressed)
+			}
+			level := slog.LevelWarn
+			if result == ResultInnerError {
+				level = slog.LevelError
+			}
+			s.f.log.Log(context.Background(), level, msg, attrs...)
+		}
+	}
+	if err == nil {
+		err = errors.New(result)
+	}
+	return err
+}
+
+// formatAddr renders a socket address as ip:port, IPv4-mapped addresses
+// as plain IPv4.
+func formatAddr(a net.Addr) string {
+	ap, ok := addrPort(a)
+	if !ok {
+		if a == nil {
+			return ""
+		}
+		return a.String()
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()).String()
+}
+
+// prefixed is a connection that is not a *net.TCPConn (a test's net.Pipe)
+// with sniffed bytes still to deliver; TCP connections use splice.Buffered.
+type prefixed struct {
+	net.Conn
+	pending []byte
+}
+
+func (p *prefixed) Read(b []byte) (int, error) {
+	if len(p.pending) > 0 {
+		n := copy(b, p.pending)
+		p.pending = p.pending[n:]
+		return n, nil
+	}
+	return p.Conn.Read(b)
+}

@@ -1,0 +1,64 @@
+package origin
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Result values of the result label of edgefleet_origin_connections_total.
+const (
+	ResultOK         = "ok"          // forwarded to inner (log line unless no byte moved)
+	ResultEmpty      = "empty"       // closed before its first byte (health check): no log line
+	ResultTimeout    = "timeout"     // first bytes or header not in within header_timeout
+	ResultBadHeader  = "bad-header"  // a trusted source sent a malformed, truncated or oversized header
+	ResultSpoofed    = "spoofed"     // a header from outside trusted_edges
+	ResultUntrusted  = "untrusted"   // untrusted: reject, source outside trusted_edges
+	ResultNoHeader   = "no-header"   // require_header, a trusted source sent none
+	ResultInnerError = "inner-error" // inner could not be dialled
+	ResultShutdown   = "shutdown"    // accepted while the front was shutting down
+)
+
+type metrics struct {
+	conns    *prometheus.CounterVec
+	spoofed  prometheus.Counter
+	timeouts prometheus.Counter
+	active   prometheus.Gauge
+	entries  prometheus.GaugeFunc
+}
+
+func newMetrics(table *PeerTable) *metrics {
+	return &metrics{
+		conns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgefleet_origin_connections_total",
+			Help: "Connections accepted by the origin front, by header seen and outcome.",
+		}, []string{"header", "result"}),
+		spoofed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgefleet_origin_spoofed_headers_total",
+			Help: "PROXY headers received from a source outside trusted_edges (connection closed).",
+		}),
+		timeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgefleet_origin_header_timeouts_total",
+			Help: "Connections closed because their first bytes or header did not arrive within header_timeout.",
+		}),
+		active: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "edgefleet_origin_connections_active",
+			Help: "Connections the origin front holds open now.",
+		}),
+		entries: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "edgefleet_origin_peer_table_entries",
+			Help: "Entries in the peer table (one per open inner connection).",
+		}, func() float64 { return float64(table.Len()) }),
+	}
+}
+
+func (m *metrics) register(reg prometheus.Registerer) error {
+	if reg == nil {
+		return nil
+	}
+	var errs []error
+	for _, c := range []prometheus.Collector{m.conns, m.spoofed, m.timeouts, m.active, m.entries} {
+		errs = append(errs, reg.Register(c))
+	}
+	return errors.Join(errs...)
+}
