@@ -1,0 +1,361 @@
+package firewall
+
+import (
+	"errors"
+	"fmt"
+	"os/exec"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/coreos/go-iptables/iptables"
+)
+
+// Backends: iptables comes in two flavours that do not see each other's
+// rules. The rules must go where dockerd put its own, or they are never
+// consulted.
+const (
+	BackendNFT    = "nft"
+	BackendLegacy = "legacy"
+)
+
+// Firewall installs plans through one iptables backend, both families.
+type Firewall struct {
+	backend string
+	hook    string
+	v4, v6  *iptables.IPTables
+}
+
+// Open connects to backend "nft", "legacy", or "auto": the one whose filter
+// table holds the DOCKER-USER chain (the backend dockerd uses), else the
+// system's default iptables. hook is the chain the rules will hang from.
+func Open(backend, hook string) (*Firewall, error) {
+	if hook == "" {
+		hook = DockerUser
+	}
+	if backend == "" || backend == "auto" {
+		backend = detect(hook)
+	}
+	if backend != BackendNFT && backend != BackendLegacy {
+		return nil, fmt.Errorf("backend %q: want nft, legacy or auto", backend)
+	}
+	fw := &Firewall{backend: backend, hook: hook}
+	var err error
+	if fw.v4, err = newTables(backend, iptables.ProtocolIPv4); err != nil {
+		return nil, err
+	}
+	if fw.v6, err = newTables(backend, iptables.ProtocolIPv6); err != nil {
+		return nil, err
+	}
+	return fw, nil
+}
+
+// Backend is "nft" or "legacy".
+func (fw *Firewall) Backend() string { return fw.backend }
+
+func binary(backend string, proto iptables.Protocol) string {
+	if proto == iptables.ProtocolIPv6 {
+		return "ip6tables-" + backend
+	}
+	return "iptables-" + backend
+}
+
+func newTables(backend string, proto iptables.Protocol) (*iptables.IPTables, error) {
+	path, err := lookPath(binary(backend, proto))
+	if err != nil {
+		return nil, fmt.Errorf("backend %s: %w (install iptables)", backend, err)
+	}
+	ipt, err := iptables.New(iptables.IPFamily(proto), iptables.Path(path))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return ipt, nil
+}
+
+// lookPath finds bin on PATH or in the sbin directories a non-root PATH
+// may lack.
+func lookPath(bin string) (string, error) {
+	if p, err := exec.LookPath(bin); err == nil {
+		return p, nil
+	}
+	for _, dir := range []string{"/usr/sbin", "/sbin", "/usr/local/sbin"} {
+		if p, err := exec.LookPath(dir + "/" + bin); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s not found", bin)
+}
+
+// detect picks the backend whose IPv4 filter table has the hook chain
+// (DOCKER-USER: where dockerd runs), else what plain `iptables` is.
+func detect(hook string) string {
+	if hook == DockerUser {
+		var found []string
+		for _, b := range []string{BackendNFT, BackendLegacy} {
+			ipt, err := newTables(b, iptables.ProtocolIPv4)
+			if err != nil {
+				continue
+			}
+			if ok, err := ipt.ChainExists("filter", DockerUser); err == nil && ok {
+				found = append(found, b)
+			}
+		}
+		if len(found) == 1 {
+			return found[0]
+		}
+	}
+	if path, err := lookPath("iptables"); err == nil {
+		if out, err := exec.Command(path, "--version").Output(); err == nil && strings.Contains(string(out), "legacy") {
+			return BackendLegacy
+		}
+	}
+	return BackendNFT
+}
+
+func (fw *Firewall) tables(proto iptables.Protocol) *iptables.IPTables {
+	if proto == iptables.ProtocolIPv6 {
+		return fw.v6
+	}
+	return fw.v4
+}
+
+// live is what one family's filter table holds of ours.
+type live struct {
+	hookExists bool
+	chains     []string   // our generation chains, oldest first
+	jumps      [][]string // rules of hook chains jumping to one of ours, as -S args
+	first      string     // the chain hook's rule 1 jumps to, if it is ours
+	rules      []string   // -S lines of the chain `first` (normalised)
+}
+
+// hooks are every chain a jump of ours may sit in (a plan may have moved
+// between them).
+var hooks = []string{DockerUser, Input}
+
+func (fw *Firewall) read(proto iptables.Protocol, hook string) (live, error) {
+	ipt := fw.tables(proto)
+	var l live
+	chains, err := ipt.ListChains("filter")
+	if err != nil {
+		return l, fmt.Errorf("list chains: %w", err)
+	}
+	for _, c := range chains {
+		if c == hook {
+			l.hookExists = true
+		}
+		if generation(c) > 0 {
+			l.chains = append(l.chains, c)
+		}
+	}
+	sort.Slice(l.chains, func(i, j int) bool { return generation(l.chains[i]) < generation(l.chains[j]) })
+	for _, h := range hooks {
+		if !slices.Contains(chains, h) {
+			continue
+		}
+		lines, err := ipt.List("filter", h)
+		if err != nil {
+			return l, fmt.Errorf("list %s: %w", h, err)
+		}
+		n := 0
+		for _, line := range lines {
+			args := splitRule(line)
+			if len(args) < 2 || args[0] != "-A" {
+				continue
+			}
+			n++
+			target := jumpTarget(args)
+			if generation(target) == 0 {
+				continue
+			}
+			l.jumps = append(l.jumps, args)
+			if h == hook && n == 1 {
+				l.first = target
+			}
+		}
+	}
+	if l.first != "" {
+		lines, err := ipt.List("filter", l.first)
+		if err != nil {
+			return l, fmt.Errorf("list %s: %w", l.first, err)
+		}
+		for _, line := range lines {
+			if args := splitRule(line); len(args) > 0 && args[0] == "-A" {
+				l.rules = append(l.rules, Rule(args[2:]).Line("-A", "EDGEFLEET"))
+			}
+		}
+	}
+	return l, nil
+}
+
+func jumpTarget(args []string) string {
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "-j" || args[i] == "-g" {
+			return args[i+1]
+		}
+	}
+	return ""
+}
+
+// generation is n for EDGEFLEET-n, 0 for any other chain name.
+func generation(chain string) int {
+	s, ok := strings.CutPrefix(chain, ChainPrefix)
+	if !ok {
+		return 0
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || strconv.Itoa(n) != s {
+		return 0
+	}
+	return n
+}
+
+// Plan builds the next generation's plan for c against the live tables:
+// the generation number follows the newest chain of either family, and a
+// family whose hook chain is missing is refused (or, with c.Force, left
+// out; with c.CreateChain, kept: Apply creates the chain). On a host where
+// dockerd runs without ip6tables there is no IPv6 DOCKER-USER: IPv6 to a
+// published port is then carried by docker-proxy through INPUT, so the
+// IPv6 rules hook into INPUT.
+func (fw *Firewall) Plan(c Config) (*Plan, error) {
+	if c.Chain == "" {
+		c.Chain = fw.hook
+	}
+	gen := 0
+	exists := map[iptables.Protocol]bool{}
+	for _, proto := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
+		l, err := fw.read(proto, c.Chain)
+		if err != nil {
+			return nil, err
+		}
+		exists[proto] = l.hookExists
+		for _, ch := range l.chains {
+			gen = max(gen, generation(ch))
+		}
+	}
+	p, err := NewPlan(c, gen+1)
+	if err != nil {
+		return nil, err
+	}
+	var refusals []error
+	var kept []Family
+	for _, f := range p.Families {
+		switch {
+		case exists[f.Proto] || c.CreateChain:
+		case f.Proto == iptables.ProtocolIPv6 && c.Chain == DockerUser && exists[iptables.ProtocolIPv4]:
+			f.Hook = Input
+			p.Warnings = append(p.Warnings, "IPv6: ip6tables has no DOCKER-USER chain (dockerd runs without ip6tables): IPv6 reaches published ports through docker-proxy, so the IPv6 rules hook into INPUT")
+		case c.Force:
+			p.Warnings = append(p.Warnings, fmt.Sprintf("%s: no %s chain in %s (%s backend): family skipped (forced)", f.Name, c.Chain, binary(fw.backend, f.Proto), fw.backend))
+			continue
+		default:
+			hint := "is dockerd running? "
+			if c.Chain != DockerUser {
+				hint = ""
+			}
+			refusals = append(refusals, fmt.Errorf("%s has no %s chain: %srefusing to create it (--create-chain creates it, --force skips the family, --backend picks the other iptables)", binary(fw.backend, f.Proto), c.Chain, hint))
+			continue
+		}
+		kept = append(kept, f)
+	}
+	if len(refusals) > 0 {
+		return nil, errors.Join(refusals...)
+	}
+	p.Families = kept
+	return p, nil
+}
+
+// Apply installs p: per family, the generation chain is built completely,
+// then the jump at position 1 of the hook chain is replaced by one jumping
+// to it (one atomic rule replacement: traffic sees either the old rule set
+// or the new one), then the old jumps and chains are deleted.
+func (fw *Firewall) Apply(p *Plan) error {
+	chain := p.Chain()
+	for _, f := range p.Families {
+		ipt := fw.tables(f.Proto)
+		l, err := fw.read(f.Proto, f.Hook)
+		if err != nil {
+			return fmt.Errorf("%s: %w", f.Name, err)
+		}
+		if !l.hookExists {
+			if err := ipt.NewChain("filter", f.Hook); err != nil {
+				return fmt.Errorf("%s: create %s: %w", f.Name, f.Hook, err)
+			}
+		}
+		if slices.Contains(l.chains, chain) {
+			// A leftover of an interrupted apply of the same generation,
+			// not referenced (else the generation would be higher).
+			if err := fw.dropChain(ipt, f.Hook, chain, l); err != nil {
+				return fmt.Errorf("%s: %w", f.Name, err)
+			}
+		}
+		if err := ipt.NewChain("filter", chain); err != nil {
+			return fmt.Errorf("%s: create %s: %w", f.Name, chain, err)
+		}
+		for _, r := range f.Rules {
+			if err := ipt.Append("filter", chain, r...); err != nil {
+				return fmt.Errorf("%s: append to %s: %w", f.Name, chain, err)
+			}
+		}
+		if l.first != "" {
+			err = ipt.Replace("filter", f.Hook, 1, Jump(chain)...)
+		} else {
+			err = ipt.Insert("filter", f.Hook, 1, Jump(chain)...)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: jump from %s: %w", f.Name, f.Hook, err)
+		}
+		if err := fw.cleanup(f.Proto, chain); err != nil {
+			return fmt.Errorf("%s: %w", f.Name, err)
+		}
+	}
+	return nil
+}
+
+// cleanup deletes every jump to and every generation chain other than keep.
+func (fw *Firewall) cleanup(proto iptables.Protocol, keep string) error {
+	ipt := fw.tables(proto)
+	l, err := fw.read(proto, fw.hook)
+	if err != nil {
+		return err
+	}
+	for _, j := range l.jumps {
+		if jumpTarget(j) == keep {
+			continue
+		}
+		if err := ipt.Delete("filter", j[1], j[2:]...); err != nil {
+			return fmt.Errorf("delete jump %s: %w", strings.Join(j, " "), err)
+		}
+	}
+	for _, c := range l.chains {
+		if c == keep {
+			continue
+		}
+		if err := ipt.ClearAndDeleteChain("filter", c); err != nil {
+			return fmt.Errorf("delete %s: %w", c, err)
+		}
+	}
+	return nil
+}
+
+func (fw *Firewall) dropChain(ipt *iptables.IPTables, hook, chain string, l live) error {
+	for _, j := range l.jumps {
+		if jumpTarget(j) == chain {
+			if err := ipt.Delete("filter", j[1], j[2:]...); err != nil {
+				return err
+			}
+		}
+	}
+	return ipt.ClearAndDeleteChain("filter", chain)
+}
+
+// Remove deletes every jump and chain of ours, both families.
+func (fw *Firewall) Remove() error {
+	var errs []error
+	for _, proto := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
+		if err := fw.cleanup(proto, ""); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
