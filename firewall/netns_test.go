@@ -1,0 +1,338 @@
+package firewall
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/edgefleet/edgefleet/internal/testbed"
+)
+
+const (
+	port = 8636
+	// allowed is how long an allowed connection may take; dropped is how
+	// long a connection whose SYN is dropped is given before it counts as
+	// dropped (no retransmission happens within it).
+	allowed = 3 * time.Second
+	dropped = 400 * time.Millisecond
+)
+
+// family picks one family's addresses in a DockerHost.
+type family struct {
+	name string
+	addr func(*testbed.DockerHost) testbed.HostAddrs
+}
+
+var families = []family{
+	{"IPv4", func(d *testbed.DockerHost) testbed.HostAddrs { return d.V4 }},
+	{"IPv6", func(d *testbed.DockerHost) testbed.HostAddrs { return d.V6 }},
+}
+
+func dockerHost(t *testing.T) *testbed.DockerHost {
+	testbed.NeedRoot(t)
+	testbed.Need(t, "ip", "iptables", "ip6tables")
+	return testbed.NewDockerHost(t, port)
+}
+
+func hostConfig(d *testbed.DockerHost, withEdge2 bool) Config {
+	c := DefaultConfig()
+	c.Ports = []int{port}
+	c.Interface = d.ExtIf
+	c.Edges = []Edge{{Name: "edge-1", IPv4: d.V4.Edge.String(), IPv6: d.V6.Edge.String()}}
+	if withEdge2 {
+		c.Edges = append(c.Edges, Edge{Name: "edge-2", IPv4: d.V4.Edge2.String(), IPv6: d.V6.Edge2.String()})
+	}
+	return c
+}
+
+// in runs fn with a Firewall opened inside ns.
+func in(t *testing.T, ns *testbed.Netns, fn func(fw *Firewall) error) {
+	t.Helper()
+	err := ns.Do(func() error {
+		fw, err := Open("auto", DockerUser)
+		if err != nil {
+			return err
+		}
+		return fn(fw)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func apply(t *testing.T, ns *testbed.Netns, c Config) *Plan {
+	t.Helper()
+	var p *Plan
+	in(t, ns, func(fw *Firewall) error {
+		var err error
+		if p, err = fw.Plan(c); err != nil {
+			return err
+		}
+		return fw.Apply(p)
+	})
+	return p
+}
+
+// inbound connects from ns (source address src) to the published port.
+func inbound(d *testbed.DockerHost, ns *testbed.Netns, src string, a testbed.HostAddrs, timeout time.Duration) error {
+	return ns.Echo(src, a.Published(d.Port), timeout)
+}
+
+// outbound is the seed's bug: a process in the container connects to the
+// edge on the published port's number.
+func outbound(d *testbed.DockerHost, a testbed.HostAddrs, timeout time.Duration) error {
+	return d.Container.Echo("", net.JoinHostPort(a.Edge.String(), strconv.Itoa(d.Port)), timeout)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// TestDockerUser is the whole story on a Docker-like host built from
+// namespaces: the bypass, the rules, the seed's bug, check, watch, remove.
+func TestDockerUser(t *testing.T) {
+	t.Parallel()
+	d := dockerHost(t)
+	for _, f := range families {
+		a := f.addr(d)
+		if err := inbound(d, d.Stranger, a.Stranger.String(), a, allowed); err != nil {
+			t.Fatalf("%s before apply: the stranger should reach the published port (Docker's bypass): %v", f.name, err)
+		}
+	}
+	c := hostConfig(d, false)
+	p := apply(t, d.Host, c)
+	if p.Generation != 1 {
+		t.Errorf("first generation = %d", p.Generation)
+	}
+	assertEnforced := func(t *testing.T) {
+		t.Helper()
+		for _, f := range families {
+			a := f.addr(d)
+			if err := inbound(d, d.Edge, a.Edge.String(), a, allowed); err != nil {
+				t.Errorf("%s: edge → published port: %v", f.name, err)
+			}
+			if err := inbound(d, d.Stranger, a.Stranger.String(), a, dropped); !isTimeout(err) {
+				t.Errorf("%s: stranger → published port: err = %v, want dropped (timeout)", f.name, err)
+			}
+			if err := inbound(d, d.Edge, a.Edge2.String(), a, dropped); !isTimeout(err) {
+				t.Errorf("%s: unlisted edge address → published port: err = %v, want dropped", f.name, err)
+			}
+			if err := outbound(d, a, allowed); err != nil {
+				t.Errorf("%s: container → edge on port %d (the seed's bug): %v", f.name, d.Port, err)
+			}
+		}
+	}
+	t.Run("enforced", assertEnforced)
+
+	t.Run("check", func(t *testing.T) {
+		in(t, d.Host, func(fw *Firewall) error {
+			rep, err := fw.Check(c)
+			if err != nil {
+				return err
+			}
+			if !rep.InSync() {
+				t.Errorf("check right after apply:\n%s", strings.Join(rep.Diff, "\n"))
+			}
+			other := hostConfig(d, true)
+			if rep, err = fw.Check(other); err != nil {
+				return err
+			}
+			if rep.InSync() || !strings.Contains(strings.Join(rep.Diff, "\n"), `+ -A EDGEFLEET -s 198.51.100.11/32`) {
+				t.Errorf("check against a changed edge list: want a diff adding edge-2, got\n%s", strings.Join(rep.Diff, "\n"))
+			}
+			return nil
+		})
+	})
+
+	t.Run("watch restores a flushed DOCKER-USER", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- d.Host.Do(func() error {
+				fw, err := Open("auto", DockerUser)
+				if err != nil {
+					return err
+				}
+				return fw.Watch(ctx, c, 50*time.Millisecond, nil)
+			})
+		}()
+		defer func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		}()
+		for _, cmd := range []string{"iptables", "ip6tables"} {
+			// What a dockerd restart does: DOCKER-USER flushed, its RETURN
+			// put back, our chain left unreferenced.
+			d.Host.Run(cmd, "-F", "DOCKER-USER")
+			d.Host.Run(cmd, "-A", "DOCKER-USER", "-j", "RETURN")
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			out4 := d.Host.Run("iptables", "-S", "DOCKER-USER", "1")
+			out6 := d.Host.Run("ip6tables", "-S", "DOCKER-USER", "1")
+			if strings.Contains(out4, "-j EDGEFLEET-") && strings.Contains(out6, "-j EDGEFLEET-") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("watch did not restore the jump:\n%s%s", out4, out6)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		assertEnforced(t)
+		if out := d.Host.Run("iptables", "-S"); strings.Count(out, "-N EDGEFLEET-") != 1 {
+			t.Errorf("want exactly one generation chain after the watch re-applied:\n%s", out)
+		}
+	})
+
+	t.Run("remove", func(t *testing.T) {
+		in(t, d.Host, func(fw *Firewall) error { return fw.Remove() })
+		for _, cmd := range []string{"iptables", "ip6tables"} {
+			if out := d.Host.Run(cmd, "-S"); strings.Contains(out, "EDGEFLEET") {
+				t.Errorf("%s after remove:\n%s", cmd, out)
+			}
+		}
+		for _, f := range families {
+			a := f.addr(d)
+			if err := inbound(d, d.Stranger, a.Stranger.String(), a, allowed); err != nil {
+				t.Errorf("%s after remove: stranger: %v", f.name, err)
+			}
+		}
+	})
+}
+
+// TestPinIsNeeded applies the weaker rule set, without the interface pin,
+// and shows it breaks the container's outbound connections: the proof that
+// TestDockerUser's outbound assertion tests the pin.
+func TestPinIsNeeded(t *testing.T) {
+	t.Parallel()
+	d := dockerHost(t)
+	weak := hostConfig(d, false)
+	weak.Interface = ""
+	if _, err := NewPlan(weak, 1); err == nil {
+		t.Fatal("an unpinned DOCKER-USER rule set was accepted without --force")
+	}
+	weak.Force = true
+	p := apply(t, d.Host, weak)
+	if len(p.Warnings) == 0 {
+		t.Error("forced unpinned plan carries no warning")
+	}
+	for _, f := range families {
+		a := f.addr(d)
+		if err := inbound(d, d.Edge, a.Edge.String(), a, allowed); err != nil {
+			t.Errorf("%s: edge: %v", f.name, err)
+		}
+		if err := outbound(d, a, dropped); !isTimeout(err) {
+			t.Errorf("%s: without the pin the container's outbound connection to the edge's port %d should be dropped (conntrack direction alone does not tell it apart), got err = %v", f.name, d.Port, err)
+		}
+	}
+	// Pinned by the published address instead of the interface: fixed.
+	pinned := hostConfig(d, false)
+	pinned.Interface = ""
+	pinned.Address = d.V4.Host.String()
+	apply(t, d.Host, pinned)
+	if err := outbound(d, d.V4, allowed); err != nil {
+		t.Errorf("IPv4 pinned by --ctorigdst: outbound: %v", err)
+	}
+	if err := inbound(d, d.Stranger, d.V4.Stranger.String(), d.V4, dropped); !isTimeout(err) {
+		t.Errorf("IPv4 pinned by --ctorigdst: stranger: err = %v, want dropped", err)
+	}
+	if err := inbound(d, d.Edge, d.V4.Edge.String(), d.V4, allowed); err != nil {
+		t.Errorf("IPv4 pinned by --ctorigdst: edge: %v", err)
+	}
+}
+
+// swapCounts is what the swap loop saw.
+type swapCounts struct {
+	applies                       int
+	edgeTried, edgeFailed         atomic.Int64
+	outTried, outFailed           atomic.Int64
+	strangerTried, strangerLeaked atomic.Int64
+	firstEdgeErr, firstOutErr     atomic.Value
+}
+
+// TestSwapIsAtomic re-applies a changing edge list while edges, the
+// container and a stranger keep connecting: no allowed connection may
+// fail, no stranger may get through.
+func TestSwapIsAtomic(t *testing.T) {
+	t.Parallel()
+	d := dockerHost(t)
+	apply(t, d.Host, hostConfig(d, false))
+	const applies = 30
+	var n swapCounts
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	loop := func(fn func(i int)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 200000; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				fn(i)
+			}
+		}()
+	}
+	loop(func(i int) {
+		a := families[i%2].addr(d)
+		n.edgeTried.Add(1)
+		if err := inbound(d, d.Edge, a.Edge.String(), a, allowed); err != nil {
+			n.edgeFailed.Add(1)
+			n.firstEdgeErr.CompareAndSwap(nil, err.Error())
+		}
+	})
+	loop(func(i int) {
+		a := families[i%2].addr(d)
+		n.outTried.Add(1)
+		if err := outbound(d, a, allowed); err != nil {
+			n.outFailed.Add(1)
+			n.firstOutErr.CompareAndSwap(nil, err.Error())
+		}
+	})
+	for w := 0; w < 4; w++ {
+		loop(func(i int) {
+			a := families[(i+w)%2].addr(d)
+			n.strangerTried.Add(1)
+			if err := inbound(d, d.Stranger, a.Stranger.String(), a, dropped); err == nil {
+				n.strangerLeaked.Add(1)
+			}
+		})
+	}
+	start := time.Now()
+	for i := 0; i < applies; i++ {
+		apply(t, d.Host, hostConfig(d, i%2 == 0))
+		n.applies++
+	}
+	took := time.Since(start)
+	close(stop)
+	wg.Wait()
+	summary := "swap loop: " + strconv.Itoa(n.applies) + " applies in " + took.Round(time.Millisecond).String() +
+		"; edge connections tried " + strconv.FormatInt(n.edgeTried.Load(), 10) + ", failed " + strconv.FormatInt(n.edgeFailed.Load(), 10) +
+		"; container outbound tried " + strconv.FormatInt(n.outTried.Load(), 10) + ", failed " + strconv.FormatInt(n.outFailed.Load(), 10) +
+		"; stranger tried " + strconv.FormatInt(n.strangerTried.Load(), 10) + ", leaked " + strconv.FormatInt(n.strangerLeaked.Load(), 10)
+	t.Log(summary)
+	if path := os.Getenv("EDGEFLEET_SWAP_REPORT"); path != "" {
+		os.WriteFile(path, []byte(summary+"\n"), 0o644)
+	}
+	if n.edgeFailed.Load() != 0 || n.outFailed.Load() != 0 || n.strangerLeaked.Load() != 0 {
+		t.Errorf("not atomic: %s (first edge error %v, first outbound error %v)", summary, n.firstEdgeErr.Load(), n.firstOutErr.Load())
+	}
+	if n.edgeTried.Load() < applies || n.strangerTried.Load() < 4 {
+		t.Errorf("the loops barely ran: %s", summary)
+	}
+	if out := d.Host.Run("iptables", "-S"); strings.Count(out, "-N EDGEFLEET-") != 1 {
+		t.Errorf("old generation chains left behind:\n%s", out)
+	}
+}
