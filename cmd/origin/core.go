@@ -2,9 +2,19 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
+	"os"
 
+	"github.com/edgefleet/edgefleet/origin"
+	"github.com/edgefleet/edgefleet/origin/ldap/core"
+	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -12,15 +22,163 @@ import (
 // §4). This is the seam between the front (main.go) and the LDAP routing
 // core: main.go only calls defaultCore and startCore.
 type coreSection struct {
-	Enabled bool `mapstructure:"enabled"`
+	Enabled       bool    `mapstructure:"enabled"`
+	Listen        string  `mapstructure:"listen"`
+	Name          string  `mapstructure:"name"`
+	ProxyMode     int     `mapstructure:"proxy_mode"`
+	Config        string  `mapstructure:"config"`         // the DLP file
+	DefaultServer string  `mapstructure:"default_server"` // host:port, plain mode
+	TLS           coreTLS `mapstructure:"tls"`
+	BackendCA     string  `mapstructure:"backend_ca"` // PEM bundle verifying ssl:1 servers (proxy_mode 2)
+	MaxPDU        int     `mapstructure:"max_pdu"`    // bytes
 }
 
-func defaultCore() coreSection { return coreSection{Enabled: false} }
+type coreTLS struct {
+	Mode     string `mapstructure:"mode"` // off, tls, mtls
+	Cert     string `mapstructure:"cert"`
+	Key      string `mapstructure:"key"`
+	ClientCA string `mapstructure:"client_ca"`
+	Pins     string `mapstructure:"pins"` // `<sha256-hex> <agent-name>` lines
+	StartTLS bool   `mapstructure:"starttls"`
+}
+
+func defaultCore() coreSection {
+	d := core.DefaultConfig()
+	return coreSection{
+		Enabled:   true,
+		Listen:    "127.0.0.1:1636",
+		Name:      d.Name,
+		ProxyMode: d.ProxyMode,
+		Config:    "ldap_proxy.json",
+		TLS:       coreTLS{Mode: d.TLSMode, StartTLS: d.StartTLS},
+		MaxPDU:    d.MaxPDU,
+	}
+}
+
+// ExitDLP is the exit status for a DLP file with errors.
+const ExitDLP = 19
+
+// exitError is a startup error with its own exit status.
+type exitError struct {
+	err  error
+	code int
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+func (e *exitError) ExitCode() int { return e.code }
+
+// peerTable is the front's peer table as the core sees it.
+type peerTable interface {
+	Lookup(port int) (origin.Peer, bool)
+}
 
 // startCore starts the LDAP routing core when enabled. peers is the front's
 // peer table (for claimed/measured lookups by the core's client port), mux is
 // the peers_api mux (the core adds GET /backends). An error that carries an
 // exit status implements interface{ ExitCode() int } (19 for a bad DLP file).
-func startCore(cfg coreSection, peers any, mux *http.ServeMux, log *slog.Logger, reg prometheus.Registerer) (stop func(context.Context) error, err error) {
-	return func(context.Context) error { return nil }, nil
+func startCore(cfg coreSection, peers peerTable, mux *http.ServeMux, log *slog.Logger, reg prometheus.Registerer) (stop func(context.Context) error, err error) {
+	if !cfg.Enabled {
+		return func(context.Context) error { return nil }, nil
+	}
+	ccfg, err := cfg.coreConfig()
+	if err != nil {
+		return nil, err
+	}
+	var file *dlp.File
+	if cfg.ProxyMode >= 1 {
+		file, err = dlp.ParseFile(cfg.Config)
+		if errors.Is(err, fs.ErrNotExist) {
+			file, err = nil, nil // plain mode; core.New warns
+		}
+		if err != nil {
+			return nil, &exitError{err, ExitDLP}
+		}
+	}
+	var lookup core.PeerLookup
+	if peers != nil {
+		lookup = func(port int) (core.Peer, bool) {
+			p, ok := peers.Lookup(port)
+			return core.Peer{Claimed: p.Claimed, Measured: p.Measured, Edge: p.Edge, ID: p.ID}, ok
+		}
+	}
+	srv, err := core.New(ccfg, file, lookup, log, reg)
+	if err != nil {
+		if file != nil {
+			return nil, &exitError{err, ExitDLP}
+		}
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("core.listen: %w", err)
+	}
+	if mux != nil {
+		mux.Handle("/backends", srv.BackendsHandler())
+	}
+	mode := "dlp"
+	if srv.Plain() {
+		mode = "plain"
+	}
+	log.Info("core listening", "addr", ln.Addr().String(), "mode", mode, "name", cfg.Name, "proxy_mode", cfg.ProxyMode,
+		"tls", cfg.TLS.Mode, "config", cfg.Config)
+	go func() {
+		if err := srv.Serve(ln); err != nil {
+			log.Error("core stopped", "error", err)
+		}
+	}()
+	return srv.Shutdown, nil
+}
+
+// coreConfig reads the certificate, CA and pins files named by the section.
+func (cfg coreSection) coreConfig() (core.Config, error) {
+	c := core.DefaultConfig()
+	c.Name, c.ProxyMode, c.DefaultServer, c.MaxPDU = cfg.Name, cfg.ProxyMode, cfg.DefaultServer, cfg.MaxPDU
+	c.TLSMode, c.StartTLS = cfg.TLS.Mode, cfg.TLS.StartTLS
+	if c.TLSMode != core.TLSOff {
+		if cfg.TLS.Cert == "" || cfg.TLS.Key == "" {
+			return c, fmt.Errorf("core.tls.mode %s needs core.tls.cert and core.tls.key", c.TLSMode)
+		}
+		cert, err := tls.LoadX509KeyPair(cfg.TLS.Cert, cfg.TLS.Key)
+		if err != nil {
+			return c, fmt.Errorf("core.tls.cert: %w", err)
+		}
+		c.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+		if cfg.TLS.ClientCA != "" {
+			pool, err := loadPool(cfg.TLS.ClientCA)
+			if err != nil {
+				return c, fmt.Errorf("core.tls.client_ca: %w", err)
+			}
+			c.TLS.ClientCAs = pool
+		}
+	}
+	if cfg.TLS.Pins != "" {
+		data, err := os.ReadFile(cfg.TLS.Pins)
+		if err != nil {
+			return c, fmt.Errorf("core.tls.pins: %w", err)
+		}
+		if c.Pins, err = core.ParsePins(data); err != nil {
+			return c, fmt.Errorf("core.tls.pins %s: %w", cfg.TLS.Pins, err)
+		}
+	}
+	if cfg.BackendCA != "" {
+		pool, err := loadPool(cfg.BackendCA)
+		if err != nil {
+			return c, fmt.Errorf("core.backend_ca: %w", err)
+		}
+		c.BackendTLS = &tls.Config{RootCAs: pool}
+	}
+	return c, c.Validate()
+}
+
+func loadPool(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: no PEM certificate", path)
+	}
+	return pool, nil
 }

@@ -1,0 +1,134 @@
+// Package core is the LDAP routing core the origin fronts: it terminates
+// TLS (LDAPS, StartTLS, client certificates pinned by fingerprint), learns
+// each client's true peer from the front's peer table, and routes every
+// client's LDAP operations to a pool of directory servers by the rules of a
+// DLP file (origin/ldap/dlp), with failover and round robin.
+//
+//	file, err := dlp.ParseFile("ldap_proxy.json")
+//	srv, err := core.New(core.DefaultConfig(), file, lookup, log, prometheus.NewRegistry())
+//	go srv.Serve(ln)            // or srv.HandleConn(c) per accepted connection
+//	defer srv.Shutdown(ctx)
+//
+// PDUs are framed and parsed shallowly (origin/ldap/wire) and forwarded as
+// they arrived; the core only builds the PDUs it answers itself. Without a
+// DLP file, with proxy mode 0 or without an LdapProxy named Config.Name,
+// the core runs in plain mode: every connection is joined unchanged to
+// Config.DefaultServer.
+package core
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+)
+
+// PreBindMaxPDU caps a client's PDUs until it has bound successfully.
+const PreBindMaxPDU = 256 << 10
+
+// TLS modes of Config.TLSMode.
+const (
+	TLSOff  = "off"  // plain LDAP; StartTLS is refused
+	TLSOn   = "tls"  // LDAPS, and StartTLS when Config.StartTLS
+	TLSMTLS = "mtls" // as TLSOn, and a client certificate is required
+)
+
+// Config is the core's configuration (the `core:` section of the origin,
+// DESIGN.md §4) with files already read by the caller.
+type Config struct {
+	// Name selects the LdapProxy object of the DLP file.
+	Name string
+	// ProxyMode: 0 plain mode; 1 DLP routing, plain LDAP to backends
+	// (ssl:1 servers refused); 2 DLP routing, LDAPS to ssl:1 servers.
+	ProxyMode int
+	// DefaultServer is the host:port every connection goes to in plain mode.
+	DefaultServer string
+	// TLSMode is off, tls or mtls. With tls or mtls, a connection starting
+	// with a TLS record is LDAPS; one starting with an LDAP PDU may only
+	// send StartTLS (when StartTLS is true) before anything else.
+	TLSMode string
+	// TLS holds the server certificate and, for mtls, ClientCAs (optional
+	// when Pins is set). Required unless TLSMode is off.
+	TLS      *tls.Config
+	StartTLS bool
+	// Pins maps the lower-case hex SHA-256 of a client certificate (DER) to
+	// an agent name. When not empty, a client certificate must be pinned;
+	// the name is the `agent` of every log line of that connection.
+	Pins map[string]string
+	// BackendTLS verifies ssl:1 servers in proxy mode 2 (RootCAs from
+	// backend_ca; nil uses the system roots).
+	BackendTLS *tls.Config
+	// MaxPDU caps a client's PDUs after a successful bind (and every
+	// backend PDU).
+	MaxPDU int
+	// Clock drives OFFLINE expiry; nil is time.Now.
+	Clock func() time.Time
+	// DialBackend opens a TCP connection to a backend; nil is a net.Dialer
+	// with TCP keepalive. Tests use it to shape socket buffers.
+	DialBackend func(ctx context.Context, addr string) (net.Conn, error)
+}
+
+// DefaultConfig holds the defaults of DESIGN.md §4.
+func DefaultConfig() Config {
+	return Config{Name: "ldapConfiguration", ProxyMode: 1, TLSMode: TLSOff, StartTLS: true, MaxPDU: 4 << 20}
+}
+
+// Validate names the first bad value.
+func (c Config) Validate() error {
+	switch {
+	case c.ProxyMode < 0 || c.ProxyMode > 2:
+		return fmt.Errorf("core.proxy_mode: %d is not 0, 1 or 2", c.ProxyMode)
+	case c.TLSMode != TLSOff && c.TLSMode != TLSOn && c.TLSMode != TLSMTLS:
+		return fmt.Errorf("core.tls.mode: %q is not off, tls or mtls", c.TLSMode)
+	case c.TLSMode != TLSOff && (c.TLS == nil || (len(c.TLS.Certificates) == 0 && c.TLS.GetCertificate == nil)):
+		return fmt.Errorf("core.tls.mode %s needs core.tls.cert and core.tls.key", c.TLSMode)
+	case c.TLSMode == TLSMTLS && len(c.Pins) == 0 && c.TLS.ClientCAs == nil:
+		return fmt.Errorf("core.tls.mode mtls needs core.tls.pins or core.tls.client_ca")
+	case c.MaxPDU < PreBindMaxPDU:
+		return fmt.Errorf("core.max_pdu: %d is below %d", c.MaxPDU, PreBindMaxPDU)
+	}
+	if c.DefaultServer != "" {
+		if _, _, err := net.SplitHostPort(c.DefaultServer); err != nil {
+			return fmt.Errorf("core.default_server: %q is not host:port", c.DefaultServer)
+		}
+	}
+	return nil
+}
+
+// ParsePins reads a pins file: one `<sha256-hex> <agent-name>` per line;
+// blank lines and lines starting with # are ignored. Fingerprints may be
+// written with colons and in any case.
+func ParsePins(data []byte) (map[string]string, error) {
+	pins := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			return nil, fmt.Errorf("line %d: want `<sha256-hex> <agent-name>`", n)
+		}
+		fp := strings.ToLower(strings.ReplaceAll(f[0], ":", ""))
+		if b, err := hex.DecodeString(fp); err != nil || len(b) != 32 {
+			return nil, fmt.Errorf("line %d: %q is not a SHA-256 fingerprint in hex", n, f[0])
+		}
+		if _, dup := pins[fp]; dup {
+			return nil, fmt.Errorf("line %d: fingerprint %s pinned twice", n, f[0][:16])
+		}
+		pins[fp] = f[1]
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return pins, nil
+}
+
+var errNotPinned = errors.New("client certificate is not pinned")

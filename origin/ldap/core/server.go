@@ -1,0 +1,350 @@
+package core
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/edgefleet/edgefleet/internal/splice"
+	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Peer is what the origin front knows about a client connection: the
+// address the edge claims (empty without a PROXY header), the address the
+// front measured (the edge, or the client itself), the edge's name and the
+// connection id.
+type Peer struct {
+	Claimed, Measured, Edge, ID string
+}
+
+// PeerLookup finds the Peer behind the core's client whose remote port is
+// port (the front's inner connection). Nil, or false, leaves Claimed empty
+// and Measured the socket's peer.
+type PeerLookup func(port int) (Peer, bool)
+
+// Server is the LDAP routing core.
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	peers  PeerLookup
+	m      *metrics
+	tlsCfg *tls.Config
+	now    func() time.Time
+
+	// DLP routing; proxy is nil in plain mode.
+	file   *dlp.File
+	proxy  *dlp.Proxy
+	router *dlp.Router
+	health *dlp.Health
+
+	ids atomic.Uint64
+
+	mu       sync.Mutex
+	lns      map[net.Listener]struct{}
+	conns    map[net.Conn]struct{}
+	shutdown bool
+	wg       sync.WaitGroup
+}
+
+// New builds a core. file may be nil (plain mode, with a warning when
+// proxy mode asks for routing). A file whose servers need proxy mode 2 is
+// an error naming the server.
+func New(cfg Config, file *dlp.File, peers PeerLookup, log *slog.Logger, reg prometheus.Registerer) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	s := &Server{cfg: cfg, log: log, peers: peers, now: cfg.Clock,
+		lns: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	switch {
+	case cfg.ProxyMode == 0:
+	case file == nil:
+		log.Warn("no DLP file: plain mode", "default_server", cfg.DefaultServer)
+	case file.Proxy(cfg.Name) == nil:
+		log.Warn("no LdapProxy named core.name in the DLP file: plain mode", "name", cfg.Name, "file", file.Path, "default_server", cfg.DefaultServer)
+	default:
+		s.file, s.proxy = file, file.Proxy(cfg.Name)
+	}
+	if s.proxy == nil {
+		if cfg.DefaultServer == "" {
+			return nil, errors.New("plain mode needs core.default_server")
+		}
+	} else {
+		for _, name := range file.ServerOrder {
+			if sv := file.Servers[name]; sv.SSL && cfg.ProxyMode < 2 {
+				return nil, fmt.Errorf("%s: LdapServer %q key \"ssl\": ssl 1 needs core.proxy_mode 2", file.Path, name)
+			}
+		}
+		s.health = dlp.NewHealth(file.Defaults.OfflineRetryTimeout, s.now)
+		s.router = dlp.NewRouter(file, s.proxy, s.health)
+	}
+	if cfg.TLSMode != TLSOff {
+		s.tlsCfg = s.serverTLS()
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	s.m = m
+	if s.file != nil {
+		for _, name := range s.file.ServerOrder {
+			s.m.backendUp.WithLabelValues(name).Set(1)
+		}
+	}
+	return s, nil
+}
+
+// Plain reports whether the core forwards connections unchanged.
+func (s *Server) Plain() bool { return s.proxy == nil }
+
+// Health is the OFFLINE state shared by all connections (nil in plain mode).
+func (s *Server) Health() *dlp.Health { return s.health }
+
+// serverTLS adds client-certificate checking to the configured certificate.
+func (s *Server) serverTLS() *tls.Config {
+	c := s.cfg.TLS.Clone()
+	if c.MinVersion == 0 {
+		c.MinVersion = tls.VersionTLS12
+	}
+	if s.cfg.TLSMode != TLSMTLS {
+		return c
+	}
+	if c.ClientCAs != nil {
+		c.ClientAuth = tls.RequireAndVerifyClientCert
+	} else {
+		c.ClientAuth = tls.RequireAnyClientCert
+	}
+	if len(s.cfg.Pins) > 0 {
+		pins := s.cfg.Pins
+		c.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if len(raw) == 0 {
+				return errNotPinned
+			}
+			if _, ok := pins[fingerprint(raw[0])]; !ok {
+				return fmt.Errorf("%w: sha256 %s", errNotPinned, fingerprint(raw[0]))
+			}
+			return nil
+		}
+	}
+	return c
+}
+
+func fingerprint(der []byte) string {
+	sum := sha256.Sum256(der)
+	return hex.EncodeToString(sum[:])
+}
+
+// agentOf names the client of a finished handshake: its pin, else the
+// certificate's common name.
+func (s *Server) agentOf(st tls.ConnectionState) string {
+	if len(st.PeerCertificates) == 0 {
+		return ""
+	}
+	cert := st.PeerCertificates[0]
+	if name, ok := s.cfg.Pins[fingerprint(cert.Raw)]; ok {
+		return name
+	}
+	return cert.Subject.CommonName
+}
+
+// Serve accepts connections from ln until it is closed or Shutdown runs.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.shutdown {
+		s.mu.Unlock()
+		return net.ErrClosed
+	}
+	s.lns[ln] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.lns, ln)
+		s.mu.Unlock()
+	}()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			s.mu.Lock()
+			down := s.shutdown
+			s.mu.Unlock()
+			if down {
+				return nil
+			}
+			return err
+		}
+		go s.HandleConn(c)
+	}
+}
+
+// HandleConn serves one client connection until it ends.
+func (s *Server) HandleConn(c net.Conn) {
+	s.mu.Lock()
+	if s.shutdown {
+		s.mu.Unlock()
+		c.Close()
+		return
+	}
+	s.conns[c] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		s.wg.Done()
+	}()
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetKeepAlive(true)
+		tc.SetKeepAlivePeriod(15 * time.Second)
+	}
+	peer := s.peerOf(c)
+	s.m.active.Inc()
+	defer s.m.active.Dec()
+	if s.proxy == nil {
+		s.plain(c, peer)
+		return
+	}
+	newSession(s, c, peer).run()
+}
+
+func (s *Server) peerOf(c net.Conn) Peer {
+	p := Peer{Measured: c.RemoteAddr().String()}
+	ta, ok := c.RemoteAddr().(*net.TCPAddr)
+	if !ok || s.peers == nil {
+		p.ID = s.nextID()
+		return p
+	}
+	if found, ok := s.peers(ta.Port); ok {
+		p = found
+	}
+	if p.ID == "" {
+		p.ID = s.nextID()
+	}
+	return p
+}
+
+func (s *Server) nextID() string { return fmt.Sprintf("core-%d", s.ids.Add(1)) }
+
+// plain joins the client to the default server unchanged.
+func (s *Server) plain(c net.Conn, p Peer) {
+	start := s.now()
+	d := net.Dialer{Timeout: 3 * time.Second, KeepAlive: 15 * time.Second}
+	up, err := d.Dial("tcp", s.cfg.DefaultServer)
+	if err != nil {
+		c.Close()
+		s.log.Warn("plain mode: dial default server", "id", p.ID, "claimed", p.Claimed, "measured", p.Measured, "edge", p.Edge,
+			"target", s.cfg.DefaultServer, "err", err)
+		return
+	}
+	res := splice.Join(c, up)
+	s.log.Info("plain connection", "id", p.ID, "claimed", p.Claimed, "measured", p.Measured, "edge", p.Edge,
+		"target", s.cfg.DefaultServer, "bytes_up", res.Up, "bytes_down", res.Down,
+		"duration", s.now().Sub(start), "reason", res.Reason)
+}
+
+// Shutdown stops accepting, waits for open connections to end until ctx is
+// done, then closes them.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.shutdown = true
+	for ln := range s.lns {
+		ln.Close()
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	<-done
+	return ctx.Err()
+}
+
+// BackendsHandler serves GET /backends: each LdapServer with its OFFLINE
+// state, as JSON.
+func (s *Server) BackendsHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		type backend struct {
+			Name        string `json:"name"`
+			Addr        string `json:"addr"`
+			Up          bool   `json:"up"`
+			LastFailure string `json:"last_failure,omitempty"`
+		}
+		out := []backend{}
+		if s.file != nil {
+			for _, name := range s.file.ServerOrder {
+				b := backend{Name: name, Addr: s.file.Servers[name].Addr(), Up: !s.health.Offline(name)}
+				if t := s.health.LastFailure(name); !t.IsZero() {
+					b.LastFailure = t.UTC().Format(time.RFC3339)
+				}
+				out = append(out, b)
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(out)
+	})
+}
+
+func (s *Server) dialTCP(ctx context.Context, addr string) (net.Conn, error) {
+	if s.cfg.DialBackend != nil {
+		return s.cfg.DialBackend(ctx, addr)
+	}
+	d := net.Dialer{KeepAlive: 15 * time.Second}
+	return d.DialContext(ctx, "tcp", addr)
+}
+
+func (s *Server) backendTLS(host string) *tls.Config {
+	c := &tls.Config{MinVersion: tls.VersionTLS12}
+	if s.cfg.BackendTLS != nil {
+		c = s.cfg.BackendTLS.Clone()
+	}
+	if c.ServerName == "" {
+		c.ServerName = host
+	}
+	return c
+}
+
+// fail marks a server OFFLINE for every connection after a connect or I/O
+// failure.
+func (s *Server) fail(name string, err error) {
+	s.health.Fail(name)
+	s.m.backendUp.WithLabelValues(name).Set(0)
+	s.log.Warn("server offline", "target", name, "err", err)
+}
+
+func (s *Server) succeed(name string) {
+	s.health.Succeed(name)
+	s.m.backendUp.WithLabelValues(name).Set(1)
+}
