@@ -35,9 +35,9 @@ type Message struct {
 	EntryDN   string
 }
 
-// MaxFilterDepth is the deepest nesting of and/or/not accepted in a search
-// filter; deeper filters are ErrMalformed (they only serve to exhaust a
-// server's stack).
+// MaxFilterDepth is the number of levels a search filter tree may have: a
+// lone (cn=x) is 1 level, (!(cn=x)) is 2. Deeper filters are ErrMalformed
+// (they only serve to exhaust a server's stack).
 const MaxFilterDepth = 64
 
 // Parse decodes the parts of an LDAPMessage that routing needs. raw must be
@@ -199,13 +199,13 @@ func (m *Message) parseSearch(d *decoder) error {
 }
 
 // walkFilter collects the attribute names of a Filter (RFC 4511 §4.5.1).
-// depth counts enclosing and/or/not elements.
+// depth counts the and/or/not elements enclosing f.
 func (m *Message) walkFilter(f tlv, depth int) error {
+	if depth >= MaxFilterDepth {
+		return malformed(f.off, "filter nested deeper than %d levels", MaxFilterDepth)
+	}
 	switch f.tag {
 	case 0xa0, 0xa1: // and, or
-		if depth >= MaxFilterDepth {
-			return malformed(f.off, "filter nested deeper than %d", MaxFilterDepth)
-		}
 		d := f.inner()
 		for d.more() {
 			sub, err := d.next()
@@ -218,9 +218,6 @@ func (m *Message) walkFilter(f tlv, depth int) error {
 		}
 		return nil
 	case 0xa2: // not
-		if depth >= MaxFilterDepth {
-			return malformed(f.off, "filter nested deeper than %d", MaxFilterDepth)
-		}
 		d := f.inner()
 		sub, err := d.next()
 		if err != nil {

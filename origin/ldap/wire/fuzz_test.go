@@ -1,0 +1,75 @@
+package wire_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"testing"
+
+	"github.com/edgefleet/edgefleet/origin/ldap/wire"
+)
+
+// FuzzReader: any byte stream frames into PDUs that are exact, in-order
+// slices of the input within the cap, then ends in a clean error.
+func FuzzReader(f *testing.F) {
+	f.Add(append(wire.BindRequest(1, "cn=a", []byte("pw")), wire.UnbindRequest(2)...))
+	f.Add(unbindNonMinimal)
+	f.Add([]byte{0x30, 0x80, 0x00, 0x00})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		const max = 4096
+		r := wire.NewReader(bytes.NewReader(data))
+		r.SetMax(max)
+		off := 0
+		for {
+			pdu, err := r.Next()
+			if err != nil {
+				var pe *wire.ProtocolError
+				if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.As(err, &pe) {
+					t.Fatalf("unexpected error type %T: %v", err, err)
+				}
+				if errors.Is(err, io.EOF) && off != len(data) {
+					t.Fatalf("EOF at %d of %d", off, len(data))
+				}
+				return
+			}
+			if len(pdu) > max || pdu[0] != 0x30 || !bytes.Equal(pdu, data[off:off+len(pdu)]) {
+				t.Fatalf("pdu at %d is not the input's bytes", off)
+			}
+			off += len(pdu)
+			_, _ = wire.Parse(pdu)
+		}
+	})
+}
+
+// FuzzParse: Parse never panics; what it accepts keeps Raw, and WithID
+// changes only the id.
+func FuzzParse(f *testing.F) {
+	f.Add(wire.BindRequest(1, "cn=a", []byte("pw")))
+	f.Add(wire.RootDSESearch(2))
+	f.Add(wire.NoticeOfDisconnection(2, "x"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := wire.Parse(data)
+		if err != nil {
+			var pe *wire.ProtocolError
+			if !errors.As(err, &pe) {
+				t.Fatalf("error %T is not a *ProtocolError: %v", err, err)
+			}
+			return
+		}
+		if !bytes.Equal(m.Raw, data) {
+			t.Fatal("Raw differs from the input")
+		}
+		re, err := wire.WithID(data, 77)
+		if err != nil {
+			t.Fatalf("WithID of a parsed PDU: %v", err)
+		}
+		m2, err := wire.Parse(re)
+		if err != nil {
+			t.Fatalf("re-parse after WithID: %v", err)
+		}
+		if m2.ID != 77 || m2.Op != m.Op || m2.BindName != m.BindName || m2.BaseObject != m.BaseObject ||
+			m2.ResultCode != m.ResultCode || m2.ExtOID != m.ExtOID || m2.EntryDN != m.EntryDN {
+			t.Fatalf("WithID changed more than the id: %+v vs %+v", m2, m)
+		}
+	})
+}
