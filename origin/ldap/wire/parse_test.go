@@ -358,9 +358,9 @@ func TestNames(t *testing.T) {
 	}
 	reads := map[*wire.Message]bool{
 		{Op: wire.TagBindRequest}: true, {Op: wire.TagSearchRequest}: true, {Op: wire.TagCompareRequest}: true,
-		{Op: wire.TagExtendedRequest, ExtOID: wire.OIDWhoAmI}: true,
+		{Op: wire.TagExtendedRequest, ExtOID: wire.OIDWhoAmI}:            true,
 		{Op: wire.TagExtendedRequest, ExtOID: "1.3.6.1.4.1.4203.1.11.1"}: false, // password modify
-		{Op: wire.TagAddRequest}: false, {Op: wire.TagModifyRequest}: false, {Op: wire.TagDelRequest}: false, {Op: wire.TagModDNRequest}: false,
+		{Op: wire.TagAddRequest}:                                         false, {Op: wire.TagModifyRequest}: false, {Op: wire.TagDelRequest}: false, {Op: wire.TagModDNRequest}: false,
 	}
 	for m, want := range reads {
 		if got := wire.IsRead(m); got != want {
