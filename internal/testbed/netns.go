@@ -321,3 +321,18 @@ func NewDockerHost(t testing.TB, port int) *DockerHost {
 	Serve(d.Edge.Listen(":" + P))
 	return d
 }
+
+// NeedDocker is Need for a running Docker engine: the docker client must
+// be installed and `docker info` must answer.
+func NeedDocker(t testing.TB) {
+	t.Helper()
+	NeedRoot(t)
+	Need(t, "docker")
+	if out, err := exec.Command(must(Path("docker")), "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
+		msg := fmt.Sprintf("the Docker engine does not answer (docker info: %v: %s)", err, strings.TrimSpace(string(out)))
+		if InCI() {
+			t.Fatal(msg)
+		}
+		t.Skip(msg + " — skipped outside CI")
+	}
+}
