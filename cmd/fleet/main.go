@@ -1,24 +1,84 @@
-// Command fleet runs fleet operations: firewall, DNS, deploy, rotate.
+// Command fleet runs fleet operations on the inventory in fleet.yaml:
+// firewall (this file's siblings add dns, deploy, rotate).
+//
+//	fleet --config fleet.yaml firewall plan
+//	fleet --config fleet.yaml firewall apply
+//	fleet --config fleet.yaml firewall check   # exit 1 and a diff when the live rules differ
+//
 // See README.md for its configuration.
 package main
 
 import (
-	"fmt"
+	"errors"
+	"log/slog"
 	"os"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
+	"github.com/edgefleet/edgefleet/deploy"
 	"github.com/spf13/cobra"
 )
 
-func main() {
+// subcommands are added to the root by each command's file (firewall.go,
+// and later dns.go, deploy.go, rotate.go) from an init function.
+var subcommands []func() *cobra.Command
+
+// exitError carries an exit status other than cli.ExitConfig (e.g. 1 for
+// `firewall check` finding a difference).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e exitError) Error() string { return e.err.Error() }
+func (e exitError) Unwrap() error { return e.err }
+
+// fleetFile is fleet.yaml: the inventory plus the log section.
+type fleetFile struct {
+	deploy.Config `mapstructure:",squash"`
+	Log           cli.Log `mapstructure:"log"`
+}
+
+// defaultConfigPath is read when --config is not given and it exists.
+const defaultConfigPath = "fleet.yaml"
+
+// loadFleet reads fleet.yaml (strictly: unknown keys are errors), the
+// EDGEFLEET_* environment and the command's flags.
+func loadFleet(cmd *cobra.Command) (fleetFile, *slog.Logger, error) {
+	f := fleetFile{Config: deploy.DefaultConfig(), Log: cli.DefaultLog()}
+	path, _ := cmd.Flags().GetString("config")
+	if path == "" {
+		if _, err := os.Stat(defaultConfigPath); err == nil {
+			path = defaultConfigPath
+		}
+	}
+	if err := cli.Load(cmd.Flags(), path, &f); err != nil {
+		return f, nil, err
+	}
+	if err := f.Log.Validate(); err != nil {
+		return f, nil, err
+	}
+	return f, cli.Logger(f.Log, os.Stderr), nil
+}
+
+func newRoot() *cobra.Command {
 	root := cli.Root("fleet", "fleet operations: firewall, DNS, deploy, rotate")
 	root.RunE = func(cmd *cobra.Command, args []string) error {
 		cmd.Usage()
-		os.Exit(2)
-		return nil
+		return exitError{cli.ExitConfig, errors.New("a command is required")}
 	}
-	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "fleet:", err)
-		os.Exit(2)
+	for _, add := range subcommands {
+		root.AddCommand(add())
+	}
+	return root
+}
+
+func main() {
+	if err := newRoot().Execute(); err != nil {
+		code := cli.ExitConfig
+		var ee exitError
+		if errors.As(err, &ee) {
+			code = ee.code
+		}
+		cli.FatalCode("fleet", err, code)
 	}
 }

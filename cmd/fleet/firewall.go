@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/edgefleet/edgefleet/deploy"
+	"github.com/edgefleet/edgefleet/firewall"
+	"github.com/spf13/cobra"
+)
+
+func init() { subcommands = append(subcommands, firewallCommand) }
+
+// firewallFlags are the firewall's options that are not inventory keys.
+type firewallFlags struct {
+	chain, backend     string
+	force, createChain bool
+	offline            bool
+	interval           time.Duration
+}
+
+func firewallCommand() *cobra.Command {
+	var fl firewallFlags
+	cmd := &cobra.Command{
+		Use:   "firewall",
+		Short: "let only the edges reach the origin ports (DOCKER-USER or INPUT)",
+		Long: `firewall keeps the origin ports of fleet.yaml open to the edges only, in an
+own chain EDGEFLEET-<n> jumped from position 1 of DOCKER-USER (published
+Docker ports) or INPUT (--chain INPUT, an origin not in Docker), IPv4 and
+IPv6, through the iptables backend dockerd uses.`,
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&fl.chain, "chain", firewall.DockerUser, "hook chain: DOCKER-USER or INPUT")
+	pf.StringVar(&fl.backend, "backend", "auto", "iptables backend: auto (the one holding DOCKER-USER), nft or legacy")
+	pf.BoolVar(&fl.force, "force", false, "apply despite a refusal (bad address, empty edge list, no pin, missing chain)")
+	pf.BoolVar(&fl.createChain, "create-chain", false, "create the hook chain when it is missing")
+
+	plan := &cobra.Command{
+		Use:   "plan",
+		Short: "print the exact rules apply would install",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, _, err := firewallSetup(cmd, fl)
+			if err != nil {
+				return err
+			}
+			var p *firewall.Plan
+			if fl.offline {
+				p, err = firewall.NewPlan(c, 1)
+			} else {
+				var fw *firewall.Firewall
+				if fw, err = firewall.Open(fl.backend, c.Chain); err != nil {
+					return exitError{1, err}
+				}
+				p, err = fw.Plan(c)
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprint(cmd.OutOrStdout(), p.String())
+			return nil
+		},
+	}
+	plan.Flags().BoolVar(&fl.offline, "offline", false, "do not read the live tables: generation 1, both families hooked as configured")
+
+	apply := &cobra.Command{
+		Use:   "apply",
+		Short: "install the rules: build the next generation chain, swap the jump, delete the old chain",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, log, err := firewallSetup(cmd, fl)
+			if err != nil {
+				return err
+			}
+			fw, err := firewall.Open(fl.backend, c.Chain)
+			if err != nil {
+				return exitError{1, err}
+			}
+			p, err := fw.Plan(c)
+			if err != nil {
+				return err
+			}
+			for _, w := range p.Warnings {
+				log.Warn(w)
+			}
+			if err := fw.Apply(p); err != nil {
+				return exitError{1, err}
+			}
+			for _, f := range p.Families {
+				log.Info("firewall applied", "family", f.Name, "chain", p.Chain(), "hook", f.Hook, "rules", len(f.Rules), "backend", fw.Backend())
+			}
+			return nil
+		},
+	}
+
+	check := &cobra.Command{
+		Use:   "check",
+		Short: "compare the live rules with the plan: exit 1 and a diff when they differ",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, _, err := firewallSetup(cmd, fl)
+			if err != nil {
+				return err
+			}
+			fw, err := firewall.Open(fl.backend, c.Chain)
+			if err != nil {
+				return exitError{1, err}
+			}
+			rep, err := fw.Check(c)
+			if err != nil {
+				return err
+			}
+			if !rep.InSync() {
+				fmt.Fprintln(cmd.OutOrStdout(), strings.Join(rep.Diff, "\n"))
+				return exitError{1, errors.New("firewall: live rules differ from the plan (fleet firewall apply installs it)")}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "in sync: %s\n", strings.Join(rep.Chains, ", "))
+			return nil
+		},
+	}
+
+	remove := &cobra.Command{
+		Use:   "remove",
+		Short: "delete every jump and EDGEFLEET chain (the origin ports are open again)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fw, err := firewall.Open(fl.backend, fl.chain)
+			if err != nil {
+				return exitError{1, err}
+			}
+			if err := fw.Remove(); err != nil {
+				return exitError{1, err}
+			}
+			return nil
+		},
+	}
+
+	watch := &cobra.Command{
+		Use:   "watch",
+		Short: "apply, then re-apply whenever the live rules drift (dockerd restarted, chain flushed)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, log, err := firewallSetup(cmd, fl)
+			if err != nil {
+				return err
+			}
+			if fl.interval <= 0 {
+				return fmt.Errorf("--interval: %v is not positive", fl.interval)
+			}
+			fw, err := firewall.Open(fl.backend, c.Chain)
+			if err != nil {
+				return exitError{1, err}
+			}
+			if _, err := fw.Plan(c); err != nil && !c.Force {
+				// Refusals that no wait can cure (an empty edge list) stop here;
+				// a missing chain is waited for by Watch only when forced.
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			log.Info("firewall watch started", "interval", fl.interval, "backend", fw.Backend(), "hook", c.Chain)
+			return fw.Watch(ctx, c, fl.interval, log)
+		},
+	}
+	watch.Flags().DurationVar(&fl.interval, "interval", 5*time.Second, "how often the live rules are compared with the plan")
+
+	cmd.AddCommand(plan, apply, check, remove, watch)
+	return cmd
+}
+
+// firewallSetup loads fleet.yaml and turns it into the firewall's Config.
+func firewallSetup(cmd *cobra.Command, fl firewallFlags) (firewall.Config, *slog.Logger, error) {
+	f, log, err := loadFleet(cmd)
+	if err != nil {
+		return firewall.Config{}, nil, err
+	}
+	c := firewallConfig(f.Config, fl)
+	return c, log, c.Validate()
+}
+
+// firewallConfig maps the inventory onto the firewall's Config. The
+// inventory's own Validate is not applied: a bad edge address must reach
+// the firewall, which refuses it unless --force (and then skips it).
+func firewallConfig(inv deploy.Config, fl firewallFlags) firewall.Config {
+	c := firewall.Config{
+		Chain:       fl.chain,
+		Ports:       inv.Origin.Ports,
+		Interface:   inv.Origin.Interface,
+		Address:     inv.Origin.Address,
+		Force:       fl.force,
+		CreateChain: fl.createChain,
+	}
+	for _, e := range inv.Edges {
+		c.Edges = append(c.Edges, firewall.Edge{Name: e.Name, IPv4: e.IPv4, IPv6: e.IPv6})
+	}
+	return c
+}
