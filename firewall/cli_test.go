@@ -173,9 +173,13 @@ func TestFleetBinary(t *testing.T) {
 	t.Run("watch", func(t *testing.T) {
 		cmd := d.Host.Command(bin, "--config", cfg, "firewall", "watch", "--interval", "100ms")
 		p := testbed.StartCmd(t, cmd)
-		waitFor(t, func() bool { return strings.Contains(d.Host.Run("iptables", "-S", "DOCKER-USER", "1"), "-j EDGEFLEET-") }, p)
+		waitFor(t, func() bool {
+			return strings.Contains(d.Host.Run("iptables", "-S", "DOCKER-USER", "1"), "-j EDGEFLEET-")
+		}, p)
 		d.Host.Run("iptables", "-F", "DOCKER-USER")
-		waitFor(t, func() bool { return strings.Contains(d.Host.Run("iptables", "-S", "DOCKER-USER", "1"), "-j EDGEFLEET-") }, p)
+		waitFor(t, func() bool {
+			return strings.Contains(d.Host.Run("iptables", "-S", "DOCKER-USER", "1"), "-j EDGEFLEET-")
+		}, p)
 		p.Stop()
 		if !strings.Contains(p.Output(), "firewall re-applied") {
 			t.Errorf("watch output:\n%s", p.Output())
