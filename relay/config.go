@@ -1,0 +1,118 @@
+package relay
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"time"
+)
+
+// Config is the edge's configuration (DESIGN.md §2). cmd/edge fills it from
+// YAML, the environment and flags; the package itself never reads files.
+type Config struct {
+	Name           string        `mapstructure:"name"`            // sent in TLV 0xE0; default: hostname
+	Listen         []string      `mapstructure:"listen"`          // used by cmd/edge; Serve takes any listener
+	Origins        []string      `mapstructure:"origins"`         // host:port, tried in order
+	ConnectTimeout time.Duration `mapstructure:"connect_timeout"` // per origin attempt
+	OfflineRetry   time.Duration `mapstructure:"offline_retry"`   // how long a failed origin stays OFFLINE
+	ProxyProtocol  string        `mapstructure:"proxy_protocol"`  // v2, v1 or off
+	MaxConns       int           `mapstructure:"max_conns"`       // open client connections at most
+	DrainTimeout   time.Duration `mapstructure:"drain_timeout"`   // Shutdown's grace period
+	Keepalive      time.Duration `mapstructure:"keepalive"`       // TCP keepalive period both sides; 0 disables
+}
+
+// Values of Config.ProxyProtocol.
+const (
+	ProxyV2  = "v2"
+	ProxyV1  = "v1"
+	ProxyOff = "off"
+)
+
+// maxNameLen keeps the 0xE0 TLV (and log lines) short; a host name is at
+// most 253 bytes anyway.
+const maxNameLen = 255
+
+// DefaultConfig returns the defaults of DESIGN.md §2. Origins has no
+// default: it must be given.
+func DefaultConfig() Config {
+	name, _ := os.Hostname()
+	return Config{
+		Name:           name,
+		Listen:         []string{":636"},
+		ConnectTimeout: 3 * time.Second,
+		OfflineRetry:   60 * time.Second,
+		ProxyProtocol:  ProxyV2,
+		MaxConns:       100000,
+		DrainTimeout:   30 * time.Second,
+		Keepalive:      15 * time.Second,
+	}
+}
+
+// Validate names the first bad value, by its configuration key.
+func (c Config) Validate() error {
+	if c.Name == "" {
+		return fmt.Errorf("name: must not be empty")
+	}
+	if len(c.Name) > maxNameLen {
+		return fmt.Errorf("name: longer than %d bytes", maxNameLen)
+	}
+	for _, r := range c.Name {
+		if r < 0x21 || r > 0x7e {
+			return fmt.Errorf("name: %q must be printable ASCII without spaces", c.Name)
+		}
+	}
+	if len(c.Listen) == 0 {
+		return fmt.Errorf("listen: at least one address is required")
+	}
+	for _, a := range c.Listen {
+		if err := checkHostPort(a, true); err != nil {
+			return fmt.Errorf("listen: %w", err)
+		}
+	}
+	if len(c.Origins) == 0 {
+		return fmt.Errorf("origins: at least one origin (host:port) is required")
+	}
+	seen := map[string]bool{}
+	for _, a := range c.Origins {
+		if err := checkHostPort(a, false); err != nil {
+			return fmt.Errorf("origins: %w", err)
+		}
+		if seen[a] {
+			return fmt.Errorf("origins: %q is listed twice", a)
+		}
+		seen[a] = true
+	}
+	switch {
+	case c.ConnectTimeout <= 0:
+		return fmt.Errorf("connect_timeout: %v must be positive", c.ConnectTimeout)
+	case c.OfflineRetry < 0:
+		return fmt.Errorf("offline_retry: %v must not be negative", c.OfflineRetry)
+	case c.ProxyProtocol != ProxyV2 && c.ProxyProtocol != ProxyV1 && c.ProxyProtocol != ProxyOff:
+		return fmt.Errorf("proxy_protocol: %q is not v2, v1 or off", c.ProxyProtocol)
+	case c.MaxConns <= 0:
+		return fmt.Errorf("max_conns: %d must be positive", c.MaxConns)
+	case c.DrainTimeout < 0:
+		return fmt.Errorf("drain_timeout: %v must not be negative", c.DrainTimeout)
+	case c.Keepalive < 0:
+		return fmt.Errorf("keepalive: %v must not be negative (0 disables)", c.Keepalive)
+	}
+	return nil
+}
+
+// checkHostPort accepts "host:port" with a numeric port; a listen address
+// may leave the host empty (all interfaces).
+func checkHostPort(a string, listen bool) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", a)
+	}
+	if host == "" && !listen {
+		return fmt.Errorf("%q has no host", a)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 || (p == 0 && !listen) {
+		return fmt.Errorf("%q: bad port %q", a, port)
+	}
+	return nil
+}

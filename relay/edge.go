@@ -1,0 +1,347 @@
+// Package relay is the edge: a stateless TCP relay that accepts a client,
+// connects to the first selectable origin, writes a PROXY protocol header
+// (v2 with the client's address, a connection id and the edge name) and
+// splices the still-encrypted bytes both ways until both sides are done.
+//
+//	e, err := relay.New(cfg, log, prometheus.DefaultRegisterer)
+//	go e.Serve(ln)                  // or e.HandleConn(c) for one connection
+//	e.Shutdown(ctx)                 // stop accepting, drain, close
+//
+// The edge parses nothing of the payload and holds no secrets. An origin
+// that fails to connect is OFFLINE for offline_retry; SetOrigins replaces
+// the list at run time (SIGHUP in cmd/edge) keeping the state of origins
+// that stay.
+package relay
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/edgefleet/edgefleet/internal/splice"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Edge relays client connections to the origins.
+type Edge struct {
+	cfg    Config
+	log    *slog.Logger
+	now    func() time.Time // the OFFLINE clock; tests replace it
+	dialer net.Dialer
+	m      *metrics
+	orig   *originSet
+
+	// ctx is cancelled when Shutdown gives up waiting, so pending origin
+	// dials stop too.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[*conn]struct{}
+	closing   bool          // Shutdown called: accept nothing more
+	idle      chan struct{} // closed when closing and conns is empty
+}
+
+// conn is one relayed connection, tracked so Shutdown can close it.
+type conn struct {
+	client net.Conn
+	server net.Conn // nil until the origin is connected
+	forced bool     // closed by Shutdown
+}
+
+// New checks cfg and returns an edge that records its metrics into reg
+// (nil: not registered anywhere).
+func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Edge, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e := &Edge{
+		cfg:       cfg,
+		log:       log,
+		now:       time.Now,
+		m:         m,
+		orig:      newOriginSet(cfg.Origins, cfg.OfflineRetry),
+		ctx:       ctx,
+		cancel:    cancel,
+		listeners: map[net.Listener]struct{}{},
+		conns:     map[*conn]struct{}{},
+		idle:      make(chan struct{}),
+	}
+	e.dialer = net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: -1}
+	if cfg.Keepalive > 0 {
+		e.dialer.KeepAlive = cfg.Keepalive
+	}
+	for a := range e.orig.states() {
+		e.m.originUp.WithLabelValues(a).Set(1)
+	}
+	return e, nil
+}
+
+// SetOrigins replaces the origin list. Origins that stay keep their
+// OFFLINE state; connections already relayed are not touched.
+func (e *Edge) SetOrigins(origins []string) {
+	for _, a := range e.orig.set(origins) {
+		e.m.originUp.DeleteLabelValues(a)
+	}
+	for a, up := range e.orig.states() {
+		e.m.originUp.WithLabelValues(a).Set(b2f(up))
+	}
+}
+
+// Serve accepts connections on ln and relays each in its own goroutine
+// until ln fails or Shutdown closes it (then it returns nil).
+func (e *Edge) Serve(ln net.Listener) error {
+	e.mu.Lock()
+	if e.closing {
+		e.mu.Unlock()
+		ln.Close()
+		return nil
+	}
+	e.listeners[ln] = struct{}{}
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.listeners, ln)
+		e.mu.Unlock()
+	}()
+
+	var backoff time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			e.mu.Lock()
+			closing := e.closing
+			e.mu.Unlock()
+			if closing {
+				return nil
+			}
+			// Out of file descriptors and the like: wait and go on, as
+			// net/http does, rather than give up the listener.
+			if ne, ok := err.(net.Error); ok && ne.Timeout() || isTemporary(err) {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				e.log.Warn("accept", "err", err, "retry_in", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		go e.HandleConn(c)
+	}
+}
+
+func isTemporary(err error) bool {
+	var t interface{ Temporary() bool }
+	return errors.As(err, &t) && t.Temporary()
+}
+
+// HandleConn relays one client connection and returns when it is closed.
+func (e *Edge) HandleConn(c net.Conn) {
+	start := time.Now()
+	rc := &conn{client: c}
+	e.mu.Lock()
+	switch {
+	case e.closing:
+		e.mu.Unlock()
+		c.Close()
+		return
+	case len(e.conns) >= e.cfg.MaxConns:
+		e.mu.Unlock()
+		c.Close()
+		e.m.total[ResultMaxConns].Inc()
+		return
+	}
+	e.conns[rc] = struct{}{}
+	e.mu.Unlock()
+	e.m.active.Inc()
+	defer e.done(rc)
+
+	setKeepalive(c, e.cfg.Keepalive)
+	id := rand.Text()
+	server, addr, err := e.dialOrigin()
+	e.mu.Lock()
+	rc.server = server
+	forced := rc.forced
+	e.mu.Unlock()
+	switch {
+	case forced: // Shutdown closed the client while we dialled
+		if server != nil {
+			server.Close()
+		}
+		e.m.total[ResultDrain].Inc()
+		return
+	case err != nil:
+		c.Close()
+		e.m.total[ResultNoOrigin].Inc()
+		return
+	}
+
+	var res splice.Result
+	hdr, err := proxyHeader(e.cfg.ProxyProtocol, c.RemoteAddr(), c.LocalAddr(), id, e.cfg.Name)
+	if err == nil && hdr != nil {
+		_, err = server.Write(hdr) // one write, before any payload byte
+	}
+	if err != nil {
+		c.Close()
+		server.Close()
+		res = splice.Result{Reason: ResultServerError, Err: fmt.Errorf("write proxy header: %w", err)}
+	} else {
+		res = splice.Join(c, server)
+	}
+
+	e.m.up.Add(float64(res.Up))
+	e.m.down.Add(float64(res.Down))
+	reason := res.Reason
+	e.mu.Lock()
+	if rc.forced {
+		reason = ResultDrain
+	}
+	e.mu.Unlock()
+	if reason == ResultEOF && res.Up == 0 && res.Down == 0 {
+		e.m.total[ResultEmpty].Inc()
+		return
+	}
+	e.m.total[reason].Inc()
+	if res.Up == 0 && res.Down == 0 {
+		return // silent: a connection that carried nothing writes no line
+	}
+	attrs := []any{
+		"id", id,
+		"client", c.RemoteAddr().String(),
+		"origin", addr,
+		"bytes_up", res.Up,
+		"bytes_down", res.Down,
+		"duration", time.Since(start).Round(time.Millisecond),
+		"reason", reason,
+	}
+	if res.Err != nil && reason != ResultDrain {
+		attrs = append(attrs, "err", res.Err)
+	}
+	e.log.Info("connection closed", attrs...)
+}
+
+// done forgets rc and wakes Shutdown when it was the last one.
+func (e *Edge) done(rc *conn) {
+	e.m.active.Dec()
+	e.mu.Lock()
+	delete(e.conns, rc)
+	if e.closing && len(e.conns) == 0 {
+		select {
+		case <-e.idle:
+		default:
+			close(e.idle)
+		}
+	}
+	e.mu.Unlock()
+}
+
+// errNoOrigin is returned by dialOrigin when every attempt failed.
+var errNoOrigin = errors.New("no origin reachable")
+
+// dialOrigin connects to the first origin of the plan that answers.
+func (e *Edge) dialOrigin() (net.Conn, string, error) {
+	for _, o := range e.orig.plan(e.now()) {
+		t0 := time.Now()
+		c, err := e.dialer.DialContext(e.ctx, "tcp", o.addr)
+		e.m.dial.Observe(time.Since(t0).Seconds())
+		if err == nil {
+			if e.orig.ok(o) {
+				e.m.originUp.WithLabelValues(o.addr).Set(1)
+				e.log.Info("origin back", "origin", o.addr)
+			}
+			return c, o.addr, nil
+		}
+		if e.ctx.Err() != nil {
+			return nil, "", err
+		}
+		if e.orig.fail(o, e.now()) {
+			e.m.originUp.WithLabelValues(o.addr).Set(0)
+			e.log.Warn("origin offline", "origin", o.addr, "retry_in", e.cfg.OfflineRetry, "err", err)
+		}
+	}
+	return nil, "", errNoOrigin
+}
+
+// Shutdown stops accepting at once, waits for open connections to finish
+// until ctx is done or drain_timeout has passed, then closes the rest. It
+// returns ctx's error when it had to cut connections because of ctx.
+func (e *Edge) Shutdown(ctx context.Context) error {
+	e.mu.Lock()
+	e.closing = true
+	for ln := range e.listeners {
+		ln.Close()
+	}
+	if len(e.conns) == 0 {
+		select {
+		case <-e.idle:
+		default:
+			close(e.idle)
+		}
+	}
+	open := len(e.conns)
+	e.mu.Unlock()
+	if open > 0 {
+		e.log.Info("draining", "connections", open, "drain_timeout", e.cfg.DrainTimeout)
+	}
+
+	timer := time.NewTimer(e.cfg.DrainTimeout)
+	defer timer.Stop()
+	var err error
+	select {
+	case <-e.idle:
+		e.cancel()
+		return nil
+	case <-timer.C:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	e.cancel()
+	e.mu.Lock()
+	n := len(e.conns)
+	for rc := range e.conns {
+		rc.forced = true
+		rc.client.Close()
+		if rc.server != nil {
+			rc.server.Close()
+		}
+	}
+	e.mu.Unlock()
+	if n > 0 {
+		e.log.Warn("drain timeout: closing connections", "connections", n)
+	}
+	<-e.idle
+	return err
+}
+
+func setKeepalive(c net.Conn, period time.Duration) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return
+	}
+	if period <= 0 {
+		tc.SetKeepAlive(false)
+		return
+	}
+	tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: period, Interval: period, Count: 4})
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,333 @@
+package relay
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pires/go-proxyproto"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// testEdge is an Edge serving on a loopback listener, with its log lines
+// and metrics at hand.
+type testEdge struct {
+	*Edge
+	addr string
+	reg  *prometheus.Registry
+	logs *logBuffer
+}
+
+func startEdge(t *testing.T, cfg Config, tweak ...func(*Edge)) *testEdge {
+	t.Helper()
+	if cfg.Name == "" {
+		cfg.Name = "edge-test"
+	}
+	def := DefaultConfig()
+	if cfg.Listen == nil {
+		cfg.Listen = []string{"127.0.0.1:0"}
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = def.ConnectTimeout
+	}
+	if cfg.OfflineRetry == 0 {
+		cfg.OfflineRetry = def.OfflineRetry
+	}
+	if cfg.ProxyProtocol == "" {
+		cfg.ProxyProtocol = def.ProxyProtocol
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = def.MaxConns
+	}
+	if cfg.DrainTimeout == 0 {
+		cfg.DrainTimeout = def.DrainTimeout
+	}
+	logs := &logBuffer{}
+	reg := prometheus.NewRegistry()
+	e, err := New(cfg, slog.New(slog.NewJSONHandler(logs, nil)), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range tweak {
+		f(e)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- e.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		e.Shutdown(ctx)
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return &testEdge{Edge: e, addr: ln.Addr().String(), reg: reg, logs: logs}
+}
+
+// counter returns the value of a metric with the given labels (nil when
+// the series does not exist).
+func (te *testEdge) metric(t *testing.T, name string, labels ...string) *float64 {
+	t.Helper()
+	mfs, err := te.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				if !hasLabel(m, labels[i], labels[i+1]) {
+					continue series
+				}
+			}
+			var v float64
+			switch {
+			case m.Counter != nil:
+				v = m.Counter.GetValue()
+			case m.Gauge != nil:
+				v = m.Gauge.GetValue()
+			case m.Histogram != nil:
+				v = float64(m.Histogram.GetSampleCount())
+			}
+			return &v
+		}
+	}
+	return nil
+}
+
+func hasLabel(m *dto.Metric, k, v string) bool {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == k && l.GetValue() == v {
+			return true
+		}
+	}
+	return false
+}
+
+// value is metric() for a series that must exist.
+func (te *testEdge) value(t *testing.T, name string, labels ...string) float64 {
+	t.Helper()
+	v := te.metric(t, name, labels...)
+	if v == nil {
+		t.Fatalf("no series %s%v", name, labels)
+	}
+	return *v
+}
+
+// waitValue polls until the metric reaches want (connections are counted
+// after the client has already seen its close).
+func (te *testEdge) waitValue(t *testing.T, want float64, name string, labels ...string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v := te.metric(t, name, labels...)
+		if v != nil && *v == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			got := "none"
+			if v != nil {
+				got = strings.TrimRight(strings.TrimRight(strings.TrimSpace(fmtFloat(*v)), "0"), ".")
+			}
+			t.Fatalf("%s%v = %s, want %v", name, labels, got, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func fmtFloat(f float64) string { b, _ := json.Marshal(f); return string(b) }
+
+// logBuffer collects JSON log lines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// lines returns the decoded lines whose msg is msg.
+func (l *logBuffer) lines(t *testing.T, msg string) []map[string]any {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(l.b.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if m["msg"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// waitLines waits until n lines with msg were logged and returns them.
+func (l *logBuffer) waitLines(t *testing.T, msg string, n int) []map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := l.lines(t, msg)
+		if len(got) >= n {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d %q log lines, want %d; log:\n%s", len(got), msg, n, l.b.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// testOrigin is a Go origin on loopback that reads the PROXY header (when
+// the edge sends one) and then hands the connection to handle.
+type testOrigin struct {
+	ln      net.Listener
+	addr    string
+	headers chan *proxyproto.Header
+}
+
+// originConn is what handle gets: reads go through the buffered reader
+// that parsed the header. The socket is not embedded, so io.Copy cannot
+// reach past the buffer through (*net.TCPConn).WriteTo.
+type originConn struct {
+	tcp *net.TCPConn
+	r   *bufio.Reader
+}
+
+func (c originConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
+func (c originConn) Write(p []byte) (int, error) { return c.tcp.Write(p) }
+func (c originConn) CloseWrite() error           { return c.tcp.CloseWrite() }
+
+func startOrigin(t *testing.T, withHeader bool, handle func(c originConn)) *testOrigin {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveOrigin(t, ln, withHeader, handle)
+}
+
+func serveOrigin(t *testing.T, ln net.Listener, withHeader bool, handle func(c originConn)) *testOrigin {
+	o := &testOrigin{ln: ln, addr: ln.Addr().String(), headers: make(chan *proxyproto.Header, 100)}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				oc := originConn{c.(*net.TCPConn), bufio.NewReaderSize(c, 64<<10)}
+				if withHeader {
+					h, err := proxyproto.Read(oc.r)
+					if err != nil {
+						return
+					}
+					o.headers <- h
+				}
+				handle(oc)
+			}()
+		}
+	}()
+	return o
+}
+
+// echo copies everything back and half-closes when the client does.
+func echo(c originConn) {
+	io.Copy(c.tcp, c.r)
+	c.CloseWrite()
+}
+
+// refusedAddr is a loopback address where nothing listens.
+func refusedAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := ln.Addr().String()
+	ln.Close()
+	return a
+}
+
+// fakeClock is the OFFLINE clock of a test.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// roundTrip connects through the edge, sends msg, half-closes and returns
+// everything the far side sent back.
+func roundTrip(t *testing.T, addr, msg string) string {
+	t.Helper()
+	got, err := tryRoundTrip(t, addr, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// tryRoundTrip is roundTrip for a connection that may be reset: an edge
+// that closes a client whose bytes it never read makes the kernel send RST.
+func tryRoundTrip(t *testing.T, addr, msg string) (string, error) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.WriteString(c, msg); err != nil {
+		return "", err
+	}
+	c.(*net.TCPConn).CloseWrite()
+	b, err := io.ReadAll(c)
+	if isTimeout(err) {
+		t.Fatal(err)
+	}
+	return string(b), err
+}

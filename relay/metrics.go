@@ -1,0 +1,67 @@
+package relay
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Results of a connection: the `reason` of its log line and the `result`
+// label of edgefleet_edge_connections_total.
+const (
+	ResultEOF         = "eof"          // both sides finished cleanly
+	ResultEmpty       = "empty"        // closed without a byte either way (health check); no log line
+	ResultClientError = "client-error" // a read or write on the client side failed first
+	ResultServerError = "server-error" // a read or write on the origin side failed first
+	ResultNoOrigin    = "no-origin"    // every origin tried failed to connect
+	ResultMaxConns    = "max-conns"    // refused: max_conns connections already open
+	ResultDrain       = "drain"        // still open at the end of drain_timeout, closed by Shutdown
+)
+
+var results = []string{ResultEOF, ResultEmpty, ResultClientError, ResultServerError, ResultNoOrigin, ResultMaxConns, ResultDrain}
+
+type metrics struct {
+	active   prometheus.Gauge
+	total    map[string]prometheus.Counter // by result, curried once
+	up, down prometheus.Counter
+	dial     prometheus.Histogram
+	originUp *prometheus.GaugeVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	total := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "edgefleet_edge_connections_total",
+		Help: "Client connections by how they ended.",
+	}, []string{"result"})
+	bytes := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "edgefleet_edge_bytes_total",
+		Help: "Payload bytes relayed (PROXY header excluded), counted when a connection closes; up is client to origin.",
+	}, []string{"direction"})
+	m := &metrics{
+		active: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "edgefleet_edge_connections_active",
+			Help: "Client connections open now.",
+		}),
+		total: map[string]prometheus.Counter{},
+		up:    bytes.WithLabelValues("up"),
+		down:  bytes.WithLabelValues("down"),
+		dial: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "edgefleet_edge_origin_dial_seconds",
+			Help:    "Time to connect to an origin, failed attempts included.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}),
+		originUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "edgefleet_edge_origin_up",
+			Help: "1 when the origin is selectable, 0 while it is OFFLINE after a failed connect.",
+		}, []string{"origin"}),
+	}
+	for _, r := range results {
+		m.total[r] = total.WithLabelValues(r)
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.active, total, bytes, m.dial, m.originUp} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
