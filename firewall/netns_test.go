@@ -336,3 +336,54 @@ func TestSwapIsAtomic(t *testing.T) {
 		t.Errorf("old generation chains left behind:\n%s", out)
 	}
 }
+
+// TestWatchWaitsForDockerUser starts the watch before "dockerd" has made
+// its chain: it must neither create DOCKER-USER nor give up, and apply as
+// soon as the chain appears.
+func TestWatchWaitsForDockerUser(t *testing.T) {
+	t.Parallel()
+	testbed.NeedRoot(t)
+	testbed.Need(t, "ip", "iptables", "ip6tables")
+	ns := testbed.NewNetns(t, "late")
+	c := DefaultConfig()
+	c.Ports = []int{port}
+	c.Interface = "eth0"
+	c.Edges = []Edge{{Name: "edge-1", IPv4: "198.51.100.10", IPv6: "2001:db8:e::10"}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- ns.Do(func() error {
+			fw, err := Open("auto", DockerUser)
+			if err != nil {
+				return err
+			}
+			return fw.Watch(ctx, c, 20*time.Millisecond, nil)
+		})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	time.Sleep(200 * time.Millisecond) // several watch rounds with no chain
+	for _, cmd := range []string{"iptables", "ip6tables"} {
+		if out, err := ns.Try(cmd, "-S", "DOCKER-USER"); err == nil {
+			t.Fatalf("watch created DOCKER-USER in %s:\n%s", cmd, out)
+		}
+		ns.Run(cmd, "-N", "DOCKER-USER")
+		ns.Run(cmd, "-A", "DOCKER-USER", "-j", "RETURN")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out4 := ns.Run("iptables", "-S", "DOCKER-USER", "1")
+		out6 := ns.Run("ip6tables", "-S", "DOCKER-USER", "1")
+		if strings.Contains(out4, "-j EDGEFLEET-") && strings.Contains(out6, "-j EDGEFLEET-") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("watch did not apply once DOCKER-USER appeared:\n%s%s", out4, out6)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

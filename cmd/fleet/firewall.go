@@ -157,9 +157,10 @@ IPv6, through the iptables backend dockerd uses.`,
 			if err != nil {
 				return exitError{1, err}
 			}
-			if _, err := fw.Plan(c); err != nil && !c.Force {
-				// Refusals that no wait can cure (an empty edge list) stop here;
-				// a missing chain is waited for by Watch only when forced.
+			// Refusals no wait can cure (an empty edge list, a bad address)
+			// stop here; a missing hook chain (dockerd not up yet) is waited
+			// for by Watch.
+			if _, err := firewall.NewPlan(c, 1); err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
