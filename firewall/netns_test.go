@@ -387,3 +387,45 @@ func TestWatchWaitsForDockerUser(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestLegacyBackend: on a host whose dockerd uses iptables-legacy, "auto"
+// must find DOCKER-USER there; rules in nft would never be consulted.
+func TestLegacyBackend(t *testing.T) {
+	t.Parallel()
+	testbed.NeedRoot(t)
+	d := testbed.NewDockerHostBackend(t, port, BackendLegacy)
+	var backend string
+	in(t, d.Host, func(fw *Firewall) error {
+		backend = fw.Backend()
+		p, err := fw.Plan(hostConfig(d, false))
+		if err != nil {
+			return err
+		}
+		if err := fw.Apply(p); err != nil {
+			return err
+		}
+		rep, err := fw.Check(hostConfig(d, false))
+		if err == nil && !rep.InSync() {
+			t.Errorf("check after apply:\n%s", strings.Join(rep.Diff, "\n"))
+		}
+		return err
+	})
+	if backend != BackendLegacy {
+		t.Fatalf("detected backend %q, want legacy", backend)
+	}
+	for _, f := range families {
+		a := f.addr(d)
+		if err := inbound(d, d.Edge, a.Edge.String(), a, allowed); err != nil {
+			t.Errorf("%s: edge: %v", f.name, err)
+		}
+		if err := inbound(d, d.Stranger, a.Stranger.String(), a, dropped); !isTimeout(err) {
+			t.Errorf("%s: stranger: err = %v, want dropped", f.name, err)
+		}
+		if err := outbound(d, a, allowed); err != nil {
+			t.Errorf("%s: container outbound: %v", f.name, err)
+		}
+	}
+	if out := d.Host.Run("iptables-nft", "-S"); strings.Contains(out, "EDGEFLEET") {
+		t.Errorf("rules went into nft too:\n%s", out)
+	}
+}

@@ -242,10 +242,21 @@ func (a HostAddrs) Published(port int) string {
 
 // NewDockerHost builds the topology, with the iptables rules dockerd
 // would write for `docker run -p Port:Port` (DOCKER-USER with its RETURN,
-// FORWARD policy DROP), for both IPv4 and IPv6.
+// FORWARD policy DROP), for both IPv4 and IPv6, through the system's
+// default iptables.
 func NewDockerHost(t testing.TB, port int) *DockerHost {
+	return NewDockerHostBackend(t, port, "")
+}
+
+// NewDockerHostBackend is NewDockerHost with dockerd's rules written by
+// iptables-<backend> ("nft" or "legacy"; "" is plain iptables).
+func NewDockerHostBackend(t testing.TB, port int, backend string) *DockerHost {
 	t.Helper()
-	Need(t, "ip", "iptables", "ip6tables")
+	suffix := ""
+	if backend != "" {
+		suffix = "-" + backend
+	}
+	Need(t, "ip", "iptables"+suffix, "ip6tables"+suffix)
 	d := &DockerHost{
 		Host: NewNetns(t, "host"), Container: NewNetns(t, "ctr"),
 		Edge: NewNetns(t, "edge"), Stranger: NewNetns(t, "stranger"),
@@ -296,11 +307,11 @@ func NewDockerHost(t testing.TB, port int) *DockerHost {
 	for _, fam := range []struct {
 		cmd, ctr, dst, subnet string
 	}{
-		{"iptables", "172.31.0.2", "172.31.0.2:" + P, "172.31.0.0/24"},
-		{"ip6tables", "fd00:d0c::2", "[fd00:d0c::2]:" + P, "fd00:d0c::/64"},
+		{"iptables" + suffix, "172.31.0.2", "172.31.0.2:" + P, "172.31.0.0/24"},
+		{"ip6tables" + suffix, "fd00:d0c::2", "[fd00:d0c::2]:" + P, "fd00:d0c::/64"},
 	} {
 		host := d.V4.Host.String()
-		if fam.cmd == "ip6tables" {
+		if strings.HasPrefix(fam.cmd, "ip6tables") {
 			host = d.V6.Host.String()
 		}
 		for _, r := range [][]string{
