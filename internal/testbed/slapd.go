@@ -136,6 +136,7 @@ func slapdConf(dir string, cfg SlapdConfig) string {
 		Suffix, RootDN, RootPW, filepath.Join(dir, "db"))
 	b.WriteString("sizelimit unlimited\nindex objectClass eq\nindex uid eq\n")
 	b.WriteString("access to attrs=userPassword by self write by anonymous auth by * none\n")
+	fmt.Fprintf(&b, "access to dn.subtree=%q by users write by * read\n", "ou=writes,"+Suffix)
 	b.WriteString("access to * by * read\n")
 	return b.String()
 }
@@ -206,6 +207,16 @@ func (s *Slapd) stop(sig syscall.Signal) {
 		<-s.done
 	}
 	s.cmd, s.done = nil, nil
+}
+
+// Freeze stops slapd with SIGSTOP: connections stay open and requests
+// are accepted into socket buffers but never answered, until Kill.
+func (s *Slapd) Freeze() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		s.cmd.Process.Signal(syscall.SIGSTOP)
+	}
 }
 
 // Close stops slapd.

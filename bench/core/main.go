@@ -1,0 +1,286 @@
+// Command core benchmarks the LDAP routing core against direct slapd and
+// slapd back-ldap as a proxy, side by side in one run, and prints a
+// Markdown table with the ratios.
+//
+//	go run ./bench/core                 # 1, 16 and 64 clients, 3 s per cell
+//	go run ./bench/core -d 5s -c 1,64
+//
+// Every target serves the same slapd directory (two are started; the core
+// and back-ldap both list them in failover order, so all traffic goes to
+// the first). Clients are lean: prebuilt PDUs over a raw socket, framed
+// with origin/ldap/wire, so the figures show the servers, not the client
+// library.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/edgefleet/edgefleet/internal/testbed"
+	"github.com/edgefleet/edgefleet/origin/ldap/core"
+	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
+	"github.com/edgefleet/edgefleet/origin/ldap/wire"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func main() {
+	dur := flag.Duration("d", 3*time.Second, "duration of each measurement")
+	clients := flag.String("c", "1,16,64", "comma-separated numbers of concurrent clients")
+	flag.Parse()
+	if err := run(*dur, *clients); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/core:", err)
+		os.Exit(1)
+	}
+}
+
+type target struct{ name, addr string }
+
+func run(dur time.Duration, clientList string) error {
+	var counts []int
+	for _, s := range strings.Split(clientList, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return fmt.Errorf("-c: %q is not a positive number", s)
+		}
+		counts = append(counts, n)
+	}
+	dir, err := os.MkdirTemp("", "bench-core-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	var slapds []*testbed.Slapd
+	defer func() {
+		for _, s := range slapds {
+			s.Close()
+		}
+	}()
+	start := func(name string, cfg testbed.SlapdConfig) (*testbed.Slapd, error) {
+		d := dir + "/" + name
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return nil, err
+		}
+		s, err := testbed.NewSlapd(d, cfg)
+		if err == nil {
+			slapds = append(slapds, s)
+		}
+		return s, err
+	}
+	l1, err := start("ldap1", testbed.SlapdConfig{})
+	if err != nil {
+		return err
+	}
+	l2, err := start("ldap2", testbed.SlapdConfig{})
+	if err != nil {
+		return err
+	}
+	backLDAP, err := start("back-ldap", testbed.SlapdConfig{Proxy: []string{l1.URL, l2.URL}})
+	if err != nil {
+		return err
+	}
+	coreAddr, stop, err := startCore(l1.Addr, l2.Addr)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	targets := []target{{"direct slapd", l1.Addr}, {"core", coreAddr}, {"back-ldap", backLDAP.Addr}}
+
+	fmt.Printf("LDAP core benchmark: %d s per cell, %s; slapd %s\n\n", int(dur.Seconds()), time.Now().UTC().Format(time.RFC3339), slapdVersion())
+	fmt.Println("| workload | clients | direct slapd ops/s | core ops/s | back-ldap ops/s | core ÷ back-ldap | core ÷ direct |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
+	for _, wl := range []string{"bind+search", "search"} {
+		for _, n := range counts {
+			rates := make([]float64, len(targets))
+			for i, tg := range targets {
+				r, err := measure(tg.addr, wl, n, dur)
+				if err != nil {
+					return fmt.Errorf("%s %s %d clients: %w", tg.name, wl, n, err)
+				}
+				rates[i] = r
+			}
+			fmt.Printf("| %s | %d | %.0f | %.0f | %.0f | %.2f× | %.2f× |\n", wl, n, rates[0], rates[1], rates[2],
+				rates[1]/rates[2], rates[1]/rates[0])
+		}
+	}
+	fmt.Println("\nops/s: bind+search counts one bind and one search as one operation pair; search counts searches (bound once).")
+	return nil
+}
+
+func slapdVersion() string {
+	p, err := testbed.Path("slapd")
+	if err != nil {
+		return "?"
+	}
+	return p
+}
+
+// startCore runs the core in this process, routing everyone to the first
+// server with failover to the second.
+func startCore(l1, l2 string) (string, func(), error) {
+	hp := func(a string) (string, string) { h, p, _ := net.SplitHostPort(a); return h, p }
+	h1, p1 := hp(l1)
+	h2, p2 := hp(l2)
+	src := fmt.Sprintf(`[
+  {"object": "LdapServer", "name": "L1", "host": %q, "port": %s},
+  {"object": "LdapServer", "name": "L2", "host": %q, "port": %s},
+  {"object": "ProxyRule", "ruleType": "UserRouting", "name": "ALL", "condition": "(user=*)", "actions": ["forwardto(L1,L2)"], "loadbalance": 0},
+  {"object": "LdapProxy", "name": "ldapConfiguration", "rules": ["ALL"]}
+]`, h1, p1, h2, p2)
+	f, err := dlp.Parse("bench.json", []byte(src))
+	if err != nil {
+		return "", nil, err
+	}
+	srv, err := core.New(core.DefaultConfig(), f, nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	go srv.Serve(ln)
+	return ln.Addr().String(), func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	}, nil
+}
+
+// measure runs n clients doing the workload for d and returns ops/s.
+func measure(addr, workload string, n int, d time.Duration) (float64, error) {
+	var ops atomic.Int64
+	var firstErr error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(d)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := client(addr, workload, deadline, &ops); err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	start := time.Now()
+	wg.Wait()
+	return float64(ops.Load()) / time.Since(start).Seconds(), firstErr
+}
+
+var (
+	user = []byte(testbed.User("alice"))
+	pw   = []byte("alice-pw")
+)
+
+func client(addr, workload string, deadline time.Time, ops *atomic.Int64) error {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	rd := wire.NewReader(c)
+	id := int32(0)
+	roundTrip := func(req []byte, final byte) error {
+		if _, err := c.Write(req); err != nil {
+			return err
+		}
+		for {
+			raw, err := rd.Next()
+			if err != nil {
+				return err
+			}
+			m, err := wire.Parse(raw)
+			if err != nil {
+				return err
+			}
+			if m.Op == final {
+				if m.ResultCode != 0 {
+					return fmt.Errorf("result %s: %s", wire.ResultName(m.ResultCode), m.Diagnostic)
+				}
+				return nil
+			}
+		}
+	}
+	bind := func() error {
+		id++
+		return roundTrip(wire.BindRequest(id, string(user), pw), wire.TagBindResponse)
+	}
+	search := func() error {
+		id++
+		return roundTrip(searchRequest(id), wire.TagSearchResultDone)
+	}
+	if workload == "search" {
+		if err := bind(); err != nil {
+			return err
+		}
+	}
+	for time.Now().Before(deadline) {
+		if workload == "bind+search" {
+			if err := bind(); err != nil {
+				return err
+			}
+		}
+		if err := search(); err != nil {
+			return err
+		}
+		ops.Add(1)
+	}
+	id++
+	c.Write(wire.UnbindRequest(id))
+	return nil
+}
+
+// searchRequest is a subtree search for (uid=bob) under ou=people,
+// returning cn: one entry.
+func searchRequest(id int32) []byte {
+	base := "ou=people," + testbed.Suffix
+	filter := tlv(0xa3, append(tlv(0x04, []byte("uid")), tlv(0x04, []byte("bob"))...)) // equalityMatch
+	attrs := tlv(0x30, tlv(0x04, []byte("cn")))
+	body := concat(tlv(0x04, []byte(base)), tlv(0x0a, []byte{2}), tlv(0x0a, []byte{0}),
+		tlv(0x02, []byte{0}), tlv(0x02, []byte{0}), tlv(0x01, []byte{0}), filter, attrs)
+	return tlv(0x30, concat(tlv(0x02, intBytes(id)), tlv(0x63, body)))
+}
+
+func intBytes(v int32) []byte {
+	b := []byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}
+	for len(b) > 1 && b[0] == 0 && b[1]&0x80 == 0 {
+		b = b[1:]
+	}
+	return b
+}
+
+func tlv(tag byte, v []byte) []byte {
+	n := len(v)
+	var hdr []byte
+	switch {
+	case n < 0x80:
+		hdr = []byte{tag, byte(n)}
+	case n < 0x100:
+		hdr = []byte{tag, 0x81, byte(n)}
+	default:
+		hdr = []byte{tag, 0x82, byte(n >> 8), byte(n)}
+	}
+	return append(hdr, v...)
+}
+
+func concat(parts ...[]byte) []byte {
+	var out []byte
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
