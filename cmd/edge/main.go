@@ -1,24 +1,187 @@
-// Command edge runs the edge relay (stub until issue 2 lands).
-// See README.md for its configuration.
+// Command edge runs the edge relay: it accepts clients on `listen`, writes a
+// PROXY header to the first selectable origin and splices the bytes both
+// ways. See docs/edge.md (folded into README.md) for its configuration.
+//
+//	edge --config edge.yaml
+//	edge --origins origin.example:8636 --listen :636
+//
+// SIGTERM or SIGINT stops accepting and drains open connections for up to
+// drain_timeout (a second signal closes them at once); SIGHUP re-reads the
+// configuration file and applies its `origins`.
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
+	"os/signal"
+	"slices"
+	"syscall"
+	"time"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
+	"github.com/edgefleet/edgefleet/relay"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
+// edgeFile is the whole configuration file of the edge: the relay's keys
+// at the top level, plus the metrics endpoint and the log section.
+type edgeFile struct {
+	relay.Config `mapstructure:",squash"`
+	Metrics      string  `mapstructure:"metrics"` // GET /metrics; "" disables
+	Log          cli.Log `mapstructure:"log"`
+}
+
+func defaults() edgeFile {
+	return edgeFile{Config: relay.DefaultConfig(), Metrics: "127.0.0.1:9101", Log: cli.DefaultLog()}
+}
+
+// load reads the configuration (file, environment, flags) and checks it.
+func load(fs *pflag.FlagSet, path string) (edgeFile, error) {
+	cfg := defaults()
+	if err := cli.Load(fs, path, &cfg); err != nil {
+		return cfg, err
+	}
+	if err := cfg.Log.Validate(); err != nil {
+		return cfg, err
+	}
+	if cfg.Metrics != "" {
+		if _, _, err := net.SplitHostPort(cfg.Metrics); err != nil {
+			return cfg, fmt.Errorf("metrics: %q is not host:port", cfg.Metrics)
+		}
+	}
+	return cfg, cfg.Config.Validate()
+}
+
 func main() {
-	root := cli.Root("edge", "the edge relay (stub until issue 2 lands)")
+	root := cli.Root("edge", "the edge relay: PROXY header + zero-copy splice to the origins")
+	f := root.Flags()
+	f.String("name", "", "edge name sent in the PROXY v2 TLV 0xE0 (overrides name)")
+	f.StringSlice("listen", nil, "listen addresses (overrides listen)")
+	f.StringSlice("origins", nil, "origin addresses host:port, tried in order (overrides origins)")
+	f.String("proxy-protocol", "", "v2, v1 or off (overrides proxy_protocol)")
+	f.String("metrics", "", "address of the metrics endpoint (overrides metrics)")
 	root.RunE = func(cmd *cobra.Command, args []string) error {
-		cmd.Usage()
-		os.Exit(2)
+		if len(args) > 0 {
+			cli.Fatal("edge", fmt.Errorf("unexpected argument %q", args[0]))
+		}
+		path, _ := cmd.Flags().GetString("config")
+		cfg, err := load(cmd.Flags(), path)
+		if err != nil {
+			cli.Fatal("edge", err)
+		}
+		run(cfg, func() (edgeFile, error) { return load(cmd.Flags(), path) })
 		return nil
 	}
 	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "edge:", err)
-		os.Exit(2)
+		cli.Fatal("edge", err)
 	}
+}
+
+// run serves until a signal stops it; reload re-reads the configuration
+// for SIGHUP. Startup failures exit with one line.
+func run(cfg edgeFile, reload func() (edgeFile, error)) {
+	log := cli.Logger(cfg.Log, os.Stderr)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	e, err := relay.New(cfg.Config, log, reg)
+	if err != nil {
+		cli.Fatal("edge", err)
+	}
+
+	// The relay sets keepalive on each accepted connection itself.
+	lc := net.ListenConfig{KeepAlive: -1}
+	var lns []net.Listener
+	for _, addr := range cfg.Listen {
+		ln, err := lc.Listen(context.Background(), "tcp", addr)
+		if err != nil {
+			cli.Fatal("edge", fmt.Errorf("listen: %w", err))
+		}
+		lns = append(lns, ln)
+	}
+	var metrics *http.Server
+	if cfg.Metrics != "" {
+		ln, err := net.Listen("tcp", cfg.Metrics)
+		if err != nil {
+			cli.Fatal("edge", fmt.Errorf("metrics: %w", err))
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := metrics.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics server stopped", "err", err)
+			}
+		}()
+	}
+
+	serveErr := make(chan error, len(lns))
+	for _, ln := range lns {
+		go func() { serveErr <- e.Serve(ln) }()
+		log.Info("edge listening", "addr", ln.Addr().String(), "name", cfg.Name, "origins", cfg.Origins,
+			"proxy_protocol", cfg.ProxyProtocol, "metrics", cfg.Metrics)
+	}
+
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	failed := false
+wait:
+	for {
+		select {
+		case s := <-sig:
+			if s == syscall.SIGHUP {
+				reloadOrigins(e, &cfg, reload, log)
+				continue
+			}
+			log.Info("shutting down", "signal", s.String(), "drain_timeout", cfg.DrainTimeout)
+			break wait
+		case err := <-serveErr:
+			log.Error("listener failed", "err", err)
+			failed = true
+			break wait
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for s := range sig {
+			if s != syscall.SIGHUP {
+				log.Info("second signal: closing open connections")
+				cancel()
+				return
+			}
+		}
+	}()
+	e.Shutdown(ctx) // bounded by drain_timeout
+	if metrics != nil {
+		metrics.Close()
+	}
+	if failed {
+		os.Exit(1)
+	}
+}
+
+// reloadOrigins applies the origins of a freshly read configuration. Other
+// keys need a restart; a bad file keeps the running configuration.
+func reloadOrigins(e *relay.Edge, cfg *edgeFile, reload func() (edgeFile, error), log *slog.Logger) {
+	next, err := reload()
+	if err != nil {
+		log.Error("reload failed, keeping the running configuration", "err", err)
+		return
+	}
+	if slices.Equal(next.Origins, cfg.Origins) {
+		log.Info("reload: origins unchanged", "origins", cfg.Origins)
+		return
+	}
+	e.SetOrigins(next.Origins)
+	log.Info("origins reloaded", "origins", next.Origins, "was", cfg.Origins)
+	cfg.Origins = next.Origins
 }

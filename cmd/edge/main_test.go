@@ -1,0 +1,321 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/edgefleet/edgefleet/internal/testbed"
+	"github.com/pires/go-proxyproto"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// edgeBin builds this command once per test run and returns the binary.
+func edgeBin(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "edge-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "edge")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = errors.New(string(out))
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("go build: %v", buildErr)
+	}
+	return binPath
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
+// TestBadConfig runs the binary with bad values and unknown keys: exit
+// status 2 and exactly one line on stderr naming the key.
+func TestBadConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		args, env  []string
+		want       string
+	}{
+		{name: "unknown key", yaml: "origins: [o:1]\nlisten_on: [':1']\n", want: `unknown key "listen_on"`},
+		{name: "unknown log key", yaml: "origins: [o:1]\nlog:\n  colour: red\n", want: `unknown key "log.colour"`},
+		{name: "no origins", yaml: "listen: ['127.0.0.1:0']\n", want: "origins: at least one origin"},
+		{name: "origin without port", yaml: "origins: [origin.example]\n", want: `origins: "origin.example" is not host:port`},
+		{name: "unitless duration", yaml: "origins: [o:1]\nconnect_timeout: 3\n", want: "connect_timeout"},
+		{name: "bad duration", yaml: "origins: [o:1]\ndrain_timeout: soon\n", want: `bad duration "soon"`},
+		{name: "bad proxy_protocol", yaml: "origins: [o:1]\nproxy_protocol: v3\n", want: `proxy_protocol: "v3" is not v2, v1 or off`},
+		{name: "zero max_conns", yaml: "origins: [o:1]\nmax_conns: 0\n", want: "max_conns: 0 must be positive"},
+		{name: "max_conns not a number", yaml: "origins: [o:1]\nmax_conns: many\n", want: "max_conns"},
+		{name: "bad log format", yaml: "origins: [o:1]\nlog:\n  format: xml\n", want: `log.format: "xml"`},
+		{name: "bad metrics", yaml: "origins: [o:1]\nmetrics: 9101\n", want: `metrics: "9101" is not host:port`},
+		{name: "broken yaml", yaml: "origins: [o:1\n", want: "config "},
+		{name: "missing file", args: []string{"--config", "does-not-exist.yaml"}, want: "does-not-exist.yaml"},
+		{name: "bad env", env: []string{"EDGEFLEET_ORIGINS=o:1", "EDGEFLEET_KEEPALIVE=-1s"}, want: "keepalive"},
+		{name: "bad flag value", args: []string{"--origins", "o:1", "--proxy-protocol", "v9"}, want: `proxy_protocol: "v9"`},
+		{name: "unknown flag", args: []string{"--origin", "o:1"}, want: "unknown flag: --origin"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.args
+			if tc.yaml != "" {
+				path := testbed.WriteFile(t, t.TempDir(), "edge.yaml", tc.yaml)
+				args = append([]string{"--config", path}, args...)
+			}
+			cmd := exec.Command(edgeBin(t), args...)
+			cmd.Env = append(os.Environ(), tc.env...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			cmd.Dir = t.TempDir()
+			done := make(chan error, 1)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			go func() { done <- cmd.Wait() }()
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				cmd.Process.Kill()
+				t.Fatal("edge kept running with a bad configuration")
+			}
+			if code := cmd.ProcessState.ExitCode(); code != 2 {
+				t.Fatalf("exit status %d, want 2; stderr %q", code, stderr.String())
+			}
+			out := stderr.String()
+			if strings.Count(out, "\n") != 1 || !strings.HasPrefix(out, "edge: ") || !strings.Contains(out, tc.want) {
+				t.Fatalf("stderr %q, want one line containing %q", out, tc.want)
+			}
+		})
+	}
+}
+
+// edgeProc is a running edge binary with its stderr at hand.
+type edgeProc struct {
+	*testbed.Proc
+	addr, metrics, config string
+}
+
+func startEdgeBin(t *testing.T, yaml string) *edgeProc {
+	t.Helper()
+	addr := testbed.FreeAddr(t, "127.0.0.1")
+	metrics := testbed.FreeAddr(t, "127.0.0.1")
+	path := testbed.WriteFile(t, t.TempDir(), "edge.yaml",
+		"name: edge-bin\nlisten: ['"+addr+"']\nmetrics: "+metrics+"\nlog:\n  format: json\n"+yaml)
+	p := testbed.Start(t, edgeBin(t), "--config", path)
+	testbed.WaitTCP(t, addr, 10*time.Second)
+	return &edgeProc{Proc: p, addr: addr, metrics: metrics, config: path}
+}
+
+// exited waits for the process to end and returns its exit status.
+func (p *edgeProc) exited(t *testing.T, within time.Duration) int {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { p.Cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+		return p.Cmd.ProcessState.ExitCode()
+	case <-time.After(within):
+		t.Fatalf("edge still running after %v", within)
+		return -1
+	}
+}
+
+// echoOrigin is a Go origin that reads the PROXY header, writes tag and
+// echoes the rest.
+func echoOrigin(t *testing.T, tag string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				if _, err := proxyproto.Read(r); err != nil {
+					return
+				}
+				io.WriteString(c, tag)
+				io.Copy(c, r)
+				c.(*net.TCPConn).CloseWrite()
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// dialTag connects through the edge and reads the origin's tag.
+func dialTag(t *testing.T, addr string) (net.Conn, string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	b := make([]byte, 1)
+	if _, err := io.ReadFull(c, b); err != nil {
+		t.Fatalf("read tag: %v", err)
+	}
+	return c, string(b)
+}
+
+// TestDrainOnSIGTERM: after SIGTERM the edge refuses new connections at
+// once, lets an open one finish, then exits 0; one that does not finish
+// is closed at drain_timeout.
+func TestDrainOnSIGTERM(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		drain  string
+		finish bool
+	}{
+		{"open connection finishes", "30s", true},
+		{"drain_timeout closes it", "300ms", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			origin := echoOrigin(t, "a")
+			e := startEdgeBin(t, "origins: ['"+origin+"']\ndrain_timeout: "+tc.drain+"\n")
+			c, _ := dialTag(t, e.addr)
+			defer c.Close()
+			e.Cmd.Process.Signal(syscall.SIGTERM)
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				probe, err := net.Dial("tcp", e.addr)
+				if err != nil {
+					break
+				}
+				probe.Close()
+				if time.Now().After(deadline) {
+					t.Fatal("still accepting after SIGTERM")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if tc.finish {
+				io.WriteString(c, "still here")
+				b := make([]byte, 10)
+				if _, err := io.ReadFull(c, b); err != nil || string(b) != "still here" {
+					t.Fatalf("during drain: %q, %v", b, err)
+				}
+				c.(*net.TCPConn).CloseWrite()
+				io.ReadAll(c)
+			}
+			if code := e.exited(t, 15*time.Second); code != 0 {
+				t.Fatalf("exit status %d after SIGTERM", code)
+			}
+			want := `"reason":"eof"`
+			if !tc.finish {
+				want = `"reason":"drain"`
+				if _, err := c.Read(make([]byte, 1)); err == nil {
+					t.Fatal("connection still open after drain_timeout")
+				}
+			}
+			if !strings.Contains(e.Output(), want) {
+				t.Fatalf("no %s in the log:\n%s", want, e.Output())
+			}
+		})
+	}
+}
+
+// TestSIGHUPReloadsOrigins rewrites the file's origins and sends SIGHUP:
+// new connections go to the new origin, open ones stay where they are.
+func TestSIGHUPReloadsOrigins(t *testing.T) {
+	a, b := echoOrigin(t, "a"), echoOrigin(t, "b")
+	e := startEdgeBin(t, "origins: ['"+a+"']\n")
+	old, tag := dialTag(t, e.addr)
+	defer old.Close()
+	if tag != "a" {
+		t.Fatalf("before reload: origin %q", tag)
+	}
+	cfg, _ := os.ReadFile(e.config)
+	os.WriteFile(e.config, []byte(strings.Replace(string(cfg), a, b, 1)), 0o600)
+	e.Cmd.Process.Signal(syscall.SIGHUP)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, tag := dialTag(t, e.addr)
+		c.Close()
+		if tag == "b" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still origin %q after SIGHUP; log:\n%s", tag, e.Output())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	io.WriteString(old, "x") // the open connection is untouched
+	if b := make([]byte, 1); func() error { _, err := io.ReadFull(old, b); return err }() != nil || b[0] != 'x' {
+		t.Fatal("open connection broken by the reload")
+	}
+
+	// A broken file keeps the running configuration.
+	os.WriteFile(e.config, []byte("origins: [\n"), 0o600)
+	e.Cmd.Process.Signal(syscall.SIGHUP)
+	deadline = time.Now().Add(10 * time.Second)
+	for !strings.Contains(e.Output(), "reload failed") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no reload failure logged:\n%s", e.Output())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if c, tag := dialTag(t, e.addr); tag != "b" {
+		t.Fatalf("after a bad reload: origin %q", tag)
+	} else {
+		c.Close()
+	}
+}
+
+// TestMetricsEndpoint scrapes /metrics of the running binary.
+func TestMetricsEndpoint(t *testing.T) {
+	e := startEdgeBin(t, "origins: ['"+echoOrigin(t, "a")+"']\n")
+	c, _ := dialTag(t, e.addr)
+	c.Close()
+	resp, err := http.Get("http://" + e.metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, name := range []string{
+		"edgefleet_edge_connections_active", "edgefleet_edge_connections_total", "edgefleet_edge_bytes_total",
+		"edgefleet_edge_origin_dial_seconds", "edgefleet_edge_origin_up", "process_open_fds",
+	} {
+		if !strings.Contains(string(body), "\n"+name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out, err := exec.Command(edgeBin(t), "--version").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "edge version") {
+		t.Fatalf("--version: %q, %v", out, err)
+	}
+}
