@@ -283,4 +283,3 @@ func concat(parts ...[]byte) []byte {
 	}
 	return out
 }
-
