@@ -284,7 +284,7 @@ func (ss *session) bind(o *op) {
 		return
 	}
 	ss.selected, ss.primary, ss.cands = true, nil, sel.Candidates
-	b, diag := ss.userTarget(false)
+	b, diag := ss.userTarget(false, "")
 	if b == nil {
 		ss.reply(o, wire.ResultUnavailable, ss.noServer(sel.Rule, diag))
 		return
@@ -314,7 +314,7 @@ func (ss *session) route(o *op) {
 		ss.send(o, b)
 		return
 	}
-	b, diag := ss.userTarget(true)
+	b, diag := ss.userTarget(true, o.name)
 	if b == nil {
 		ss.reply(o, wire.ResultUnavailable, ss.noServer(nil, diag))
 		return
@@ -339,14 +339,23 @@ func (ss *session) noServer(r *dlp.Rule, diag string) string {
 
 // userTarget is the connection's user-target backend, connecting (and
 // failing over) when it has none or when it carries an older identity.
-func (ss *session) userTarget(ident bool) (*backend, string) {
+//
+// A new operation (reselect names it) on a connection whose servers all
+// failed selects again for the identity in force; a replay does not, so
+// that failover: 0 still returns the first failure.
+func (ss *session) userTarget(ident bool, reselect string) (*backend, string) {
 	if b := ss.primary; b != nil && b.broken.Load() {
-		// Its reader saw the failure first; handling it may replay
-		// operations and so choose the next primary.
-		ss.backendFailed(b, errors.New("connection lost"))
+		ss.lost(b)
 	}
 	if b := ss.primary; b != nil && (!ident || ss.fits(b)) {
 		return b, ""
+	}
+	if len(ss.cands) == 0 && reselect != "" {
+		sel, err := ss.srv.router.SelectUser(&dlp.Ctx{User: ss.norm, Op: reselect})
+		if err != nil {
+			return nil, err.Error()
+		}
+		ss.cands = sel.Candidates
 	}
 	if len(ss.cands) == 0 {
 		return nil, "every server of the selection failed"
@@ -358,6 +367,17 @@ func (ss *session) userTarget(ident bool) (*backend, string) {
 	}
 	ss.primary, ss.cands = b, rest
 	return b, ""
+}
+
+// lost handles a connection whose reader saw its end before the loop
+// did: with operations in flight it is a failure; idle, the server only
+// closed it (idle timeout, restart) and the next attempt reconnects.
+func (ss *session) lost(b *backend) {
+	if ss.busy(b) || ss.sasl == b {
+		ss.backendFailed(b, errors.New("connection lost"))
+		return
+	}
+	ss.closeBackend(b)
 }
 
 // fits reports whether b carries the identity in force.
@@ -481,17 +501,38 @@ func (ss *session) readBackend(b *backend) {
 // send writes o to b. A write that fails was not (completely) sent: the
 // failure is handled like any other, and o fails over like a read.
 func (ss *session) send(o *op, b *backend) {
-	o.be, o.sent, o.seen = b, false, 0
-	ss.pending[o.m.ID] = o
 	if b.broken.Load() {
-		ss.backendFailed(b, errors.New("connection lost"))
+		ss.lost(b)
+		ss.reroute(o)
 		return
 	}
+	o.be, o.sent, o.seen = b, false, 0
+	ss.pending[o.m.ID] = o
 	if _, err := b.conn.Write(o.m.Raw); err != nil {
 		ss.backendFailed(b, err)
 		return
 	}
 	o.sent = true
+}
+
+// reroute finds another connection for an operation that was not sent.
+func (ss *session) reroute(o *op) {
+	ident := o.m.Op != wire.TagBindRequest
+	var b *backend
+	var diag string
+	if o.rule != nil {
+		var rest []string
+		if b, rest, diag = ss.attach(o.cands, ident); b != nil {
+			o.cands = rest
+		}
+	} else {
+		b, diag = ss.userTarget(ident, "")
+	}
+	if b == nil {
+		ss.reply(o, wire.ResultUnavailable, ss.noServer(o.rule, diag))
+		return
+	}
+	ss.send(o, b)
 }
 
 func (ss *session) onBackend(b *backend, raw []byte) {
@@ -575,13 +616,11 @@ func (ss *session) onBackendEnd(b *backend, err error) {
 	if b.closed {
 		return
 	}
-	if !ss.busy(b) && ss.sasl != b && (errors.Is(err, io.EOF)) {
-		// An idle connection the server closed (idle timeout, restart):
-		// the next operation reconnects, and learns then if it is down.
-		ss.closeBackend(b)
+	if ss.busy(b) || ss.sasl == b {
+		ss.backendFailed(b, err)
 		return
 	}
-	ss.backendFailed(b, err)
+	ss.closeBackend(b) // idle: see lost
 }
 
 // backendFailed handles a connect-level or I/O failure of b: b is OFFLINE
@@ -638,7 +677,7 @@ func (ss *session) replay(o *op, failed *backend) {
 		b, rest, diag = ss.attach(cands, o.m.Op != wire.TagBindRequest)
 		o.cands = rest
 	} else {
-		b, diag = ss.userTarget(o.m.Op != wire.TagBindRequest)
+		b, diag = ss.userTarget(o.m.Op != wire.TagBindRequest, "")
 	}
 	if b == nil {
 		ss.reply(o, wire.ResultUnavailable, ss.noServer(o.rule, failed.name+" failed; "+diag))
