@@ -93,6 +93,7 @@ func TestFleetBinary(t *testing.T) {
 	if code != 1 || !strings.Contains(out, `+ -A EDGEFLEET -s 198.51.100.10/32 -i ext0 -p tcp -m conntrack --ctstate NEW --ctorigdstport 8636 --ctdir ORIGINAL -m comment --comment "edgefleet: edge edge-1 port 8636" -j RETURN`) {
 		t.Errorf("check after deleting the edge's rule: exit %d, want 1 and the missing rule:\n%s", code, out)
 	}
+	t.Logf("check after deleting the edge's rule:\n%s", out)
 	if out, code := fleet(t, d.Host, bin, "--config", cfg, "firewall", "apply"); code != 0 || !strings.Contains(out, "chain=EDGEFLEET-2") {
 		t.Errorf("re-apply: exit %d\n%s", code, out)
 	}

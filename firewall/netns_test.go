@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -323,9 +322,6 @@ func TestSwapIsAtomic(t *testing.T) {
 		"; container outbound tried " + strconv.FormatInt(n.outTried.Load(), 10) + ", failed " + strconv.FormatInt(n.outFailed.Load(), 10) +
 		"; stranger tried " + strconv.FormatInt(n.strangerTried.Load(), 10) + ", leaked " + strconv.FormatInt(n.strangerLeaked.Load(), 10)
 	t.Log(summary)
-	if path := os.Getenv("EDGEFLEET_SWAP_REPORT"); path != "" {
-		os.WriteFile(path, []byte(summary+"\n"), 0o644)
-	}
 	if n.edgeFailed.Load() != 0 || n.outFailed.Load() != 0 || n.strangerLeaked.Load() != 0 {
 		t.Errorf("not atomic: %s (first edge error %v, first outbound error %v)", summary, n.firstEdgeErr.Load(), n.firstOutErr.Load())
 	}

@@ -125,3 +125,21 @@ func TestDiff(t *testing.T) {
 		t.Fatalf("diff = %q", got)
 	}
 }
+
+// TestDocsShowGolden keeps docs/firewall.md's rule listing the real one.
+func TestDocsShowGolden(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "firewall.md"))
+	if os.IsNotExist(err) {
+		return // folded into README.md by now
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(filepath.Join("testdata", "docker.golden"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), "```\n"+string(want)+"```\n") {
+		t.Error("docs/firewall.md does not show testdata/docker.golden verbatim: paste it again")
+	}
+}
