@@ -3,6 +3,7 @@ package firewall
 import (
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"slices"
 	"sort"
@@ -88,21 +89,23 @@ func lookPath(bin string) (string, error) {
 }
 
 // detect picks the backend whose IPv4 filter table has the hook chain
-// (DOCKER-USER: where dockerd runs), else what plain `iptables` is.
+// (DOCKER-USER: where dockerd runs), nft first, else what plain `iptables`
+// is. iptables-legacy is only asked when the kernel has a legacy filter
+// table in this namespace: running it would otherwise create one (and
+// every later iptables-nft call would warn about it).
 func detect(hook string) string {
 	if hook == DockerUser {
-		var found []string
 		for _, b := range []string{BackendNFT, BackendLegacy} {
+			if b == BackendLegacy && !legacyFilterExists() {
+				continue
+			}
 			ipt, err := newTables(b, iptables.ProtocolIPv4)
 			if err != nil {
 				continue
 			}
 			if ok, err := ipt.ChainExists("filter", DockerUser); err == nil && ok {
-				found = append(found, b)
+				return b
 			}
-		}
-		if len(found) == 1 {
-			return found[0]
 		}
 	}
 	if path, err := lookPath("iptables"); err == nil {
@@ -111,6 +114,16 @@ func detect(hook string) string {
 		}
 	}
 	return BackendNFT
+}
+
+// legacyFilterExists reads the legacy x_tables of the calling thread's
+// network namespace.
+func legacyFilterExists() bool {
+	b, err := os.ReadFile("/proc/thread-self/net/ip_tables_names")
+	if err != nil {
+		b, err = os.ReadFile("/proc/net/ip_tables_names")
+	}
+	return err == nil && slices.Contains(strings.Fields(string(b)), "filter")
 }
 
 func (fw *Firewall) tables(proto iptables.Protocol) *iptables.IPTables {
