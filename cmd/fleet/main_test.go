@@ -1,0 +1,57 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestLoadFleet(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml, wantErr string
+		check               func(fleetFile) bool
+	}{
+		{name: "full", yaml: `name: ldap.example.net
+zone: example.net
+ttl: 30
+dns: {server: "192.0.2.53:53", tsig: {name: fleet-key, algorithm: hmac-sha256, secret_file: key.b64}}
+origin: {ports: [8636, 636], interface: eth0, address: 192.0.2.2}
+edges:
+  - {name: edge-1, ipv4: 203.0.113.10, ipv6: "2001:db8::10", ssh: "root@203.0.113.10:22", host_key: "ssh-ed25519 AAAA"}
+  - {name: edge-2, ipv4: 203.0.113.11}
+log: {format: json}
+`, check: func(f fleetFile) bool {
+			return f.TTL == 30 && len(f.Edges) == 2 && f.Edges[0].HostKey == "ssh-ed25519 AAAA" && f.Edges[1].IPv6 == "" &&
+				len(f.Origin.Ports) == 2 && f.DNS.TSIG.SecretFile == "key.b64" && f.Log.Format == "json" && f.Validate() == nil
+		}},
+		{name: "defaults", yaml: "name: ldap.example.net\n", check: func(f fleetFile) bool {
+			return f.TTL == 60 && f.Origin.Ports[0] == 8636 && f.DNS.TSIG.Algorithm == "hmac-sha256" && len(f.Edges) == 0
+		}},
+		{name: "unknown top key", yaml: "edgez: []\n", wantErr: `unknown key "edgez"`},
+		{name: "unknown origin key", yaml: "origin: {iface: eth0}\n", wantErr: `unknown key "origin.iface"`},
+		{name: "unknown edge key", yaml: "edges: [{name: e, ipv5: x}]\n", wantErr: "ipv5"},
+		{name: "bad log format", yaml: "log: {format: xml}\n", wantErr: `log.format: "xml" is not json or text`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "fleet.yaml")
+			os.WriteFile(path, []byte(tc.yaml), 0o600)
+			cmd := newRoot()
+			cmd.SetArgs([]string{"--config", path})
+			cmd.ParseFlags([]string{"--config", path})
+			f, _, err := loadFleet(cmd)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.check(f) {
+				t.Fatalf("loaded %+v", f)
+			}
+		})
+	}
+}
