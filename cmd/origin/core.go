@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 
 	"github.com/edgefleet/edgefleet/origin"
 	"github.com/edgefleet/edgefleet/origin/ldap/core"
@@ -62,11 +63,28 @@ const ExitDLP = 19
 type exitError struct {
 	err  error
 	code int
+	msg  string // when set, what Error says instead of err
 }
 
-func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Error() string {
+	if e.msg != "" {
+		return e.msg
+	}
+	return e.err.Error()
+}
 func (e *exitError) Unwrap() error { return e.err }
 func (e *exitError) ExitCode() int { return e.code }
+
+// dlpError is a DLP file error, exit status 19. main prints an error as
+// one line; a file with several errors must show one line per error, so
+// all but the last are printed here, in the same form.
+func dlpError(err error) error {
+	lines := strings.Split(err.Error(), "\n")
+	for _, l := range lines[:len(lines)-1] {
+		fmt.Fprintln(os.Stderr, "origin:", l)
+	}
+	return &exitError{err: err, code: ExitDLP, msg: lines[len(lines)-1]}
+}
 
 // peerTable is the front's peer table as the core sees it.
 type peerTable interface {
@@ -92,7 +110,7 @@ func startCore(cfg coreSection, peers peerTable, mux *http.ServeMux, log *slog.L
 			file, err = nil, nil // plain mode; core.New warns
 		}
 		if err != nil {
-			return nil, &exitError{err, ExitDLP}
+			return nil, dlpError(err)
 		}
 	}
 	var lookup core.PeerLookup
@@ -105,7 +123,7 @@ func startCore(cfg coreSection, peers peerTable, mux *http.ServeMux, log *slog.L
 	srv, err := core.New(ccfg, file, lookup, log, reg)
 	if err != nil {
 		if file != nil {
-			return nil, &exitError{err, ExitDLP}
+			return nil, dlpError(err)
 		}
 		return nil, err
 	}

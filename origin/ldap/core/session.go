@@ -178,7 +178,7 @@ func (ss *session) end() {
 		ss.w.Flush()
 	}
 	ss.client.Close()
-	for _, b := range ss.conns {
+	for _, b := range slices.Clone(ss.conns) {
 		ss.closeBackend(b)
 	}
 }
@@ -596,7 +596,7 @@ func (ss *session) bound(o *op, b *backend, code int) {
 		b.gen = 0
 	}
 	// Idle connections with the old identity are of no further use.
-	for _, c := range ss.conns {
+	for _, c := range slices.Clone(ss.conns) {
 		if c != b && !c.closed && !ss.fits(c) && !ss.busy(c) {
 			ss.closeBackend(c)
 		}

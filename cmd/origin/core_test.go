@@ -1,0 +1,94 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// buildOrigin builds this command into a temp dir.
+func buildOrigin(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "origin")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// A DLP file with errors stops the origin with exit code 19 and one line
+// per error naming file, line, column, object and key.
+func TestDLPFileErrorsExit19(t *testing.T) {
+	bin := buildOrigin(t)
+	for _, tc := range []struct {
+		name   string
+		file   string
+		want   []string // each must appear in the output
+		errors int      // lines of errors
+	}{
+		{"connect timeout 0", `[
+  {"object": "Defaults", "ConnectTimeout": 0},
+  {"object": "LdapServer", "name": "L1", "host": "127.0.0.1", "port": 389},
+  {"object": "LdapProxy", "name": "ldapConfiguration", "default": ["L1"]}
+]`, []string{`ldap_proxy.json:2:`, `Defaults`, `"ConnectTimeout"`}, 1},
+		{"bad port and unknown server", `[
+  {"object": "LdapServer", "name": "L1", "host": "127.0.0.1", "port": 70000},
+  {"object": "ProxyRule", "ruleType": "UserRouting", "name": "R1", "condition": "(user=*)", "actions": ["forwardto(NOPE)"]},
+  {"object": "LdapProxy", "name": "ldapConfiguration", "rules": ["R1"], "default": ["L1"]}
+]`, []string{`ldap_proxy.json:2:`, `LdapServer "L1"`, `"port"`, `ldap_proxy.json:3:`, `ProxyRule "R1"`, `NOPE`}, 2},
+		{"json syntax", `[
+  {"object": "LdapServer", "name": "L1" "host": "x"}
+]`, []string{`ldap_proxy.json:2:`}, 1},
+		{"ssl server in proxy mode 1", `[
+  {"object": "LdapServer", "name": "S1", "host": "127.0.0.1", "port": 636, "ssl": 1},
+  {"object": "LdapProxy", "name": "ldapConfiguration", "default": ["S1"]}
+]`, []string{`ldap_proxy.json`, `LdapServer "S1"`, `"ssl"`}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "ldap_proxy.json"), []byte(tc.file), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cfg := `front:
+  listen: ["127.0.0.1:0"]
+  inner: 127.0.0.1:1
+peers_api: ""
+metrics: ""
+core:
+  listen: 127.0.0.1:0
+  config: ldap_proxy.json
+`
+			if err := os.WriteFile(filepath.Join(dir, "origin.yaml"), []byte(cfg), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(bin, "--config", "origin.yaml")
+			cmd.Dir = dir
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != ExitDLP {
+				t.Fatalf("exit: %v, want %d\n%s", err, ExitDLP, out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(string(out), w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+			// One line per error, each starting with the file's position.
+			var errLines int
+			for _, l := range strings.Split(string(out), "\n") {
+				if strings.HasPrefix(l, "origin: ") {
+					errLines++
+					if !strings.HasPrefix(l, "origin: ldap_proxy.json") || strings.Contains(l, "; ldap_proxy.json") {
+						t.Errorf("error line %q is not one error of ldap_proxy.json", l)
+					}
+				}
+			}
+			if errLines != tc.errors {
+				t.Errorf("%d error lines, want %d:\n%s", errLines, tc.errors, out)
+			}
+		})
+	}
+}

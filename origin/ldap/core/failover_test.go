@@ -1,0 +1,222 @@
+package core_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/edgefleet/edgefleet/internal/testbed"
+	"github.com/edgefleet/edgefleet/origin/ldap/core"
+	"github.com/go-ldap/ldap/v3"
+)
+
+// smallBuffers keeps socket buffers small so that a big search is still
+// streaming from the server when the test kills it.
+func smallBuffers(network, address string, c syscall.RawConn) error {
+	var err error
+	c.Control(func(fd uintptr) {
+		err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 8<<10)
+	})
+	return err
+}
+
+// A server killed in the middle of a large search: the client gets the
+// complete result, every entry once, from the next server.
+func TestSearchFailoverMidStream(t *testing.T) {
+	const n = 20000
+	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{LDIF: testbed.DirectoryLDIF(n)})
+	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}, {"L2", sl[1].Addr, false}},
+		rule("ALL", "(user=*)", []string{"L1", "L2"}, `"loadbalance": 0`),
+		proxy([]string{"ALL"}, nil)), func(c *core.Config) {
+		c.DialBackend = func(ctx context.Context, addr string) (net.Conn, error) {
+			d := net.Dialer{Control: smallBuffers}
+			return d.DialContext(ctx, "tcp", addr)
+		}
+	})
+	raw, err := (&net.Dialer{Control: smallBuffers}).Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ldap.NewConn(raw, false)
+	c.Start()
+	defer c.Close()
+	if err := c.Bind(alice, "alice-pw"); err != nil {
+		t.Fatal(err)
+	}
+	resp := c.SearchAsync(context.Background(), ldap.NewSearchRequest("ou=bulk,"+testbed.Suffix, ldap.ScopeWholeSubtree,
+		ldap.NeverDerefAliases, 0, 0, false, "(objectClass=*)", []string{"uid", "description"}, nil), 1)
+	seen := map[string]int{}
+	for resp.Next() {
+		seen[resp.Entry().DN]++
+		if len(seen) == 100 {
+			sl[0].Kill()
+		}
+	}
+	if err := resp.Err(); err != nil {
+		t.Fatalf("search: %v after %d entries", err, len(seen))
+	}
+	if len(seen) != n+1 {
+		t.Errorf("%d distinct entries, want %d", len(seen), n+1)
+	}
+	for dn, k := range seen {
+		if k != 1 {
+			t.Errorf("%s received %d times", dn, k)
+		}
+	}
+	fo := h.logs.lines("failover")
+	if len(fo) != 1 || fo[0]["from"] != "L1" || fo[0]["target"] != "L2" {
+		t.Fatalf("failover lines %v: the kill did not hit the running search", fo)
+	}
+	if got := h.targets("search"); !slices.Equal(got, []string{"L2"}) {
+		t.Errorf("search targets %v", got)
+	}
+	// The connection stays usable, re-bound as alice on L2.
+	who, err := c.WhoAmI(nil)
+	if err != nil || !strings.EqualFold(who.AuthzID, "dn:"+alice) {
+		t.Fatalf("whoami after failover: %+v %v", who, err)
+	}
+}
+
+// countEntries counts uid=name under ou=writes on a server, as the rootdn.
+func countEntries(t *testing.T, s *testbed.Slapd, name string) int {
+	t.Helper()
+	c, err := ldap.DialURL(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Bind(testbed.RootDN, testbed.RootPW); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Search(ldap.NewSearchRequest("ou=writes,"+testbed.Suffix, ldap.ScopeWholeSubtree, ldap.NeverDerefAliases,
+		0, 0, false, "(uid="+name+")", []string{"1.1"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(res.Entries)
+}
+
+func addRequest(name string) *ldap.AddRequest {
+	a := ldap.NewAddRequest("uid="+name+",ou=writes,"+testbed.Suffix, nil)
+	a.Attribute("objectClass", []string{"inetOrgPerson"})
+	a.Attribute("uid", []string{name})
+	a.Attribute("cn", []string{name})
+	a.Attribute("sn", []string{name})
+	return a
+}
+
+// A write fully sent when its server broke has an unknown outcome: 52,
+// never sent twice. A write that could not be sent fails over like a read.
+func TestWriteFailover(t *testing.T) {
+	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{})
+	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}, {"L2", sl[1].Addr, false}},
+		rule("ALICE", "(user="+alice+")", []string{"L1", "L2"}, ""),
+		proxy([]string{"ALICE"}, nil)), nil)
+	c := h.dial(t)
+	if err := c.Bind(alice, "alice-pw"); err != nil {
+		t.Fatal(err)
+	}
+
+	// In flight: L1 freezes, the add is sent and waits, L1 dies.
+	sl[0].Freeze()
+	done := make(chan error, 1)
+	go func() { done <- c.Add(addRequest("w1")) }()
+	time.Sleep(300 * time.Millisecond) // let the core forward it into L1's socket
+	sl[0].Kill()
+	err := <-done
+	var le *ldap.Error
+	if !ldap.IsErrorWithCode(err, ldap.LDAPResultUnavailable) || !strings.Contains(fmt.Sprint(err), "outcome is unknown") {
+		t.Fatalf("add in flight: %v (%T %v), want 52 saying the outcome is unknown", err, le, err)
+	}
+
+	// Not sent: L1 is down now, the next add goes to L2 after a re-bind.
+	if err := c.Add(addRequest("w2")); err != nil {
+		t.Fatalf("add after the failure: %v", err)
+	}
+	if err := sl[0].Start(); err != nil {
+		t.Fatal(err)
+	}
+	if got := countEntries(t, sl[0], "w1") + countEntries(t, sl[1], "w1"); got > 1 {
+		t.Errorf("w1 exists %d times", got)
+	}
+	if got := countEntries(t, sl[1], "w1"); got != 0 {
+		t.Errorf("w1 was sent a second time, to L2")
+	}
+	if got := countEntries(t, sl[1], "w2"); got != 1 {
+		t.Errorf("w2 on L2: %d", got)
+	}
+	if got := h.targets("add"); !slices.Equal(got, []string{"L1", "L2"}) {
+		t.Errorf("add targets %v", got)
+	}
+}
+
+// OperationRouting: writes go to the master while the user's reads stay
+// on their replica; with keepconn the connection then stays on the master.
+func TestOperationRouting(t *testing.T) {
+	for _, tc := range []struct {
+		keep          int
+		searchTargets []string
+	}{
+		{0, []string{"REPLICA", "REPLICA"}},
+		{1, []string{"REPLICA", "MASTER"}},
+	} {
+		t.Run(fmt.Sprintf("keepconn %d", tc.keep), func(t *testing.T) {
+			sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{})
+			h := newHarness(t, dlpFile(3, 60, []server{{"REPLICA", sl[0].Addr, false}, {"MASTER", sl[1].Addr, false}},
+				rule("ALICE", "(user="+alice+")", []string{"REPLICA"}, ""),
+				fmt.Sprintf(`{"object": "ProxyRule", "ruleType": "OperationRouting", "name": "WRITES", "condition": "(|(opr.req.typ=add)(opr.req.typ=delete))", "actions": ["forwardto(MASTER)"], "keepconn": %d}`, tc.keep),
+				proxy([]string{"ALICE", "WRITES"}, nil)), nil)
+			c := h.dial(t)
+			if err := c.Bind(alice, "alice-pw"); err != nil {
+				t.Fatal(err)
+			}
+			search := func() {
+				if _, err := c.Search(ldap.NewSearchRequest(testbed.Suffix, ldap.ScopeBaseObject, ldap.NeverDerefAliases,
+					0, 0, false, "(objectClass=*)", nil, nil)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			search()
+			if err := c.Add(addRequest("op1")); err != nil {
+				t.Fatalf("add as alice on the master (lazy bind): %v", err)
+			}
+			search()
+			if got := h.targets("add"); !slices.Equal(got, []string{"MASTER"}) {
+				t.Errorf("add targets %v", got)
+			}
+			if got := h.targets("search"); !slices.Equal(got, tc.searchTargets) {
+				t.Errorf("search targets %v, want %v", got, tc.searchTargets)
+			}
+			if countEntries(t, sl[1], "op1") != 1 || countEntries(t, sl[0], "op1") != 0 {
+				t.Error("the add did not land on the master only")
+			}
+		})
+	}
+}
+
+// Unbind reaches every backend the client used; the core closes both
+// sides.
+func TestUnbindClosesEverything(t *testing.T) {
+	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{})
+	h := newHarness(t, dlpFile(3, 60, []server{{"REPLICA", sl[0].Addr, false}, {"MASTER", sl[1].Addr, false}},
+		rule("ALICE", "(user="+alice+")", []string{"REPLICA"}, ""),
+		`{"object": "ProxyRule", "ruleType": "OperationRouting", "name": "WRITES", "condition": "(opr.req.typ=add)", "actions": ["forwardto(MASTER)"]}`,
+		proxy([]string{"ALICE", "WRITES"}, nil)), nil)
+	c := h.dial(t)
+	if err := c.Bind(alice, "alice-pw"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Add(addRequest("u1")); err != nil {
+		t.Fatal(err)
+	}
+	c.Unbind()
+	waitFor(t, "unbind", func() bool { return len(h.targets("unbind")) == 1 })
+	if got := h.targets("unbind")[0]; got != "REPLICA,MASTER" && got != "MASTER,REPLICA" {
+		t.Errorf("unbind sent to %q, want both", got)
+	}
+}

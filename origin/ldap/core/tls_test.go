@@ -1,0 +1,146 @@
+package core_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgefleet/edgefleet/internal/testbed"
+	"github.com/edgefleet/edgefleet/origin/ldap/core"
+	"github.com/go-ldap/ldap/v3"
+)
+
+// pki is a throwaway CA with a server certificate for 127.0.0.1 and two
+// client certificates, written as PEM files for ldap-utils.
+type pki struct {
+	dir                  string
+	pool                 *x509.CertPool
+	server, agent, other tls.Certificate
+}
+
+func newPKI(t *testing.T) *pki {
+	t.Helper()
+	p := &pki{dir: t.TempDir(), pool: x509.NewCertPool()}
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	p.pool.AddCert(ca)
+	p.write(t, "ca.pem", "CERTIFICATE", caDER)
+	issue := func(name string, serial int64, server bool) tls.Certificate {
+		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+		if server {
+			tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+			tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kder, _ := x509.MarshalECPrivateKey(key)
+		p.write(t, name+".pem", "CERTIFICATE", der)
+		p.write(t, name+".key", "EC PRIVATE KEY", kder)
+		return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	}
+	p.server = issue("server", 2, true)
+	p.agent = issue("agent", 3, false)
+	p.other = issue("other", 4, false)
+	return p
+}
+
+func (p *pki) write(t *testing.T, name, typ string, der []byte) {
+	if err := os.WriteFile(filepath.Join(p.dir, name), pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (p *pki) path(name string) string { return filepath.Join(p.dir, name) }
+
+func fp(c tls.Certificate) string {
+	sum := sha256.Sum256(c.Certificate[0])
+	return hex.EncodeToString(sum[:])
+}
+
+// mTLS with pinned client certificates, over LDAPS and StartTLS: the pin's
+// agent name is in every log line; an unpinned certificate is refused, and
+// nothing but StartTLS passes before TLS.
+func TestTLSAndPins(t *testing.T) {
+	testbed.Need(t, "ldapwhoami")
+	sl := testbed.StartSlapds(t, 1, testbed.SlapdConfig{})
+	p := newPKI(t)
+	pins, err := core.ParsePins([]byte(fp(p.agent) + " agent-7\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}}, proxy(nil, []string{"L1"})), func(c *core.Config) {
+		c.TLSMode = core.TLSMTLS
+		c.TLS = &tls.Config{Certificates: []tls.Certificate{p.server}}
+		c.Pins = pins
+	})
+
+	t.Run("ldaps", func(t *testing.T) {
+		c, err := ldap.DialURL("ldaps://"+h.addr, ldap.DialWithTLSConfig(&tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{p.agent}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if err := c.Bind(alice, "alice-pw"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("starttls with ldapwhoami", func(t *testing.T) {
+		cmd := exec.Command("ldapwhoami", "-x", "-ZZ", "-H", "ldap://"+h.addr, "-D", alice, "-w", "alice-pw")
+		cmd.Env = append(os.Environ(), "LDAPTLS_CACERT="+p.path("ca.pem"), "LDAPTLS_CERT="+p.path("agent.pem"),
+			"LDAPTLS_KEY="+p.path("agent.key"), "LDAPTLS_REQCERT=demand")
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(strings.ToLower(string(out)), "dn:"+alice) {
+			t.Fatalf("ldapwhoami -ZZ: %v\n%s", err, out)
+		}
+	})
+	t.Run("unpinned certificate", func(t *testing.T) {
+		c, err := ldap.DialURL("ldaps://"+h.addr, ldap.DialWithTLSConfig(&tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{p.other}}))
+		if err == nil {
+			err = c.Bind(alice, "alice-pw")
+			c.Close()
+		}
+		if err == nil {
+			t.Fatal("an unpinned client certificate was accepted")
+		}
+	})
+	t.Run("no TLS", func(t *testing.T) {
+		c := h.dial(t)
+		if err := c.Bind(alice, "alice-pw"); !ldap.IsErrorWithCode(err, ldap.LDAPResultConfidentialityRequired) {
+			t.Fatalf("bind without TLS: %v, want confidentialityRequired", err)
+		}
+	})
+	var agents []string
+	for _, l := range h.logs.lines("ldap op") {
+		if l["op"] == "bind" && l["result"] == "success" {
+			agents = append(agents, l["agent"].(string))
+		}
+	}
+	if len(agents) != 2 || agents[0] != "agent-7" || agents[1] != "agent-7" {
+		t.Errorf("agents of the successful binds: %v, want agent-7 twice", agents)
+	}
+}
