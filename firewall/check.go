@@ -46,8 +46,8 @@ func (fw *Firewall) CheckPlan(p *Plan) (Report, error) {
 			rep.Chains = append(rep.Chains, f.Name+": "+l.first)
 		}
 		for _, j := range l.jumps {
-			if jumpTarget(j) != l.first || j[1] != f.Hook {
-				have = append(have, "# stale jump: "+Rule(j[2:]).Line("-A", j[1]))
+			if !j.primary {
+				have = append(have, "# stale jump: "+Rule(j.args).Line("-A", j.chain))
 			}
 		}
 		for _, c := range l.chains {

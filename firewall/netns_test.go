@@ -151,6 +151,44 @@ func TestDockerUser(t *testing.T) {
 		})
 	})
 
+	t.Run("stale jump and chain", func(t *testing.T) {
+		// A second jump to the live chain further down, and an orphan chain
+		// of an older generation: check reports both, apply clears them.
+		d.Host.Run("iptables", "-A", "DOCKER-USER", "-j", p.Chain())
+		d.Host.Run("iptables", "-N", "EDGEFLEET-0007")
+		d.Host.Run("ip6tables", "-N", "EDGEFLEET-1000")
+		in(t, d.Host, func(fw *Firewall) error {
+			rep, err := fw.Check(c)
+			if err != nil {
+				return err
+			}
+			diff := strings.Join(rep.Diff, "\n")
+			if !strings.Contains(diff, "- # stale jump: -A DOCKER-USER -j EDGEFLEET-1") || !strings.Contains(diff, "- # stale chain: EDGEFLEET-1000") {
+				t.Errorf("check: want the stale jump and chain reported, got\n%s", diff)
+			}
+			q, err := fw.Plan(c)
+			if err != nil {
+				return err
+			}
+			if q.Generation != 1001 {
+				t.Errorf("next generation = %d, want 1001 (after the newest chain of either family)", q.Generation)
+			}
+			if err := fw.Apply(q); err != nil {
+				return err
+			}
+			if rep, err = fw.Check(c); err == nil && !rep.InSync() {
+				t.Errorf("check after apply:\n%s", strings.Join(rep.Diff, "\n"))
+			}
+			return err
+		})
+		if out := d.Host.Run("iptables", "-S"); strings.Count(out, "-j EDGEFLEET-") != 1 || strings.Count(out, "-N EDGEFLEET-") != 2 {
+			// EDGEFLEET-0007 is not a generation name (leading zero): left alone.
+			t.Errorf("after apply:\n%s", out)
+		}
+		d.Host.Run("iptables", "-X", "EDGEFLEET-0007")
+		assertEnforced(t)
+	})
+
 	t.Run("watch restores a flushed DOCKER-USER", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)

@@ -136,10 +136,19 @@ func (fw *Firewall) tables(proto iptables.Protocol) *iptables.IPTables {
 // live is what one family's filter table holds of ours.
 type live struct {
 	hookExists bool
-	chains     []string   // our generation chains, oldest first
-	jumps      [][]string // rules of hook chains jumping to one of ours, as -S args
-	first      string     // the chain hook's rule 1 jumps to, if it is ours
-	rules      []string   // -S lines of the chain `first` (normalised)
+	chains     []string // our generation chains, oldest first
+	jumps      []jump   // rules of the hook chains jumping to one of ours
+	first      string   // the chain hook's rule 1 jumps to, if it is ours
+	rules      []string // -S lines of the chain `first` (normalised)
+}
+
+// jump is one rule jumping to a generation chain.
+type jump struct {
+	chain   string   // the hook chain it sits in
+	pos     int      // its rule number there
+	target  string   // EDGEFLEET-n
+	args    []string // its -S arguments after "-A chain"
+	primary bool     // rule 1 of the plan's hook: the one Apply replaces
 }
 
 // hooks are every chain a jump of ours may sit in (a plan may have moved
@@ -181,8 +190,9 @@ func (fw *Firewall) read(proto iptables.Protocol, hook string) (live, error) {
 			if generation(target) == 0 {
 				continue
 			}
-			l.jumps = append(l.jumps, args)
-			if h == hook && n == 1 {
+			j := jump{chain: h, pos: n, target: target, args: args[2:], primary: h == hook && n == 1}
+			l.jumps = append(l.jumps, j)
+			if j.primary {
 				l.first = target
 			}
 		}
@@ -298,7 +308,7 @@ func (fw *Firewall) Apply(p *Plan) error {
 		if slices.Contains(l.chains, chain) {
 			// A leftover of an interrupted apply of the same generation,
 			// not referenced (else the generation would be higher).
-			if err := fw.dropChain(ipt, f.Hook, chain, l); err != nil {
+			if err := fw.dropChain(ipt, chain, l); err != nil {
 				return fmt.Errorf("%s: %w", f.Name, err)
 			}
 		}
@@ -318,26 +328,31 @@ func (fw *Firewall) Apply(p *Plan) error {
 		if err != nil {
 			return fmt.Errorf("%s: jump from %s: %w", f.Name, f.Hook, err)
 		}
-		if err := fw.cleanup(f.Proto, chain); err != nil {
+		if err := fw.cleanup(f.Proto, f.Hook, chain); err != nil {
 			return fmt.Errorf("%s: %w", f.Name, err)
 		}
 	}
 	return nil
 }
 
-// cleanup deletes every jump to and every generation chain other than keep.
-func (fw *Firewall) cleanup(proto iptables.Protocol, keep string) error {
+// cleanup deletes every jump other than the primary one (rule 1 of hook)
+// to keep, and
+// every generation chain other than keep. Jumps are deleted by number,
+// highest first, so a duplicate of the primary jump goes and the primary
+// stays.
+func (fw *Firewall) cleanup(proto iptables.Protocol, hook, keep string) error {
 	ipt := fw.tables(proto)
-	l, err := fw.read(proto, fw.hook)
+	l, err := fw.read(proto, hook)
 	if err != nil {
 		return err
 	}
-	for _, j := range l.jumps {
-		if jumpTarget(j) == keep {
+	for i := len(l.jumps) - 1; i >= 0; i-- {
+		j := l.jumps[i]
+		if j.primary && j.target == keep {
 			continue
 		}
-		if err := ipt.Delete("filter", j[1], j[2:]...); err != nil {
-			return fmt.Errorf("delete jump %s: %w", strings.Join(j, " "), err)
+		if err := ipt.DeleteById("filter", j.chain, j.pos); err != nil {
+			return fmt.Errorf("delete jump %s: %w", Rule(j.args).Line("-A", j.chain), err)
 		}
 	}
 	for _, c := range l.chains {
@@ -351,10 +366,11 @@ func (fw *Firewall) cleanup(proto iptables.Protocol, keep string) error {
 	return nil
 }
 
-func (fw *Firewall) dropChain(ipt *iptables.IPTables, hook, chain string, l live) error {
-	for _, j := range l.jumps {
-		if jumpTarget(j) == chain {
-			if err := ipt.Delete("filter", j[1], j[2:]...); err != nil {
+// dropChain deletes chain and every jump to it.
+func (fw *Firewall) dropChain(ipt *iptables.IPTables, chain string, l live) error {
+	for i := len(l.jumps) - 1; i >= 0; i-- {
+		if j := l.jumps[i]; j.target == chain {
+			if err := ipt.DeleteById("filter", j.chain, j.pos); err != nil {
 				return err
 			}
 		}
@@ -366,7 +382,7 @@ func (fw *Firewall) dropChain(ipt *iptables.IPTables, hook, chain string, l live
 func (fw *Firewall) Remove() error {
 	var errs []error
 	for _, proto := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
-		if err := fw.cleanup(proto, ""); err != nil {
+		if err := fw.cleanup(proto, "", ""); err != nil {
 			errs = append(errs, err)
 		}
 	}
