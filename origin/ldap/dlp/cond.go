@@ -164,6 +164,9 @@ func (p *condParser) cond(depth int) (Cond, error) {
 			if p.i < len(p.s) && p.s[p.i] == ')' {
 				break
 			}
+			if p.i >= len(p.s) {
+				return nil, p.errf("missing ')' at the end of the condition")
+			}
 			sub, err := p.cond(depth + 1)
 			if err != nil {
 				return nil, err

@@ -81,6 +81,9 @@ func (e *syntaxError) Error() string { return e.msg }
 
 // stripComments blanks out comments, rune for rune, keeping newlines, so
 // that every line and column (counted in characters) is where it was.
+// Offsets into the result, not into src, are what position converts. On
+// error the result is the text up to the problem followed by the rest of
+// src, and the error's offset is in it.
 func stripComments(src string) (string, *syntaxError) {
 	var b strings.Builder
 	b.Grow(len(src))
@@ -121,7 +124,9 @@ func stripComments(src string) (string, *syntaxError) {
 		case c == '/' && i+1 < len(src) && src[i+1] == '*':
 			j := strings.Index(src[i+2:], "*/")
 			if j < 0 {
-				return "", &syntaxError{i, "unterminated /* comment"}
+				off := b.Len()
+				b.WriteString(src[i:])
+				return b.String(), &syntaxError{off, "unterminated /* comment"}
 			}
 			blank(src[i : i+2+j+2])
 			i += 2 + j + 2

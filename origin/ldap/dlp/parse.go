@@ -29,16 +29,16 @@ func ParseFile(path string) (*File, error) {
 // only error reported.
 func Parse(path string, data []byte) (*File, error) {
 	text := strings.TrimPrefix(string(data), "\ufeff")
-	root, serr := parseText(text)
+	stripped, root, serr := parseText(text)
 	if serr != nil {
-		return nil, ErrorList{syntaxErr(path, text, serr)}
+		return nil, ErrorList{syntaxErr(path, stripped, serr)}
 	}
 	if codeSet(root) == 0 {
 		// Latin-1 file: convert all of it and parse again. Positions do not
 		// move: every byte was one character and still is.
-		text = latin1ToUTF8([]byte(strings.TrimPrefix(string(data), "\ufeff")))
-		if root, serr = parseText(text); serr != nil {
-			return nil, ErrorList{syntaxErr(path, text, serr)}
+		text = latin1ToUTF8([]byte(text))
+		if stripped, root, serr = parseText(text); serr != nil {
+			return nil, ErrorList{syntaxErr(path, stripped, serr)}
 		}
 	} else if !utf8.ValidString(text) {
 		off := 0
@@ -51,7 +51,7 @@ func Parse(path string, data []byte) (*File, error) {
 		}
 		return nil, ErrorList{syntaxErr(path, text, &syntaxError{off, `invalid UTF-8; a Latin-1 file needs "JSONCodeSet": 0 in its Defaults object`})}
 	}
-	b := &builder{path: path, text: text, f: &File{
+	b := &builder{path: path, text: stripped, f: &File{
 		Path:      path,
 		Defaults:  DefaultDefaults(),
 		Servers:   map[string]*Server{},
@@ -69,12 +69,15 @@ func Parse(path string, data []byte) (*File, error) {
 	return b.f, nil
 }
 
-func parseText(text string) (*node, *syntaxError) {
+// parseText strips comments and parses; offsets in the result (and in the
+// error) are offsets in the returned stripped text.
+func parseText(text string) (string, *node, *syntaxError) {
 	stripped, err := stripComments(text)
 	if err != nil {
-		return nil, err
+		return stripped, nil, err
 	}
-	return parseJSON(stripped)
+	root, err := parseJSON(stripped)
+	return stripped, root, err
 }
 
 func syntaxErr(path, text string, e *syntaxError) *Error {
@@ -124,7 +127,7 @@ var algorithms = []string{"failover", "optimal", "proportional", "saturation", "
 
 type builder struct {
 	path string
-	text string
+	text string // the file without comments: offsets are into it
 	f    *File
 	errs ErrorList
 
