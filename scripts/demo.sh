@@ -156,17 +156,20 @@ SEARCH=(env LDAPTLS_CACERT="$DIR/ca.pem" LDAPTLS_CERT="$DIR/agent.pem" LDAPTLS_K
 	ldapsearch -H "ldaps://127.0.0.2:$EDGE_PORT" -x -D "uid=alice,ou=people,$SUFFIX" -w alice-pw
 	-b "ou=people,$SUFFIX" -LLL "(uid=bob)" cn)
 say "an agent's ldapsearch through edge-a (LDAPS with the agent certificate)"
-echo "\$ ${SEARCH[*]}"
+printf '$'; printf ' %q' "${SEARCH[@]}"; echo
 "${SEARCH[@]}"
 
-say "the core's log lines for it: claimed (the client, from the edge's PROXY header) vs measured (the edge)"
+say "the core's log lines for it"
+echo "claimed  = the agent's address as edge-a saw it (from edge-a's PROXY v2 header)"
+echo "measured = the address the origin's socket saw: edge-a's own connection"
+echo "(on loopback every source address is 127.0.0.1, so only the ports differ; on a network they are two hosts)"
 sleep 0.3
 grep 'msg="ldap op"' origin.log | grep -E 'op=(bind|search)' || { echo "demo: no core log line" >&2; cat origin.log; exit 1; }
 say "the front's line for the same connection"
 grep -E 'claimed=' origin.log | grep -v 'msg="ldap op"' | tail -1 || true
 
 say "try it by hand (the demo keeps running; Ctrl-C stops and cleans up)"
-echo "  ${SEARCH[*]}"
+printf ' '; printf ' %q' "${SEARCH[@]}"; echo
 echo "  or through edge-b: replace 127.0.0.2 with 127.0.0.3"
 echo "  peers: curl -s http://$PEERS/peers   backends: curl -s http://$PEERS/backends"
 echo "  logs: $DIR/origin.log"
