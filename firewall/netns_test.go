@@ -383,6 +383,16 @@ func TestWatchWaitsForDockerUser(t *testing.T) {
 	c.Ports = []int{port}
 	c.Interface = "eth0"
 	c.Edges = []Edge{{Name: "edge-1", IPv4: "198.51.100.10", IPv6: "2001:db8:e::10"}}
+	offline, err := NewPlan(c, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in(t, ns, func(fw *Firewall) error {
+		if err := fw.Apply(offline); err == nil || !strings.Contains(err.Error(), "has no DOCKER-USER chain: refusing to create it") {
+			t.Errorf("Apply of a plan without CreateChain on a host without DOCKER-USER: err = %v", err)
+		}
+		return nil
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

@@ -19,6 +19,8 @@ type Family struct {
 	Proto iptables.Protocol // which of iptables / ip6tables
 	Hook  string            // the chain the jump sits in
 	Rules []Rule            // the generation chain's content, in order
+	// CreateHook lets Apply create a missing hook chain (Config.CreateChain).
+	CreateHook bool
 }
 
 // Plan is a complete rule set for one generation: what Apply installs and
@@ -106,7 +108,7 @@ func NewPlan(c Config, gen int) (*Plan, error) {
 		sources []source
 		is4     bool
 	}{{"IPv4", iptables.ProtocolIPv4, v4, true}, {"IPv6", iptables.ProtocolIPv6, v6, false}} {
-		f := Family{Name: fam.name, Proto: fam.proto, Hook: c.Chain}
+		f := Family{Name: fam.name, Proto: fam.proto, Hook: c.Chain, CreateHook: c.CreateChain}
 		f.Rules = append(f.Rules, Rule{"-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED",
 			"-m", "comment", "--comment", commentReplies, "-j", "RETURN"})
 		// The pin: which inbound connections the port rules are about.

@@ -291,7 +291,8 @@ func (fw *Firewall) Plan(c Config) (*Plan, error) {
 // Apply installs p: per family, the generation chain is built completely,
 // then the jump at position 1 of the hook chain is replaced by one jumping
 // to it (one atomic rule replacement: traffic sees either the old rule set
-// or the new one), then the old jumps and chains are deleted.
+// or the new one), then the old jumps and chains are deleted. A missing
+// hook chain is created only when the plan says so (Config.CreateChain).
 func (fw *Firewall) Apply(p *Plan) error {
 	chain := p.Chain()
 	for _, f := range p.Families {
@@ -301,6 +302,9 @@ func (fw *Firewall) Apply(p *Plan) error {
 			return fmt.Errorf("%s: %w", f.Name, err)
 		}
 		if !l.hookExists {
+			if !f.CreateHook {
+				return fmt.Errorf("%s: %s has no %s chain: refusing to create it", f.Name, binary(fw.backend, f.Proto), f.Hook)
+			}
 			if err := ipt.NewChain("filter", f.Hook); err != nil {
 				return fmt.Errorf("%s: create %s: %w", f.Name, f.Hook, err)
 			}
@@ -336,10 +340,9 @@ func (fw *Firewall) Apply(p *Plan) error {
 }
 
 // cleanup deletes every jump other than the primary one (rule 1 of hook)
-// to keep, and
-// every generation chain other than keep. Jumps are deleted by number,
-// highest first, so a duplicate of the primary jump goes and the primary
-// stays.
+// to keep, and every generation chain other than keep. Jumps are deleted
+// by number, highest first, so a duplicate of the primary jump goes and
+// the primary stays.
 func (fw *Firewall) cleanup(proto iptables.Protocol, hook, keep string) error {
 	ipt := fw.tables(proto)
 	l, err := fw.read(proto, hook)
