@@ -97,7 +97,7 @@ func Load(fs *pflag.FlagSet, path string, out any) error {
 		WeaklyTypedInput: true,
 		DecodeHook: mapstructure.ComposeDecodeHookFunc(
 			durationHook,
-			mapstructure.StringToSliceHookFunc(","),
+			splitHook,
 			mapstructure.TextUnmarshallerHookFunc(),
 		),
 	})
@@ -132,6 +132,23 @@ func durationHook(from, to reflect.Type, data any) (any, error) {
 		return nil, fmt.Errorf("bad duration %v: give a unit (e.g. %vs)", d, d)
 	}
 	return data, nil
+}
+
+// splitHook turns "a,b" (how lists arrive from the environment and flags)
+// into a list of any element type; the elements then convert as usual.
+func splitHook(from, to reflect.Type, data any) (any, error) {
+	if from.Kind() != reflect.String || to.Kind() != reflect.Slice || to.Elem().Kind() == reflect.Uint8 {
+		return data, nil
+	}
+	s := strings.TrimSpace(data.(string))
+	if s == "" {
+		return []string{}, nil
+	}
+	parts := strings.Split(s, ",")
+	for i := range parts {
+		parts[i] = strings.TrimSpace(parts[i])
+	}
+	return parts, nil
 }
 
 // flatten calls fn for every leaf of the struct v with its dotted key.
@@ -189,7 +206,15 @@ func isPrefix(k string, keys map[string]reflect.Type) bool {
 // oneLine folds multi-error messages (mapstructure lists one per line) into
 // a single line, so a bad configuration prints exactly one line.
 func oneLine(err error) error {
-	msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
-	msg = strings.ReplaceAll(msg, "decoding failed due to the following error(s): ; ", "")
-	return errors.New(msg)
+	msg := err.Error()
+	if _, rest, ok := strings.Cut(msg, "error(s):"); ok {
+		msg = rest
+	}
+	var lines []string
+	for _, l := range strings.Split(msg, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	return errors.New(strings.Join(lines, "; "))
 }

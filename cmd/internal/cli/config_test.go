@@ -14,7 +14,8 @@ type sample struct {
 	Front   struct {
 		Inner string `mapstructure:"inner"`
 	} `mapstructure:"front"`
-	Log Log `mapstructure:"log"`
+	Ports []int `mapstructure:"ports"`
+	Log   Log   `mapstructure:"log"`
 }
 
 func defaults() sample {
@@ -36,6 +37,8 @@ func TestLoad(t *testing.T) {
 		{name: "env wins over file", yaml: "timeout: 1s\n", env: "EDGEFLEET_FRONT_INNER=127.0.0.1:7,EDGEFLEET_TIMEOUT=2s",
 			check: func(s sample) bool { return s.Timeout == 2*time.Second && s.Front.Inner == "127.0.0.1:7" }},
 		{name: "env list", env: "EDGEFLEET_LISTEN=:1;:2", check: func(s sample) bool { return len(s.Listen) == 2 }},
+		{name: "env int list", env: "EDGEFLEET_PORTS=636;8636", check: func(s sample) bool { return len(s.Ports) == 2 && s.Ports[1] == 8636 }},
+		{name: "bad int", yaml: "ports: [x]\n", wantErr: `'ports[0]'`},
 		{name: "unknown top key", yaml: "timeout: 1s\nbogus: 1\n", wantErr: `unknown key "bogus"`},
 		{name: "unknown nested key", yaml: "front:\n  innr: x\n", wantErr: `unknown key "front.innr"`},
 		{name: "bad duration", yaml: "timeout: soon\n", wantErr: `bad duration "soon"`},
@@ -57,7 +60,7 @@ func TestLoad(t *testing.T) {
 			s := defaults()
 			err := Load(nil, path, &s)
 			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || strings.Contains(err.Error(), "\n") {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "decoding failed") {
 					t.Fatalf("err = %v, want one line containing %q", err, tc.wantErr)
 				}
 				return
