@@ -17,11 +17,16 @@ type atv struct{ typ, val string } // val decoded, lower-cased
 
 // NormalizeDN returns the canonical form of dn used in every comparison.
 // "" (the anonymous identity) stays "". A string that is not a valid DN is
-// only lower-cased and trimmed, so it can never equal a valid one.
+// only lower-cased and trimmed, so it can never equal a valid one (unless
+// lower-casing made it valid, e.g. a Kelvin sign turning into 'k': then it
+// is that DN's canonical form). NormalizeDN(NormalizeDN(x)) == NormalizeDN(x).
 func NormalizeDN(dn string) string {
 	rdns, err := parseDN(dn)
 	if err != nil {
-		return strings.ToLower(strings.TrimSpace(dn))
+		low := strings.ToLower(strings.TrimSpace(dn))
+		if rdns, err = parseDN(low); err != nil {
+			return low
+		}
 	}
 	return formatDN(rdns)
 }

@@ -1,0 +1,58 @@
+package dlp_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
+)
+
+// FuzzParseFile: any bytes give a File or an ErrorList, never a panic, and
+// every error has a position.
+func FuzzParseFile(f *testing.F) {
+	files, _ := filepath.Glob(filepath.Join("testdata", "*.json"))
+	for _, p := range files {
+		if b, err := os.ReadFile(p); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file, err := dlp.Parse("f.json", data)
+		if err == nil {
+			if file == nil {
+				t.Fatal("nil file without error")
+			}
+			return
+		}
+		var list dlp.ErrorList
+		if !errors.As(err, &list) || len(list) == 0 {
+			t.Fatalf("error %T %v", err, err)
+		}
+		for _, e := range list {
+			if e.Line < 1 || e.Col < 1 {
+				t.Fatalf("no position: %v", e)
+			}
+		}
+	})
+}
+
+// FuzzCond: conditions parse or fail cleanly; DN normalisation is
+// idempotent.
+func FuzzCond(f *testing.F) {
+	for _, s := range []string{"(user=cn=a,o=b)", "(&(user:node=o=b)(!(opr.req.typ=add)))", "(user:regex=^cn=(a|b)\\))", `(user=cn=J\C3\BCrgen+sn=x;o=y)`, "(search.req.baseObject=)"} {
+		f.Add(s, "cn=A , o=B")
+	}
+	f.Fuzz(func(t *testing.T, cond, dn string) {
+		n := dlp.NormalizeDN(dn)
+		if dlp.NormalizeDN(n) != n {
+			t.Fatalf("NormalizeDN not idempotent: %q → %q → %q", dn, n, dlp.NormalizeDN(n))
+		}
+		c, err := dlp.ParseCond(cond)
+		if err != nil {
+			return
+		}
+		c.Match(&dlp.Ctx{User: n, Op: "search", BaseObject: n})
+	})
+}
