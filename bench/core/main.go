@@ -19,6 +19,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,10 +36,21 @@ import (
 )
 
 func main() {
-	dur := flag.Duration("d", 3*time.Second, "duration of each measurement")
+	dur := flag.Duration("d", time.Second, "duration of each sample")
+	rounds := flag.Int("r", 3, "samples per cell; targets alternate, the median is reported")
 	clients := flag.String("c", "1,16,64", "comma-separated numbers of concurrent clients")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (core included) to this file")
 	flag.Parse()
-	if err := run(*dur, *clients); err != nil {
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench/core:", err)
+			os.Exit(1)
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
+	if err := run(*dur, *rounds, *clients); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/core:", err)
 		os.Exit(1)
 	}
@@ -44,7 +58,7 @@ func main() {
 
 type target struct{ name, addr string }
 
-func run(dur time.Duration, clientList string) error {
+func run(dur time.Duration, rounds int, clientList string) error {
 	var counts []int
 	for _, s := range strings.Split(clientList, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -94,18 +108,26 @@ func run(dur time.Duration, clientList string) error {
 	defer stop()
 	targets := []target{{"direct slapd", l1.Addr}, {"core", coreAddr}, {"back-ldap", backLDAP.Addr}}
 
-	fmt.Printf("LDAP core benchmark: %d s per cell, %s; slapd %s\n\n", int(dur.Seconds()), time.Now().UTC().Format(time.RFC3339), slapdVersion())
+	fmt.Printf("LDAP core benchmark, %s: %d samples of %v per target and cell, alternating targets, medians; %d CPUs\n\n",
+		time.Now().UTC().Format(time.RFC3339), rounds, dur, runtime.NumCPU())
 	fmt.Println("| workload | clients | direct slapd ops/s | core ops/s | back-ldap ops/s | core ÷ back-ldap | core ÷ direct |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
 	for _, wl := range []string{"bind+search", "search"} {
 		for _, n := range counts {
-			rates := make([]float64, len(targets))
-			for i, tg := range targets {
-				r, err := measure(tg.addr, wl, n, dur)
-				if err != nil {
-					return fmt.Errorf("%s %s %d clients: %w", tg.name, wl, n, err)
+			samples := make([][]float64, len(targets))
+			for range rounds {
+				for i, tg := range targets {
+					r, err := measure(tg.addr, wl, n, dur)
+					if err != nil {
+						return fmt.Errorf("%s %s %d clients: %w", tg.name, wl, n, err)
+					}
+					samples[i] = append(samples[i], r)
 				}
-				rates[i] = r
+			}
+			rates := make([]float64, len(targets))
+			for i, s := range samples {
+				slices.Sort(s)
+				rates[i] = s[len(s)/2]
 			}
 			fmt.Printf("| %s | %d | %.0f | %.0f | %.0f | %.2f× | %.2f× |\n", wl, n, rates[0], rates[1], rates[2],
 				rates[1]/rates[2], rates[1]/rates[0])
@@ -113,14 +135,6 @@ func run(dur time.Duration, clientList string) error {
 	}
 	fmt.Println("\nops/s: bind+search counts one bind and one search as one operation pair; search counts searches (bound once).")
 	return nil
-}
-
-func slapdVersion() string {
-	p, err := testbed.Path("slapd")
-	if err != nil {
-		return "?"
-	}
-	return p
 }
 
 // startCore runs the core in this process, routing everyone to the first

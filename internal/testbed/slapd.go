@@ -132,6 +132,9 @@ func slapdConf(dir string, cfg SlapdConfig) string {
 		return b.String()
 	}
 	b.WriteString("moduleload back_mdb\n")
+	// SASL CRAM-MD5 and DIGEST-MD5 against the cleartext userPassword of
+	// uid=<name>,ou=people.
+	fmt.Fprintf(&b, "sasl-auxprops slapd\nauthz-regexp \"uid=([^,]*),cn=[^,]*,cn=auth\" \"uid=$1,ou=people,%s\"\n", Suffix)
 	fmt.Fprintf(&b, "database mdb\nmaxsize 1073741824\nsuffix %q\nrootdn %q\nrootpw %s\ndirectory %s\n",
 		Suffix, RootDN, RootPW, filepath.Join(dir, "db"))
 	b.WriteString("sizelimit unlimited\nindex objectClass eq\nindex uid eq\n")

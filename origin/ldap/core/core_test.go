@@ -344,3 +344,27 @@ func ExampleParsePins() {
 	fmt.Println(pins[strings.Repeat("ab", 32)])
 	// Output: agent-7
 }
+
+// A multi-step SASL bind (CRAM-MD5: challenge, then response) stays on
+// one backend even when round robin would move the next bind elsewhere.
+func TestMultiStepSASLStaysOnOneBackend(t *testing.T) {
+	testbed.Need(t, "ldapwhoami")
+	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{})
+	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}, {"L2", sl[1].Addr, false}},
+		rule("ALL", "(user=*)", []string{"L1", "L2"}, `"loadbalance": 1`),
+		proxy([]string{"ALL"}, nil)), nil)
+	for range 2 {
+		out, err := exec.Command("ldapwhoami", "-H", "ldap://"+h.addr, "-Y", "CRAM-MD5", "-U", "alice", "-w", "alice-pw", "-N").CombinedOutput()
+		if err != nil || !strings.Contains(strings.ToLower(string(out)), "dn:"+alice) {
+			t.Fatalf("ldapwhoami -Y CRAM-MD5: %v\n%s", err, out)
+		}
+	}
+	waitFor(t, "two unbinds", func() bool { return len(h.targets("unbind")) == 2 })
+	binds, whoami := h.targets("bind"), h.targets("extended")
+	if want := []string{"L1", "L1", "L2", "L2"}; !slices.Equal(binds, want) {
+		t.Errorf("bind steps went to %v, want %v", binds, want)
+	}
+	if want := []string{"L1", "L2"}; !slices.Equal(whoami, want) {
+		t.Errorf("whoami went to %v, want %v", whoami, want)
+	}
+}
