@@ -41,7 +41,9 @@ type Message struct {
 const MaxFilterDepth = 64
 
 // Parse decodes the parts of an LDAPMessage that routing needs. raw must be
-// exactly one PDU (as returned by Reader.Next); Message.Raw aliases it.
+// exactly one PDU (as returned by Reader.Next). Raw, BindPassword and
+// SASLCreds alias raw (the strings are copies): clone a Reader's slice
+// before parsing it if the Message outlives the next Reader.Next.
 // Unknown protocolOp tags are not an error (the element is checked for
 // framing only); structure errors in known operations are *ProtocolError.
 func Parse(raw []byte) (*Message, error) {
