@@ -56,6 +56,9 @@ type SlapdConfig struct {
 	Proxy []string
 	// Threads is slapd's thread count (0: slapd's default).
 	Threads int
+	// TLSCert and TLSKey (PEM files), when set, make slapd serve LDAPS
+	// (URL is then ldaps://…).
+	TLSCert, TLSKey string
 }
 
 // Slapd is one slapd process serving ldap://Addr/ from Dir. Stop or Kill
@@ -84,6 +87,9 @@ func NewSlapd(dir string, cfg SlapdConfig) (*Slapd, error) {
 	s.Addr = ln.Addr().String()
 	ln.Close()
 	s.URL = "ldap://" + s.Addr
+	if cfg.TLSCert != "" {
+		s.URL = "ldaps://" + s.Addr
+	}
 	conf := slapdConf(dir, cfg)
 	if err := os.WriteFile(filepath.Join(dir, "slapd.conf"), []byte(conf), 0o600); err != nil {
 		return nil, err
@@ -124,6 +130,9 @@ func slapdConf(dir string, cfg SlapdConfig) string {
 	b.WriteString("modulepath /usr/lib/ldap\n")
 	if cfg.Threads > 0 {
 		fmt.Fprintf(&b, "threads %d\n", cfg.Threads)
+	}
+	if cfg.TLSCert != "" {
+		fmt.Fprintf(&b, "TLSCertificateFile %s\nTLSCertificateKeyFile %s\n", cfg.TLSCert, cfg.TLSKey)
 	}
 	if len(cfg.Proxy) > 0 {
 		b.WriteString("moduleload back_ldap\n")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/edgefleet/edgefleet/origin/ldap/core"
+	"github.com/edgefleet/edgefleet/origin/ldap/wire"
 	"github.com/go-ldap/ldap/v3"
 )
 
@@ -219,4 +220,69 @@ func TestUnbindClosesEverything(t *testing.T) {
 	if got := h.targets("unbind")[0]; got != "REPLICA,MASTER" && got != "MASTER,REPLICA" {
 		t.Errorf("unbind sent to %q, want both", got)
 	}
+}
+
+// Abandon goes to the backend holding the operation; message ids pass
+// through; the connection goes on.
+func TestAbandon(t *testing.T) {
+	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{LDIF: testbed.DirectoryLDIF(3000)})
+	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}, {"L2", sl[1].Addr, false}},
+		rule("ALICE", "(user="+alice+")", []string{"L2"}, ""),
+		proxy([]string{"ALICE"}, []string{"L1"})), nil)
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	rd := wire.NewReader(c)
+	c.Write(wire.BindRequest(7, alice, []byte("alice-pw")))
+	if raw, err := rd.Next(); err != nil {
+		t.Fatal(err)
+	} else if m, _ := wire.Parse(raw); m.ID != 7 || m.ResultCode != 0 {
+		t.Fatalf("bind answer %+v", m)
+	}
+	c.Write(searchPDU(8, "ou=bulk,"+testbed.Suffix))
+	if raw, err := rd.Next(); err != nil {
+		t.Fatal(err)
+	} else if m, _ := wire.Parse(raw); m.ID != 8 {
+		t.Fatalf("first search answer has id %d, want 8", m.ID)
+	}
+	c.Write([]byte{0x30, 0x06, 0x02, 0x01, 0x09, 0x50, 0x01, 0x08}) // abandon 8
+	c.Write(searchPDU(10, alice))
+	for {
+		raw, err := rd.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := wire.Parse(raw)
+		if m.ID == 10 && m.Op == wire.TagSearchResultDone {
+			if m.ResultCode != 0 {
+				t.Fatalf("search after abandon: %s", wire.ResultName(m.ResultCode))
+			}
+			break
+		}
+		if m.ID != 8 && m.ID != 10 {
+			t.Fatalf("answer with message id %d", m.ID)
+		}
+	}
+	if got := h.targets("abandon"); !slices.Equal(got, []string{"L2"}) {
+		t.Errorf("abandon went to %v, want [L2]", got)
+	}
+}
+
+// searchPDU is a subtree search for (objectClass=*) under base, no
+// attributes.
+func searchPDU(id int32, base string) []byte {
+	tlv := func(tag byte, v []byte) []byte {
+		n := len(v)
+		if n < 0x80 {
+			return append([]byte{tag, byte(n)}, v...)
+		}
+		return append([]byte{tag, 0x82, byte(n >> 8), byte(n)}, v...)
+	}
+	cat := func(parts ...[]byte) []byte { return slices.Concat(parts...) }
+	body := cat(tlv(0x04, []byte(base)), tlv(0x0a, []byte{2}), tlv(0x0a, []byte{0}), tlv(0x02, []byte{0}),
+		tlv(0x02, []byte{0}), tlv(0x01, []byte{0}), tlv(0x87, []byte("objectClass")), tlv(0x30, tlv(0x04, []byte("1.1"))))
+	return tlv(0x30, cat(tlv(0x02, []byte{byte(id)}), tlv(0x63, body)))
 }

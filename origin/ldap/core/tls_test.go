@@ -144,3 +144,38 @@ func TestTLSAndPins(t *testing.T) {
 		t.Errorf("agents of the successful binds: %v, want agent-7 twice", agents)
 	}
 }
+
+// Proxy mode 2 talks LDAPS to ssl:1 servers and verifies them against
+// backend_ca; a server whose certificate does not verify is a connect
+// failure (OFFLINE, failover).
+func TestProxyMode2LDAPSBackends(t *testing.T) {
+	p := newPKI(t)
+	sl := testbed.StartSlapds(t, 1, testbed.SlapdConfig{TLSCert: p.path("server.pem"), TLSKey: p.path("server.key")})
+	plain := testbed.StartSlapds(t, 1, testbed.SlapdConfig{})
+	for _, tc := range []struct {
+		name   string
+		pool   *x509.CertPool
+		target string
+	}{
+		{"verified", p.pool, "S1"},
+		{"unknown CA", x509.NewCertPool(), "PLAIN"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, dlpFile(3, 60, []server{{"S1", sl[0].Addr, true}, {"PLAIN", plain[0].Addr, false}},
+				proxy(nil, []string{"S1", "PLAIN"})), func(c *core.Config) {
+				c.ProxyMode = 2
+				c.BackendTLS = &tls.Config{RootCAs: tc.pool}
+			})
+			c := h.dial(t)
+			if err := c.Bind(alice, "alice-pw"); err != nil {
+				t.Fatal(err)
+			}
+			if got := h.targets("bind"); len(got) != 1 || got[0] != tc.target {
+				t.Errorf("bind went to %v, want %s", got, tc.target)
+			}
+			if offline := h.srv.Health().Offline("S1"); offline != (tc.target != "S1") {
+				t.Errorf("S1 offline = %v", offline)
+			}
+		})
+	}
+}
