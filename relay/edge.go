@@ -140,7 +140,7 @@ func (e *Edge) Serve(ln net.Listener) error {
 			return err
 		}
 		backoff = 0
-		go e.HandleConn(c)
+		go e.relay(c, nil)
 	}
 }
 
@@ -151,6 +151,20 @@ func isTemporary(err error) bool {
 
 // HandleConn relays one client connection and returns when it is closed.
 func (e *Edge) HandleConn(c net.Conn) {
+	over := make(chan struct{})
+	e.relay(c, func() { close(over) })
+	<-over
+}
+
+// relay connects c to an origin and returns as soon as the bytes flow (or
+// c was turned away); over, when not nil, is called once the connection is
+// finished. Serve runs it in a goroutine of its own that then exits: the
+// dial and the header grow that goroutine's stack, and an idle connection
+// should keep only splice's two copying goroutines, which start small.
+func (e *Edge) relay(c net.Conn, over func()) {
+	if over == nil {
+		over = func() {}
+	}
 	start := time.Now()
 	rc := &conn{client: c}
 	e.mu.Lock()
@@ -158,17 +172,18 @@ func (e *Edge) HandleConn(c net.Conn) {
 	case e.closing:
 		e.mu.Unlock()
 		c.Close()
+		over()
 		return
 	case len(e.conns) >= e.cfg.MaxConns:
 		e.mu.Unlock()
 		c.Close()
 		e.m.total[ResultMaxConns].Inc()
+		over()
 		return
 	}
 	e.conns[rc] = struct{}{}
 	e.mu.Unlock()
 	e.m.active.Inc()
-	defer e.done(rc)
 
 	setKeepalive(c, e.cfg.Keepalive)
 	id := rand.Text()
@@ -183,14 +198,17 @@ func (e *Edge) HandleConn(c net.Conn) {
 			server.Close()
 		}
 		e.m.total[ResultDrain].Inc()
+		e.done(rc)
+		over()
 		return
 	case err != nil:
 		c.Close()
 		e.m.total[ResultNoOrigin].Inc()
+		e.done(rc)
+		over()
 		return
 	}
 
-	var res splice.Result
 	hdr, err := proxyHeader(e.cfg.ProxyProtocol, c.RemoteAddr(), c.LocalAddr(), id, e.cfg.Name)
 	if err == nil && hdr != nil {
 		_, err = server.Write(hdr) // one write, before any payload byte
@@ -198,11 +216,20 @@ func (e *Edge) HandleConn(c net.Conn) {
 	if err != nil {
 		c.Close()
 		server.Close()
-		res = splice.Result{Reason: ResultServerError, Err: fmt.Errorf("write proxy header: %w", err)}
-	} else {
-		res = splice.Join(c, server)
+		e.closed(rc, id, addr, start, splice.Result{Reason: ResultServerError, Err: fmt.Errorf("write proxy header: %w", err)})
+		over()
+		return
 	}
+	splice.Start(c, server, func(res splice.Result) {
+		e.closed(rc, id, addr, start, res)
+		over()
+	})
+}
 
+// closed accounts for a finished connection: metrics, and one log line
+// unless it carried nothing.
+func (e *Edge) closed(rc *conn, id, origin string, start time.Time, res splice.Result) {
+	defer e.done(rc)
 	e.m.up.Add(float64(res.Up))
 	e.m.down.Add(float64(res.Down))
 	reason := res.Reason
@@ -221,8 +248,8 @@ func (e *Edge) HandleConn(c net.Conn) {
 	}
 	attrs := []any{
 		"id", id,
-		"client", c.RemoteAddr().String(),
-		"origin", addr,
+		"client", rc.client.RemoteAddr().String(),
+		"origin", origin,
 		"bytes_up", res.Up,
 		"bytes_down", res.Down,
 		"duration", time.Since(start).Round(time.Millisecond),

@@ -30,6 +30,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,9 +64,10 @@ var (
 
 // target is one way from the client to the backend.
 type target struct {
-	name string
-	addr string
-	pid  int // the relay process; 0 for direct
+	name    string
+	addr    string
+	pid     int    // the relay process; 0 for direct
+	metrics string // the edge's metrics endpoint, for the Go runtime's view of the idle cost
 }
 
 // result is what was measured for one target.
@@ -127,7 +129,7 @@ func run() error {
 		case "direct":
 			t.addr = backend
 		case "edge":
-			t.addr, cmd, err = startEdge(dir, backend)
+			t.addr, t.metrics, cmd, err = startEdge(dir, backend)
 		case "haproxy":
 			t.addr, cmd, err = startHAProxy(dir, backend)
 		case "nginx":
@@ -308,18 +310,46 @@ func lookPath(b string) (string, error) {
 
 // startEdge runs our edge with its defaults except the addresses; it logs
 // one line per connection to a file, as in production.
-func startEdge(dir, backend string) (string, *exec.Cmd, error) {
-	addr, err := freeAddr()
-	if err != nil {
-		return "", nil, err
+func startEdge(dir, backend string) (addr, metrics string, cmd *exec.Cmd, err error) {
+	if addr, err = freeAddr(); err != nil {
+		return
 	}
-	cfg := fmt.Sprintf("name: bench-edge\nlisten: ['%s']\norigins: ['%s']\nmetrics: ''\nproxy_protocol: v2\n", addr, backend)
+	if metrics, err = freeAddr(); err != nil {
+		return
+	}
+	cfg := fmt.Sprintf("name: bench-edge\nlisten: ['%s']\norigins: ['%s']\nmetrics: '%s'\nproxy_protocol: v2\n", addr, backend, metrics)
 	path := filepath.Join(dir, "edge.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		return "", nil, err
+	if err = os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		return
 	}
-	cmd, err := start(dir, "edge", *edgeBin, "--config", path)
-	return addr, cmd, err
+	cmd, err = start(dir, "edge", *edgeBin, "--config", path)
+	return
+}
+
+// goStats scrapes the Go runtime's own figures from the edge's metrics
+// endpoint: goroutines, stack bytes and heap bytes in use.
+func goStats(url string) map[string]float64 {
+	m := map[string]float64{}
+	if url == "" {
+		return m
+	}
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Get("http://" + url + "/metrics")
+	if err != nil {
+		return m
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 2 {
+			switch f[0] {
+			case "go_goroutines", "go_memstats_stack_inuse_bytes", "go_memstats_heap_inuse_bytes":
+				m[f[0]], _ = strconv.ParseFloat(f[1], 64)
+			}
+		}
+	}
+	return m
 }
 
 func startHAProxy(dir, backend string) (string, *exec.Cmd, error) {
@@ -497,7 +527,9 @@ func echoOnce(addr string, b []byte) error {
 func idleCost(t *target, n int) (ok int, rssKiB, fds float64, note string) {
 	settle := func() { time.Sleep(time.Second) }
 	settle()
+	go0 := goStats(t.metrics)
 	rss0, fd0 := procStats(t.pid)
+	pipes0 := pipeFDs(t.pid)
 	conns := make([]net.Conn, n)
 	var wg sync.WaitGroup
 	var opened atomic.Int64
@@ -532,7 +564,14 @@ func idleCost(t *target, n int) (ok int, rssKiB, fds float64, note string) {
 	wg.Wait()
 	settle()
 	rss1, fd1 := procStats(t.pid)
+	pipes1 := pipeFDs(t.pid)
 	ok = int(opened.Load())
+	progress("idle     %-8s pipe ends held: %d before, %d with the connections open", t.name, pipes0, pipes1)
+	if go1 := goStats(t.metrics); len(go1) == 3 && ok > 0 { // after procStats: the scrape is a connection too
+		per := func(k string) float64 { return (go1[k] - go0[k]) / float64(ok) }
+		progress("idle     %-8s Go runtime per connection: %.2f goroutines, %.2f KiB stack, %.2f KiB heap in use",
+			t.name, per("go_goroutines"), per("go_memstats_stack_inuse_bytes")/1024, per("go_memstats_heap_inuse_bytes")/1024)
+	}
 	if ok < n {
 		note = fmt.Sprintf("(only %d of %d opened)", ok, n)
 	}
@@ -552,6 +591,19 @@ func idleCost(t *target, n int) (ok int, rssKiB, fds float64, note string) {
 		return 0, 0, 0, note
 	}
 	return ok, float64(rss1-rss0) / float64(ok), float64(fd1-fd0) / float64(ok), note
+}
+
+// pipeFDs counts the pipe ends pid holds (splice buffers).
+func pipeFDs(pid int) int {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, _ := os.ReadDir(dir)
+	n := 0
+	for _, e := range ents {
+		if l, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && strings.HasPrefix(l, "pipe:") {
+			n++
+		}
+	}
+	return n
 }
 
 // procStats returns VmRSS in KiB and the number of open file descriptors.
@@ -590,9 +642,9 @@ func table(targets []*target, res map[string]*result, nofile uint64) string {
 		x := res[t.name]
 		idle := "— | —"
 		if t.pid != 0 {
-			idle = fmt.Sprintf("%.2f | %.2f", x.rssPerConn, x.fdsPerConn)
+			idle = fmt.Sprintf("%.2f | %.3f", x.rssPerConn, x.fdsPerConn)
 			if x.idleNote != "" {
-				idle = fmt.Sprintf("%.2f %s | %.2f", x.rssPerConn, x.idleNote, x.fdsPerConn)
+				idle = fmt.Sprintf("%.2f %s | %.3f", x.rssPerConn, x.idleNote, x.fdsPerConn)
 			}
 		}
 		failed := 0
@@ -613,7 +665,7 @@ func table(targets []*target, res map[string]*result, nofile uint64) string {
 	fmt.Fprintf(&b, "| throughput | %.2f× | ≥ 1.3× | %s |\n", tp, yes(tp >= 1.3))
 	fmt.Fprintf(&b, "| connection rate | %.2f× | ≥ 1.0× (stretch 1.2×) | %s |\n", cr, yes(cr >= 1.0))
 	fmt.Fprintf(&b, "| idle RSS per connection | %.2f KiB (HAProxy %.2f) | ≤ 8 KiB | %s |\n", e.rssPerConn, h.rssPerConn, yes(e.rssPerConn <= 8 && e.idleOK > 0))
-	fmt.Fprintf(&b, "| idle fds per connection | %.2f (HAProxy %.2f) | ≤ 2 | %s |\n", e.fdsPerConn, h.fdsPerConn, yes(e.fdsPerConn <= 2 && e.idleOK > 0))
+	fmt.Fprintf(&b, "| idle fds per connection | %.3f (HAProxy %.3f) | ≤ 2 | %s |\n", e.fdsPerConn, h.fdsPerConn, yes(e.fdsPerConn <= 2 && e.idleOK > 0))
 	return b.String()
 }
 

@@ -4,6 +4,7 @@
 //
 //	res := splice.Join(client, origin) // blocks until both directions are done
 //	log.Info("close", "bytes_up", res.Up, "bytes_down", res.Down, "reason", res.Reason)
+//	splice.Start(client, origin, func(res splice.Result) { … }) // the same, without waiting
 //
 // Between two *net.TCPConn it moves bytes with splice(2) through a kernel
 // pipe, so payload never enters user space. Unlike io.Copy (which holds a
@@ -23,6 +24,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // Buffered is a TCP connection some of whose bytes were already read (a
@@ -52,33 +54,90 @@ const (
 // Join copies client→server and server→client concurrently until both
 // directions have finished, then closes both connections.
 func Join(client, server net.Conn) Result {
-	type half struct {
-		n          int64
-		rerr, werr error
+	j := &joint{client: client, server: server}
+	j.left.Store(2)
+	upDone := make(chan struct{})
+	go func() {
+		j.up = j.copy(server, client)
+		if j.finish() {
+			close(upDone)
+		}
+	}()
+	j.down = j.copy(client, server)
+	if !j.finish() {
+		<-upDone
 	}
-	upc := make(chan half, 1)
-	var once sync.Once
-	closeBoth := func() {
-		once.Do(func() {
-			client.Close()
-			server.Close()
-		})
+	return j.result()
+}
+
+// Start is Join without waiting: it returns at once and calls done with
+// the Result, from the goroutine that finishes last. A server that holds
+// many idle connections uses it: between two *net.TCPConn an idle
+// connection keeps one goroutine per direction parked with the smallest
+// stack (the caller's goroutine, whose stack grew while it dialled, can
+// exit, and each burst of data runs in a goroutine that exits after it).
+func Start(client, server net.Conn, done func(Result)) {
+	j := &joint{client: client, server: server}
+	j.left.Store(2)
+	if startFlows(j, done) {
+		return
 	}
 	go func() {
-		n, rerr, werr := Copy(server, client)
-		if rerr != nil || werr != nil {
-			closeBoth()
+		j.up = j.copy(server, client)
+		if j.finish() {
+			done(j.result())
 		}
-		upc <- half{n, rerr, werr}
 	}()
-	dn, drerr, dwerr := Copy(client, server)
-	if drerr != nil || dwerr != nil {
-		closeBoth()
-	}
-	up := <-upc
-	closeBoth()
+	go func() {
+		j.down = j.copy(client, server)
+		if j.finish() {
+			done(j.result())
+		}
+	}()
+}
 
-	res := Result{Up: up.n, Down: dn, Reason: ReasonEOF}
+// joint is one joined pair of connections.
+type joint struct {
+	client, server net.Conn
+	once           sync.Once
+	left           atomic.Int32 // directions still copying
+	up, down       half         // each written by its own goroutine before finish
+}
+
+type half struct {
+	n          int64
+	rerr, werr error
+}
+
+// copy runs one direction; an error in it closes both connections, since
+// the surviving direction could otherwise wait forever on an idle peer.
+func (j *joint) copy(dst, src net.Conn) half {
+	n, rerr, werr := Copy(dst, src)
+	if rerr != nil || werr != nil {
+		j.closeBoth()
+	}
+	return half{n, rerr, werr}
+}
+
+func (j *joint) closeBoth() {
+	j.once.Do(func() {
+		j.client.Close()
+		j.server.Close()
+	})
+}
+
+// finish records that one direction is done and reports whether it was
+// the last; the atomic orders both halves' writes before result().
+func (j *joint) finish() bool {
+	if j.left.Add(-1) != 0 {
+		return false
+	}
+	j.closeBoth()
+	return true
+}
+
+func (j *joint) result() Result {
+	res := Result{Up: j.up.n, Down: j.down.n, Reason: ReasonEOF}
 	// The first failure decides the reason. A failure caused by our own
 	// closeBoth (net.ErrClosed) is a consequence, so it only counts when
 	// nothing else failed.
@@ -86,8 +145,8 @@ func Join(client, server net.Conn) Result {
 		err    error
 		reason string
 	}{
-		{up.rerr, ReasonClientError}, {dwerr, ReasonClientError},
-		{drerr, ReasonServerError}, {up.werr, ReasonServerError},
+		{j.up.rerr, ReasonClientError}, {j.down.werr, ReasonClientError},
+		{j.down.rerr, ReasonServerError}, {j.up.werr, ReasonServerError},
 	}
 	for _, consequences := range []bool{false, true} {
 		for _, f := range fails {

@@ -3,6 +3,7 @@ package splice
 import (
 	"net"
 	"os"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -19,7 +20,7 @@ type pipe struct{ r, w int }
 
 // pool keeps pipes between bursts of data. Its size bounds the idle pipes
 // the process holds; connections moving data at once may take more.
-var pool = make(chan *pipe, 256)
+var pool = make(chan *pipe, 64)
 
 func getPipe() (*pipe, error) {
 	select {
@@ -51,55 +52,65 @@ func (p *pipe) close() {
 // spliceCopy moves src's bytes to dst through a pooled pipe, holding the
 // pipe only while src has data to read.
 func spliceCopy(dst, src *net.TCPConn) (n int64, rerr, werr error) {
-	src_, err := src.SyscallConn()
+	sr, err := src.SyscallConn()
 	if err != nil {
 		return 0, err, nil
 	}
-	dst_, err := dst.SyscallConn()
+	dr, err := dst.SyscallConn()
 	if err != nil {
 		return 0, nil, err
 	}
-	var p *pipe
-	defer func() {
-		if p != nil {
-			putPipe(p)
-		}
-	}()
-	var peek [1]byte
 	for {
-		if p == nil {
-			// Wait for data (or EOF) without holding a pipe.
-			eof := false
-			var perr error
-			err := src_.Read(func(fd uintptr) bool {
-				m, _, e := unix.Recvfrom(int(fd), peek[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-				switch {
-				case e == unix.EAGAIN || e == unix.EINTR:
-					return false
-				case e != nil:
-					perr = os.NewSyscallError("recvfrom", e)
-				case m == 0:
-					eof = true
-				}
-				return true
-			})
-			if err == nil {
-				err = perr
-			}
-			if err != nil {
-				return n, err, nil
-			}
-			if eof {
-				return n, nil, nil
-			}
-			if p, err = getPipe(); err != nil {
-				return n, err, nil
-			}
+		eof, err := waitData(sr)
+		if err != nil || eof {
+			return n, err, nil
 		}
+		m, eof, rerr, werr := burst(dr, sr)
+		n += m
+		if rerr != nil || werr != nil || eof {
+			return n, rerr, werr
+		}
+	}
+}
+
+// waitData blocks until src has data to read or has reached EOF, holding
+// nothing but the goroutine. It peeks (MSG_PEEK) rather than reads, so no
+// buffer is needed, and its frame is small so that a goroutine parked here
+// keeps the smallest stack.
+func waitData(src syscall.RawConn) (eof bool, err error) {
+	var peek [1]byte
+	var perr error
+	err = src.Read(func(fd uintptr) bool {
+		m, _, e := unix.Recvfrom(int(fd), peek[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		switch {
+		case e == unix.EAGAIN || e == unix.EINTR:
+			return false
+		case e != nil:
+			perr = os.NewSyscallError("recvfrom", e)
+		case m == 0:
+			eof = true
+		}
+		return true
+	})
+	if err == nil {
+		err = perr
+	}
+	return eof, err
+}
+
+// burst moves what src has to dst through a pipe taken from the pool,
+// until src has nothing more to read right now (the pipe goes back to the
+// pool), reaches EOF, or fails.
+func burst(dst, src syscall.RawConn) (n int64, eof bool, rerr, werr error) {
+	p, err := getPipe()
+	if err != nil {
+		return 0, false, err, nil
+	}
+	for {
 		// Fill the pipe with what is there now; EAGAIN ends the burst.
 		var m int64
 		var serr error
-		err := src_.Read(func(fd uintptr) bool {
+		err := src.Read(func(fd uintptr) bool {
 			for {
 				m, serr = unix.Splice(int(fd), nil, p.w, nil, chunk, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
 				if serr != unix.EINTR {
@@ -111,20 +122,17 @@ func spliceCopy(dst, src *net.TCPConn) (n int64, rerr, werr error) {
 			err = os.NewSyscallError("splice", serr)
 		}
 		if err != nil {
-			return n, err, nil
+			putPipe(p) // empty: every burst drains it
+			return n, false, err, nil
 		}
-		if serr == unix.EAGAIN {
+		if serr == unix.EAGAIN || m == 0 {
 			putPipe(p)
-			p = nil
-			continue
-		}
-		if m == 0 {
-			return n, nil, nil // EOF
+			return n, m == 0 && serr == nil, nil, nil
 		}
 		// Drain the pipe into dst, waiting for dst to be writable as needed.
 		rem := int(m)
 		var werr2 error
-		err = dst_.Write(func(fd uintptr) bool {
+		err = dst.Write(func(fd uintptr) bool {
 			for rem > 0 {
 				w, e := unix.Splice(p.r, nil, int(fd), nil, rem, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
 				if e == unix.EINTR {
@@ -148,8 +156,79 @@ func spliceCopy(dst, src *net.TCPConn) (n int64, rerr, werr error) {
 		if err != nil {
 			// The pipe may still hold bytes: it cannot go back to the pool.
 			p.close()
-			p = nil
-			return n, nil, err
+			return n, false, nil, err
 		}
+	}
+}
+
+// flow is one direction of a pair joined by Start. While src is idle no
+// goroutine holds more than the smallest stack: wait runs in a fresh
+// goroutine, and the goroutine that moved a burst (whose stack grew in
+// the syscalls) starts a new waiter and exits.
+type flow struct {
+	j          *joint
+	dst, src   *net.TCPConn
+	dr, sr     syscall.RawConn
+	h          *half
+	n          int64
+	rerr, werr error
+}
+
+// startFlows runs both directions of j asynchronously; false when the
+// connections are not plain TCP and Start must use blocking copies.
+func startFlows(j *joint, done func(Result)) bool {
+	c, ok1 := j.client.(*net.TCPConn)
+	s, ok2 := j.server.(*net.TCPConn)
+	if !ok1 || !ok2 {
+		return false
+	}
+	up := &flow{j: j, dst: s, src: c, h: &j.up}
+	down := &flow{j: j, dst: c, src: s, h: &j.down}
+	for _, f := range []*flow{up, down} {
+		var err error
+		if f.sr, err = f.src.SyscallConn(); err == nil {
+			f.dr, err = f.dst.SyscallConn()
+		}
+		if err != nil {
+			return false
+		}
+	}
+	go up.wait(done)
+	go down.wait(done)
+	return true
+}
+
+// wait is a goroutine's entry point: it parks until src has data, then
+// hands over to step. Keep its frame small.
+func (f *flow) wait(done func(Result)) {
+	eof, err := waitData(f.sr)
+	f.step(eof, err, done)
+}
+
+// step moves one burst and either starts the next waiter or, when the
+// direction is over, finishes it as Copy would.
+//
+//go:noinline
+func (f *flow) step(eof bool, err error, done func(Result)) {
+	if err != nil {
+		f.rerr = err
+	} else if !eof {
+		m, eof2, rerr, werr := burst(f.dr, f.sr)
+		f.n += m
+		f.rerr, f.werr = rerr, werr
+		if rerr == nil && werr == nil && !eof2 {
+			go f.wait(done)
+			return
+		}
+	}
+	if f.rerr == nil && f.werr == nil {
+		f.dst.CloseWrite()
+		f.src.CloseRead()
+	} else {
+		f.j.closeBoth()
+	}
+	*f.h = half{f.n, f.rerr, f.werr}
+	if f.j.finish() {
+		done(f.j.result())
 	}
 }

@@ -31,14 +31,42 @@ func pair(t *testing.T) (a, b *net.TCPConn) {
 	return c.(*net.TCPConn), s.(*net.TCPConn)
 }
 
-// TestJoinBothDirectionsWithHalfClose sends a distinct stream each way,
-// closes the client's write half first, and checks that the server's
-// answer still arrives whole after the client's FIN went through.
-func TestJoinBothDirectionsWithHalfClose(t *testing.T) {
+// entries are the two ways to join a pair; every behaviour test runs
+// through both.
+var entries = []struct {
+	name string
+	join func(client, server net.Conn, done chan<- Result)
+}{
+	{"Join", func(c, s net.Conn, done chan<- Result) { go func() { done <- Join(c, s) }() }},
+	{"Start", func(c, s net.Conn, done chan<- Result) { Start(c, s, func(r Result) { done <- r }) }},
+}
+
+func TestBothDirectionsWithHalfClose(t *testing.T) {
+	for _, e := range entries {
+		for _, pending := range []bool{true, false} {
+			name := e.name
+			if pending {
+				name += " with pending bytes"
+			}
+			t.Run(name, func(t *testing.T) { testHalfClose(t, e.join, pending) })
+		}
+	}
+}
+
+// testHalfClose sends a distinct stream each way, closes the client's
+// write half first, and checks that the server's answer still arrives
+// whole after the client's FIN went through.
+func testHalfClose(t *testing.T, join func(c, s net.Conn, done chan<- Result), pending bool) {
 	client, relayIn := pair(t)
 	relayOut, server := pair(t)
 	done := make(chan Result, 1)
-	go func() { done <- Join(&Buffered{TCPConn: relayIn, Pending: []byte("hdr:")}, relayOut) }()
+	hdr := []byte{}
+	var in net.Conn = relayIn
+	if pending {
+		hdr = []byte("hdr:")
+		in = &Buffered{TCPConn: relayIn, Pending: hdr}
+	}
+	join(in, relayOut, done)
 
 	up := make([]byte, 8<<20)
 	down := make([]byte, 5<<20)
@@ -51,8 +79,8 @@ func TestJoinBothDirectionsWithHalfClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	client.CloseWrite()
-	if b := <-got; !bytes.Equal(b, append([]byte("hdr:"), up...)) {
-		t.Fatalf("server got %d bytes, want %d", len(b), len(up)+4)
+	if b := <-got; !bytes.Equal(b, append(hdr, up...)) {
+		t.Fatalf("server got %d bytes, want %d", len(b), len(up)+len(hdr))
 	}
 	// The upstream half is closed; downstream must still work.
 	go func() { server.Write(down); server.CloseWrite() }()
@@ -65,7 +93,7 @@ func TestJoinBothDirectionsWithHalfClose(t *testing.T) {
 	}
 	select {
 	case res := <-done:
-		if res.Reason != ReasonEOF || res.Up != int64(len(up)+4) || res.Down != int64(len(down)) {
+		if res.Reason != ReasonEOF || res.Up != int64(len(up)+len(hdr)) || res.Down != int64(len(down)) {
 			t.Fatalf("result = %+v", res)
 		}
 	case <-time.After(10 * time.Second):
@@ -73,13 +101,19 @@ func TestJoinBothDirectionsWithHalfClose(t *testing.T) {
 	}
 }
 
-// TestJoinResetClosesBoth checks that an abortive close on one side ends
-// the whole pair even though the other side stays silent.
-func TestJoinResetClosesBoth(t *testing.T) {
+func TestResetClosesBoth(t *testing.T) {
+	for _, e := range entries {
+		t.Run(e.name, func(t *testing.T) { testReset(t, e.join) })
+	}
+}
+
+// testReset checks that an abortive close on one side ends the whole pair
+// even though the other side stays silent.
+func testReset(t *testing.T, join func(c, s net.Conn, done chan<- Result)) {
 	client, relayIn := pair(t)
 	relayOut, server := pair(t)
 	done := make(chan Result, 1)
-	go func() { done <- Join(relayIn, relayOut) }()
+	join(relayIn, relayOut, done)
 	client.Write([]byte("x"))
 	buf := make([]byte, 1)
 	io.ReadFull(server, buf)
@@ -99,15 +133,21 @@ func TestJoinResetClosesBoth(t *testing.T) {
 	}
 }
 
-// TestIdleHoldsNoPipe checks the property the fd budget rests on: a relayed
-// connection with nothing to read holds no pipe.
 func TestIdleHoldsNoPipe(t *testing.T) {
+	for _, e := range entries {
+		t.Run(e.name, func(t *testing.T) { testIdle(t, e.join) })
+	}
+}
+
+// testIdle checks the property the fd budget rests on: a relayed
+// connection with nothing to read holds no pipe.
+func testIdle(t *testing.T, join func(c, s net.Conn, done chan<- Result)) {
 	before := countFDs(t)
 	const n = 50
 	for range n {
 		client, relayIn := pair(t)
 		relayOut, server := pair(t)
-		go Join(relayIn, relayOut)
+		join(relayIn, relayOut, make(chan Result, 1))
 		client.Write([]byte("ping"))
 		buf := make([]byte, 4)
 		io.ReadFull(server, buf)
