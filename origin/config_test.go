@@ -1,0 +1,117 @@
+package origin
+
+import (
+	"net"
+	"testing"
+	"time"
+)
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(*Config)
+		err  string
+	}{
+		{"defaults", func(c *Config) {}, ""},
+		{"cidrs and addresses", func(c *Config) { c.TrustedEdges = []string{"10.0.0.0/8", "192.0.2.7", "2001:db8::/32", "::1"} }, ""},
+		{"reject with edges", func(c *Config) { c.TrustedEdges = []string{"10.0.0.0/8"}; c.Untrusted = UntrustedReject }, ""},
+		{"no listen", func(c *Config) { c.Listen = nil }, "front.listen: at least one address is required"},
+		{"bad listen", func(c *Config) { c.Listen = []string{"8636"} }, `front.listen: "8636" is not host:port`},
+		{"bad inner", func(c *Config) { c.Inner = "localhost" }, `front.inner: "localhost" is not host:port`},
+		{"inner without host", func(c *Config) { c.Inner = ":1636" }, `front.inner: ":1636" is not host:port`},
+		{"bad cidr", func(c *Config) { c.TrustedEdges = []string{"10.0.0.0/33"} }, `front.trusted_edges: "10.0.0.0/33" is not a CIDR or an IP address`},
+		{"hostname edge", func(c *Config) { c.TrustedEdges = []string{"edge1.example.net"} }, `front.trusted_edges: "edge1.example.net" is not a CIDR or an IP address`},
+		{"bad untrusted", func(c *Config) { c.Untrusted = "drop" }, `front.untrusted: "drop" is not passthrough or reject`},
+		{"reject without edges", func(c *Config) { c.Untrusted = UntrustedReject }, "front.untrusted: reject with an empty trusted_edges would close every connection"},
+		{"zero timeout", func(c *Config) { c.HeaderTimeout = 0 }, "front.header_timeout: 0s must be positive"},
+		{"negative timeout", func(c *Config) { c.HeaderTimeout = -time.Second }, "front.header_timeout: -1s must be positive"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			tt.mod(&c)
+			err := c.Validate()
+			got := ""
+			if err != nil {
+				got = err.Error()
+			}
+			if got != tt.err {
+				t.Fatalf("Validate() = %q, want %q", got, tt.err)
+			}
+		})
+	}
+}
+
+func TestTrusts(t *testing.T) {
+	c := DefaultConfig()
+	c.TrustedEdges = []string{"127.0.0.2", "10.1.0.0/16", "2001:db8:1::/48", "::ffff:192.0.2.0/120"}
+	p, err := c.parse()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for addr, want := range map[string]bool{
+		"127.0.0.2:1000":          true,
+		"127.0.0.3:1000":          false,
+		"10.1.200.3:5":            true,
+		"10.2.0.1:5":              false,
+		"[::ffff:127.0.0.2]:1000": true, // a dual-stack listener's view of an IPv4 peer
+		"[2001:db8:1:ff::9]:636":  true,
+		"[2001:db8:2::9]:636":     false,
+		"192.0.2.77:1":            true,
+		"[::1]:1":                 false,
+	} {
+		a, _ := net.ResolveTCPAddr("tcp", addr)
+		if got := p.trusts(a); got != want {
+			t.Errorf("trusts(%s) = %v, want %v", addr, got, want)
+		}
+	}
+	if p.trusts(nil) {
+		t.Error("trusts(nil) = true")
+	}
+}
+
+func TestJudge(t *testing.T) {
+	tests := []struct {
+		trusted, require bool
+		k                kind
+		want             string
+	}{
+		{true, false, kindV2, ""},
+		{true, false, kindV1, ""},
+		{true, false, kindNone, ""},
+		{true, true, kindNone, ResultNoHeader},
+		{true, true, kindV2, ""},
+		{false, false, kindV2, ResultSpoofed},
+		{false, false, kindV1, ResultSpoofed},
+		{false, true, kindV1, ResultSpoofed},
+		{false, false, kindNone, ""},
+		{false, true, kindNone, ""}, // require_header is about trusted sources only
+	}
+	for _, tt := range tests {
+		if got := judge(tt.trusted, tt.k, tt.require).result; got != tt.want {
+			t.Errorf("judge(trusted=%v, %v, require=%v) = %q, want %q", tt.trusted, tt.k, tt.require, got, tt.want)
+		}
+	}
+}
+
+func TestLimiter(t *testing.T) {
+	now := time.Unix(1000, 0)
+	l := newLimiter(3, 10*time.Second, func() time.Time { return now })
+	var allowed []int
+	for i := range 10 {
+		if ok, _ := l.allow(); ok {
+			allowed = append(allowed, i)
+		}
+	}
+	if len(allowed) != 3 {
+		t.Fatalf("allowed %v in one window, want 3", allowed)
+	}
+	now = now.Add(10 * time.Second)
+	ok, suppressed := l.allow()
+	if !ok || suppressed != 7 {
+		t.Fatalf("next window: allow = %v, suppressed %d; want true, 7", ok, suppressed)
+	}
+	if _, s := l.allow(); s != 0 {
+		t.Fatalf("suppressed reported twice: %d", s)
+	}
+}

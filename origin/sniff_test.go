@@ -1,0 +1,219 @@
+package origin
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"testing/iotest"
+
+	proxyproto "github.com/pires/go-proxyproto"
+)
+
+// v2Header builds a PROXY v2 header from src to dst with the edge name and
+// unique id TLVs our edge sends (empty values are left out).
+func v2Header(t testing.TB, src, dst, edge, id string) []byte {
+	t.Helper()
+	h := proxyproto.HeaderProxyFromAddrs(2, tcpAddr(t, src), tcpAddr(t, dst))
+	var tlvs []proxyproto.TLV
+	if id != "" {
+		tlvs = append(tlvs, proxyproto.TLV{Type: proxyproto.PP2_TYPE_UNIQUE_ID, Value: []byte(id)})
+	}
+	if edge != "" {
+		tlvs = append(tlvs, proxyproto.TLV{Type: tlvEdgeName, Value: []byte(edge)})
+	}
+	if err := h.SetTLVs(tlvs); err != nil {
+		t.Fatal(err)
+	}
+	b, err := h.Format()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func tcpAddr(t testing.TB, s string) *net.TCPAddr {
+	t.Helper()
+	a, err := net.ResolveTCPAddr("tcp", s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// v2Raw is a v2 header with a given command, family and length field
+// followed by body, for malformed cases.
+func v2Raw(cmd, fam byte, length uint16, body []byte) []byte {
+	b := append([]byte{}, sigV2...)
+	b = append(b, cmd, fam)
+	b = binary.BigEndian.AppendUint16(b, length)
+	return append(b, body...)
+}
+
+var (
+	clientHello = []byte{0x16, 0x03, 0x01, 0x00, 0xa5, 0x01, 0x00, 0x00, 0xa1, 0x03, 0x03}
+	ldapBind    = []byte{0x30, 0x0c, 0x02, 0x01, 0x01, 0x60, 0x07, 0x02, 0x01, 0x03, 0x04, 0x00, 0x80, 0x00}
+)
+
+func TestSniffAndReadHeader(t *testing.T) {
+	v2 := v2Header(t, "192.0.2.10:50000", "198.51.100.1:636", "edge-ams-1", "c0ffee01")
+	v2v6 := v2Header(t, "[2001:db8::7]:443", "[2001:db8::1]:636", "", "")
+	local := v2Raw(0x20, 0x00, 0, nil)
+	// A bad TLV: type 0xE0 claims 200 bytes, 3 follow.
+	badTLV := v2Raw(0x21, 0x11, 12+6, append(make([]byte, 12), 0xE0, 0x00, 0xC8, 'a', 'b', 'c'))
+	tests := []struct {
+		name     string
+		in       []byte
+		kind     kind
+		sniffErr error
+		wantErr  bool // readHeader or interpret fails
+		info     headerInfo
+		rest     []byte // bytes left for the inner service
+	}{
+		{name: "tls client hello", in: clientHello, kind: kindNone, rest: clientHello},
+		{name: "ldap bind", in: ldapBind, kind: kindNone, rest: ldapBind},
+		{name: "starts like v1 then differs", in: []byte("PROXIMITY"), kind: kindNone, rest: []byte("PROXIMITY")},
+		{name: "starts like v2 then differs", in: []byte("\r\n\r\nhello"), kind: kindNone, rest: []byte("\r\n\r\nhello")},
+		{name: "signature prefix then eof", in: []byte("PROX"), kind: kindNone, rest: []byte("PROX")},
+		{name: "empty", in: nil, kind: kindNone, sniffErr: errEmpty},
+		{
+			name: "v2 with tlvs", in: append(append([]byte{}, v2...), clientHello...), kind: kindV2,
+			info: headerInfo{header: HeaderV2, claimed: "192.0.2.10:50000", edge: "edge-ams-1", id: "c0ffee01"},
+			rest: clientHello,
+		},
+		{name: "v2 ipv6", in: v2v6, kind: kindV2, info: headerInfo{header: HeaderV2, claimed: "[2001:db8::7]:443"}},
+		{name: "v2 local", in: append(local, ldapBind...), kind: kindV2, info: headerInfo{header: HeaderLocal}, rest: ldapBind},
+		{
+			name: "v1 tcp4", in: []byte("PROXY TCP4 192.0.2.10 198.51.100.1 50000 636\r\n\x30\x0c"), kind: kindV1,
+			info: headerInfo{header: HeaderV1, claimed: "192.0.2.10:50000"}, rest: []byte{0x30, 0x0c},
+		},
+		{name: "v1 tcp6", in: []byte("PROXY TCP6 2001:db8::7 2001:db8::1 443 636\r\n"), kind: kindV1, info: headerInfo{header: HeaderV1, claimed: "[2001:db8::7]:443"}},
+		{name: "v1 unknown", in: []byte("PROXY UNKNOWN\r\n"), kind: kindV1, info: headerInfo{header: HeaderLocal}},
+		{name: "v1 garbage", in: []byte("PROXY garbage\r\n"), kind: kindV1, wantErr: true},
+		{name: "v1 missing ports", in: []byte("PROXY TCP4 192.0.2.10 198.51.100.1\r\n"), kind: kindV1, wantErr: true},
+		{name: "v1 no crlf", in: []byte("PROXY TCP4 192.0.2.10 198.51.100.1 1 2\n"), kind: kindV1, wantErr: true},
+		{name: "v1 too long", in: append([]byte("PROXY "), bytes.Repeat([]byte("x"), 200)...), kind: kindV1, wantErr: true},
+		{name: "v1 truncated", in: []byte("PROXY TCP4 192.0.2.10"), kind: kindV1, wantErr: true},
+		{name: "v2 truncated prefix", in: append(append([]byte{}, sigV2...), 0x21), kind: kindV2, wantErr: true},
+		{name: "v2 truncated address", in: v2Raw(0x21, 0x11, 12, []byte{192, 0, 2}), kind: kindV2, wantErr: true},
+		{name: "v2 oversized", in: v2Raw(0x21, 0x11, MaxV2Length+1, nil), kind: kindV2, wantErr: true},
+		{name: "v2 max length ok", in: v2Raw(0x21, 0x11, MaxV2Length, append(make([]byte, 12), append([]byte{0xEE, 0x0F, 0xF1}, make([]byte, MaxV2Length-15)...)...)), kind: kindV2, info: headerInfo{header: HeaderV2, claimed: "0.0.0.0:0"}},
+		{name: "v2 bad tlv", in: badTLV, kind: kindV2, wantErr: true},
+		{name: "v2 bad command", in: v2Raw(0x2F, 0x11, 12, make([]byte, 12)), kind: kindV2, wantErr: true},
+		{name: "v2 bad version", in: v2Raw(0x31, 0x11, 12, make([]byte, 12)), kind: kindV2, wantErr: true},
+		{name: "v2 proxy unspec", in: v2Raw(0x21, 0x00, 0, nil), kind: kindV2, wantErr: true},
+		{name: "v2 length too short for family", in: v2Raw(0x21, 0x11, 4, make([]byte, 4)), kind: kindV2, wantErr: true},
+	}
+	for _, tt := range tests {
+		for _, trickle := range []bool{false, true} {
+			name := tt.name
+			if trickle {
+				name += "/one byte at a time"
+			}
+			t.Run(name, func(t *testing.T) {
+				var src io.Reader = bytes.NewReader(tt.in)
+				if trickle {
+					src = iotest.OneByteReader(src)
+				}
+				r := bufio.NewReaderSize(src, readerSize)
+				k, err := sniff(r)
+				if k != tt.kind || !errors.Is(err, tt.sniffErr) {
+					t.Fatalf("sniff = %v, %v; want %v, %v", k, err, tt.kind, tt.sniffErr)
+				}
+				if err != nil {
+					return
+				}
+				var info headerInfo
+				if k != kindNone {
+					h, err := readHeader(r, k)
+					if err == nil {
+						info, err = interpret(h)
+					}
+					if (err != nil) != tt.wantErr {
+						t.Fatalf("header error = %v, want error %v", err, tt.wantErr)
+					}
+					if err != nil {
+						return
+					}
+				}
+				if info != tt.info {
+					t.Errorf("info = %+v, want %+v", info, tt.info)
+				}
+				rest, _ := io.ReadAll(r)
+				if !bytes.Equal(rest, tt.rest) {
+					t.Errorf("rest = %q, want %q", rest, tt.rest)
+				}
+			})
+		}
+	}
+}
+
+func TestPrintable(t *testing.T) {
+	for in, want := range map[string]string{
+		"edge-ams-1":    "edge-ams-1",
+		"":              "",
+		"a\nb":          "610a62",
+		"\xff\x00":      "ff00",
+		"zürich-edge":   "zürich-edge",
+		"id\x1b[31mred": "69641b5b33316d726564",
+	} {
+		if got := printable([]byte(in)); got != want {
+			t.Errorf("printable(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// FuzzSniff feeds arbitrary first bytes through the sniff and header path,
+// whole and one byte at a time. It must never panic, never consume bytes it
+// does not recognise as a header, and decide the same way however the
+// bytes arrive.
+func FuzzSniff(f *testing.F) {
+	f.Add(clientHello)
+	f.Add(ldapBind)
+	f.Add([]byte("PROXY TCP4 192.0.2.10 198.51.100.1 50000 636\r\nrest"))
+	f.Add(v2Header(f, "192.0.2.10:50000", "198.51.100.1:636", "edge", "id"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		type outcome struct {
+			k    kind
+			err  bool
+			info headerInfo
+			rest []byte
+		}
+		run := func(src io.Reader) outcome {
+			r := bufio.NewReaderSize(src, readerSize)
+			k, err := sniff(r)
+			if err != nil {
+				if len(data) != 0 {
+					t.Fatalf("sniff error %v on %d bytes", err, len(data))
+				}
+				return outcome{err: true}
+			}
+			o := outcome{k: k}
+			if k != kindNone {
+				h, err := readHeader(r, k)
+				if err == nil {
+					o.info, err = interpret(h)
+				}
+				if err != nil {
+					return outcome{k: k, err: true}
+				}
+			}
+			o.rest, _ = io.ReadAll(r)
+			if k == kindNone && !bytes.Equal(o.rest, data) {
+				t.Fatalf("bytes of a non-header connection changed: %q → %q", data, o.rest)
+			}
+			if consumed := len(data) - len(o.rest); consumed > v2PrefixLen+MaxV2Length {
+				t.Fatalf("consumed %d bytes of header", consumed)
+			}
+			return o
+		}
+		whole := run(bytes.NewReader(data))
+		trickled := run(iotest.OneByteReader(bytes.NewReader(data)))
+		if whole.k != trickled.k || whole.err != trickled.err || whole.info != trickled.info || !bytes.Equal(whole.rest, trickled.rest) {
+			t.Fatalf("whole %+v != one byte at a time %+v", whole, trickled)
+		}
+	})
+}
