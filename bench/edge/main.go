@@ -525,7 +525,7 @@ func echoOnce(addr string, b []byte) error {
 // and returns how many were held and the relay's RSS (KiB) and file
 // descriptors per connection.
 func idleCost(t *target, n int) (ok int, rssKiB, fds float64, note string) {
-	settle := func() { time.Sleep(time.Second) }
+	settle := func() { time.Sleep(2 * time.Second) }
 	settle()
 	go0 := goStats(t.metrics)
 	rss0, fd0 := procStats(t.pid)

@@ -1,9 +1,11 @@
 package splice
 
 import (
+	"errors"
 	"net"
 	"os"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -161,10 +163,12 @@ func burst(dst, src syscall.RawConn) (n int64, eof bool, rerr, werr error) {
 	}
 }
 
-// flow is one direction of a pair joined by Start. While src is idle no
-// goroutine holds more than the smallest stack: wait runs in a fresh
-// goroutine, and the goroutine that moved a burst (whose stack grew in
-// the syscalls) starts a new waiter and exits.
+// flow is one direction of a pair joined by Start. A goroutine that has
+// moved a burst has a grown stack (the splice path is deeper than the
+// smallest stack), so it keeps waiting only for idleGrace; if src stays
+// idle longer it starts a fresh waiter, which parks with the smallest
+// stack, and exits. Chatty connections thus pay no goroutine start per
+// message, and idle ones cost the least memory.
 type flow struct {
 	j          *joint
 	dst, src   *net.TCPConn
@@ -173,6 +177,10 @@ type flow struct {
 	n          int64
 	rerr, werr error
 }
+
+// idleGrace is how long a direction stays in its grown goroutine after a
+// burst before it moves to a fresh, small one.
+const idleGrace = 500 * time.Millisecond
 
 // startFlows runs both directions of j asynchronously; false when the
 // connections are not plain TCP and Start must use blocking copies.
@@ -205,21 +213,31 @@ func (f *flow) wait(done func(Result)) {
 	f.step(eof, err, done)
 }
 
-// step moves one burst and either starts the next waiter or, when the
-// direction is over, finishes it as Copy would.
+// step moves bursts while they come and either hands an idle direction
+// to a fresh waiter or, when the direction is over, finishes it as Copy
+// would.
 //
 //go:noinline
 func (f *flow) step(eof bool, err error, done func(Result)) {
-	if err != nil {
-		f.rerr = err
-	} else if !eof {
+	for err == nil && !eof {
 		m, eof2, rerr, werr := burst(f.dr, f.sr)
 		f.n += m
 		f.rerr, f.werr = rerr, werr
-		if rerr == nil && werr == nil && !eof2 {
+		if rerr != nil || werr != nil || eof2 {
+			break
+		}
+		f.src.SetReadDeadline(time.Now().Add(idleGrace))
+		eof, err = waitData(f.sr)
+		// Cleared before the next burst too: an expired deadline would
+		// fail its reads.
+		f.src.SetReadDeadline(time.Time{})
+		if errors.Is(err, os.ErrDeadlineExceeded) {
 			go f.wait(done)
 			return
 		}
+	}
+	if err != nil {
+		f.rerr = err
 	}
 	if f.rerr == nil && f.werr == nil {
 		f.dst.CloseWrite()
