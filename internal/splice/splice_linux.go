@@ -174,13 +174,15 @@ type flow struct {
 	dst, src   *net.TCPConn
 	dr, sr     syscall.RawConn
 	h          *half
+	grace      time.Duration
 	n          int64
 	rerr, werr error
 }
 
 // idleGrace is how long a direction stays in its grown goroutine after a
-// burst before it moves to a fresh, small one.
-const idleGrace = 500 * time.Millisecond
+// burst before it moves to a fresh, small one. Start reads it once per
+// pair; tests shorten it.
+var idleGrace = 500 * time.Millisecond
 
 // startFlows runs both directions of j asynchronously; false when the
 // connections are not plain TCP and Start must use blocking copies.
@@ -190,8 +192,8 @@ func startFlows(j *joint, done func(Result)) bool {
 	if !ok1 || !ok2 {
 		return false
 	}
-	up := &flow{j: j, dst: s, src: c, h: &j.up}
-	down := &flow{j: j, dst: c, src: s, h: &j.down}
+	up := &flow{j: j, dst: s, src: c, h: &j.up, grace: idleGrace}
+	down := &flow{j: j, dst: c, src: s, h: &j.down, grace: idleGrace}
 	for _, f := range []*flow{up, down} {
 		var err error
 		if f.sr, err = f.src.SyscallConn(); err == nil {
@@ -226,7 +228,7 @@ func (f *flow) step(eof bool, err error, done func(Result)) {
 		if rerr != nil || werr != nil || eof2 {
 			break
 		}
-		f.src.SetReadDeadline(time.Now().Add(idleGrace))
+		f.src.SetReadDeadline(time.Now().Add(f.grace))
 		eof, err = waitData(f.sr)
 		// Cleared before the next burst too: an expired deadline would
 		// fail its reads.

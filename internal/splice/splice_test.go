@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -172,4 +173,48 @@ func countFDs(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return len(ents)
+}
+
+// TestStartAfterIdle shortens the idle grace so that every pause hands a
+// direction to a fresh waiter, then checks that messages after pauses and
+// a long burst after a pause (the grace deadline must not cut it) all
+// arrive whole.
+func TestStartAfterIdle(t *testing.T) {
+	defer func(g time.Duration) { idleGrace = g }(idleGrace)
+	idleGrace = time.Millisecond
+	client, relayIn := pair(t)
+	relayOut, server := pair(t)
+	done := make(chan Result, 1)
+	Start(relayIn, relayOut, func(r Result) { done <- r })
+
+	buf := make([]byte, 5)
+	for i := range 5 {
+		msg := []byte(fmt.Sprintf("ping%d", i))
+		client.Write(msg)
+		if _, err := io.ReadFull(server, buf); err != nil || !bytes.Equal(buf, msg) {
+			t.Fatalf("message %d up: %q, %v", i, buf, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+		server.Write(msg)
+		if _, err := io.ReadFull(client, buf); err != nil || !bytes.Equal(buf, msg) {
+			t.Fatalf("message %d down: %q, %v", i, buf, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	big := make([]byte, 64<<20)
+	rand.Read(big)
+	go func() { client.Write(big); client.CloseWrite() }()
+	got, err := io.ReadAll(server)
+	if err != nil || sha256.Sum256(got) != sha256.Sum256(big) {
+		t.Fatalf("long burst after a pause: %d bytes, %v", len(got), err)
+	}
+	server.CloseWrite()
+	select {
+	case res := <-done:
+		if res.Reason != ReasonEOF || res.Up != 25+int64(len(big)) || res.Down != 25 {
+			t.Fatalf("result %+v", res)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Start never reported")
+	}
 }
