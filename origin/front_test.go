@@ -1,0 +1,520 @@
+package origin
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"slices"
+	"strconv"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+var payload = []byte("\x30\x0c\x02\x01\x01\x60\x07\x02\x01\x03\x04\x00\x80\x00 and more bytes")
+
+func TestForward(t *testing.T) {
+	h := newHarness(t, nil)
+	tests := []struct {
+		name     string
+		from     string
+		prefix   []byte // the header
+		data     []byte // sent before payload, not a header
+		header   string
+		claimed  string
+		edge, id string
+	}{
+		{name: "v2 from trusted edge", from: "127.0.0.2",
+			prefix: v2Header(t, "192.0.2.10:50000", "198.51.100.1:636", "edge-ams-1", "a1b2c3d4"),
+			header: HeaderV2, claimed: "192.0.2.10:50000", edge: "edge-ams-1", id: "a1b2c3d4"},
+		{name: "v2 ipv6 client", from: "127.0.0.2",
+			prefix: v2Header(t, "[2001:db8::7]:443", "[2001:db8::1]:636", "edge-fra-2", ""),
+			header: HeaderV2, claimed: "[2001:db8::7]:443", edge: "edge-fra-2"},
+		{name: "v1 from trusted edge", from: "127.0.0.2",
+			prefix: []byte("PROXY TCP4 192.0.2.11 198.51.100.1 40000 636\r\n"),
+			header: HeaderV1, claimed: "192.0.2.11:40000"},
+		{name: "v2 local", from: "127.0.0.2", prefix: v2Raw(0x20, 0x00, 0, nil), header: HeaderLocal},
+		{name: "v1 unknown", from: "127.0.0.2", prefix: []byte("PROXY UNKNOWN\r\n"), header: HeaderLocal},
+		{name: "no header from trusted edge", from: "127.0.0.2", header: HeaderNone},
+		{name: "no header from elsewhere", from: "127.0.0.5", header: HeaderNone},
+		{name: "tls hello from elsewhere", from: "127.0.0.6", data: clientHello, header: HeaderNone},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := h.dialFrom(tt.from)
+			p := roundTrip(t, c, tt.prefix, append(append([]byte{}, tt.data...), payload...))
+			want := Peer{InnerPort: p.InnerPort, Claimed: tt.claimed, Measured: c.LocalAddr().String(),
+				Edge: tt.edge, ID: tt.id, Header: tt.header, Since: p.Since}
+			if p != want || p.InnerPort == 0 || p.Since.IsZero() {
+				t.Fatalf("inner saw %+v, want %+v", p, want)
+			}
+			c.Close()
+			h.settled()
+
+			var line map[string]any
+			for _, l := range h.logs.lines("connection closed") {
+				if l["inner_port"] == float64(p.InnerPort) {
+					line = l
+				}
+			}
+			if line == nil {
+				t.Fatalf("no log line for inner port %d", p.InnerPort)
+			}
+			keys := slices.Sorted(maps.Keys(line))
+			wantKeys := []string{"bytes_down", "bytes_up", "claimed", "duration", "edge", "header", "id", "inner_port", "level", "measured", "msg", "reason", "time"}
+			if !reflect.DeepEqual(keys, wantKeys) {
+				t.Fatalf("log keys %v, want %v", keys, wantKeys)
+			}
+			if line["claimed"] != tt.claimed || line["measured"] != want.Measured || line["header"] != tt.header ||
+				line["edge"] != tt.edge || line["id"] != tt.id || line["reason"] != "eof" ||
+				line["bytes_up"] != float64(len(tt.data)+len(payload)) {
+				t.Fatalf("log line %v", line)
+			}
+		})
+	}
+	for header, n := range map[string]float64{HeaderV2: 2, HeaderV1: 1, HeaderLocal: 2, HeaderNone: 3} {
+		if got := h.metric(conns(header, ResultOK)); got != n {
+			t.Errorf("connections_total{header=%s,result=ok} = %v, want %v", header, got, n)
+		}
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func TestSpoofedHeaders(t *testing.T) {
+	h := newHarness(t, nil)
+	for _, prefix := range [][]byte{
+		v2Header(t, "192.0.2.66:1", "198.51.100.1:636", "evil", ""),
+		[]byte("PROXY TCP4 192.0.2.66 198.51.100.1 1 636\r\n"),
+		v2Raw(0x20, 0x00, 0, nil),
+	} {
+		c := h.dialFrom("127.0.0.3")
+		c.Write(append(prefix, payload...))
+		expectClosed(t, c)
+	}
+	h.settled()
+	if got := h.metric("edgefleet_origin_spoofed_headers_total", nil); got != 3 {
+		t.Errorf("spoofed_headers_total = %v, want 3", got)
+	}
+	if a, b := h.metric(conns(HeaderV2, ResultSpoofed)), h.metric(conns(HeaderV1, ResultSpoofed)); a != 2 || b != 1 {
+		t.Errorf("connections_total spoofed v2=%v v1=%v, want 2, 1", a, b)
+	}
+	if n := h.inner.count(); n != 0 {
+		t.Errorf("inner was dialled %d times for spoofed headers", n)
+	}
+	lines := h.logs.lines("spoofed proxy header")
+	if len(lines) != 3 || hostOf(t, lines[0]["measured"].(string)) != "127.0.0.3" || lines[0]["reason"] != ResultSpoofed {
+		t.Errorf("spoof log lines: %v", lines)
+	}
+	if len(h.logs.lines("connection closed")) != 0 {
+		t.Error("a spoofed connection was logged as forwarded")
+	}
+}
+
+func TestSpoofLogIsRateLimited(t *testing.T) {
+	h := newHarness(t, nil)
+	const n = 3 * refusalLogBurst
+	for range n {
+		c := h.dialFrom("127.0.0.3")
+		c.Write(v2Header(t, "192.0.2.66:1", "198.51.100.1:636", "", ""))
+		expectClosed(t, c)
+	}
+	h.settled()
+	if got := h.metric("edgefleet_origin_spoofed_headers_total", nil); got != n {
+		t.Fatalf("spoofed_headers_total = %v, want %d (every one counted)", got, n)
+	}
+	if got := len(h.logs.lines("spoofed proxy header")); got != refusalLogBurst {
+		t.Fatalf("%d log lines for %d spoofs within one window, want %d", got, n, refusalLogBurst)
+	}
+}
+
+func TestUntrustedReject(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Untrusted = UntrustedReject })
+	c := h.dialFrom("127.0.0.3")
+	c.Write(clientHello)
+	expectClosed(t, c)
+	c = h.dialFrom("127.0.0.2")
+	if p := roundTrip(t, c, v2Header(t, "192.0.2.1:2", "198.51.100.1:636", "", ""), payload); p.Claimed != "192.0.2.1:2" {
+		t.Fatalf("trusted edge not served under untrusted: reject: %+v", p)
+	}
+	c.Close()
+	// A trusted edge may still send no header.
+	c = h.dialFrom("127.0.0.2")
+	if p := roundTrip(t, c, nil, payload); p.Header != HeaderNone {
+		t.Fatalf("headerless trusted connection: %+v", p)
+	}
+	c.Close()
+	h.settled()
+	if got := h.metric(conns(HeaderNone, ResultUntrusted)); got != 1 {
+		t.Errorf("connections_total{none,untrusted} = %v, want 1", got)
+	}
+	if got := h.metric("edgefleet_origin_spoofed_headers_total", nil); got != 0 {
+		t.Errorf("spoofed_headers_total = %v", got)
+	}
+}
+
+func TestRequireHeader(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.RequireHeader = true })
+	c := h.dialFrom("127.0.0.2")
+	c.Write(clientHello)
+	expectClosed(t, c)
+	// require_header is about trusted sources; others pass through.
+	c = h.dialFrom("127.0.0.5")
+	if p := roundTrip(t, c, nil, append(append([]byte{}, clientHello...), payload...)); p.Header != HeaderNone || p.Claimed != "" {
+		t.Fatalf("untrusted headerless connection: %+v", p)
+	}
+	c.Close()
+	h.settled()
+	if got := h.metric(conns(HeaderNone, ResultNoHeader)); got != 1 {
+		t.Errorf("connections_total{none,no-header} = %v, want 1", got)
+	}
+	if lines := h.logs.lines("proxy header required"); len(lines) != 1 {
+		t.Errorf("log lines: %v", lines)
+	}
+}
+
+func TestBadHeaders(t *testing.T) {
+	h := newHarness(t, nil)
+	tests := []struct {
+		name   string
+		send   []byte
+		eof    bool // half-close after sending (a truncated header)
+		header string
+	}{
+		{"v1 garbage", []byte("PROXY garbage\r\n"), false, HeaderV1},
+		{"v1 bad address", []byte("PROXY TCP4 300.1.1.1 198.51.100.1 1 636\r\n"), false, HeaderV1},
+		{"v1 without crlf within 107 bytes", append([]byte("PROXY TCP4 "), make([]byte, 120)...), false, HeaderV1},
+		{"v1 truncated", []byte("PROXY TCP4 192.0.2.1 "), true, HeaderV1},
+		{"v2 truncated", v2Raw(0x21, 0x11, 12, []byte{192, 0, 2}), true, HeaderV2},
+		{"v2 oversized tlv block", v2Raw(0x21, 0x11, MaxV2Length+1, nil), false, HeaderV2},
+		{"v2 largest length field", v2Raw(0x21, 0x11, 0xFFFF, nil), false, HeaderV2},
+		{"v2 malformed tlv", v2Raw(0x21, 0x11, 18, append(make([]byte, 12), 0xE0, 0x00, 0xC8, 'a', 'b', 'c')), false, HeaderV2},
+		{"v2 bad command", v2Raw(0x2F, 0x11, 12, make([]byte, 12)), false, HeaderV2},
+		{"v2 proxy without address", v2Raw(0x21, 0x00, 0, nil), false, HeaderV2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := h.metric(conns(tt.header, ResultBadHeader))
+			c := h.dialFrom("127.0.0.2")
+			c.Write(tt.send)
+			if tt.eof {
+				c.CloseWrite()
+			}
+			// Oversized headers are refused on their prefix: the front
+			// must not wait for bytes that will never come (header_timeout
+			// is a minute here).
+			expectClosed(t, c)
+			eventually(t, "bad-header counted", func() bool { return h.metric(conns(tt.header, ResultBadHeader)) == before+1 })
+		})
+	}
+	h.settled()
+	if n := h.inner.count(); n != 0 {
+		t.Errorf("inner dialled %d times for bad headers", n)
+	}
+	if got := len(h.logs.lines("bad proxy header")); got != refusalLogBurst {
+		t.Errorf("%d bad-header log lines, want %d (rate limited)", got, refusalLogBurst)
+	}
+}
+
+// TestZeroByteConnections: health checks (connect and close, or a LOCAL
+// header and close) are counted and write no log line.
+func TestZeroByteConnections(t *testing.T) {
+	h := newHarness(t, nil)
+	h.dialFrom("127.0.0.5").Close()
+	h.dialFrom("127.0.0.2").Close()
+	eventually(t, "health checks counted", func() bool {
+		return h.metric(conns(HeaderNone, ResultEmpty)) == 2
+	})
+	h.settled()
+	if s := h.logs.String(); s != "" {
+		t.Fatalf("zero-byte connections logged:\n%s", s)
+	}
+
+	// A LOCAL header then close, to an inner that sends nothing: no line.
+	silentInner, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer silentInner.Close()
+	go func() {
+		for {
+			c, err := silentInner.Accept()
+			if err != nil {
+				return
+			}
+			go func() { buf := make([]byte, 1); c.Read(buf); c.Close() }()
+		}
+	}()
+	quiet := newHarness(t, func(c *Config) { c.Inner = silentInner.Addr().String() })
+	c := quiet.dialFrom("127.0.0.2")
+	c.Write(v2Raw(0x20, 0x00, 0, nil))
+	c.CloseWrite()
+	expectClosed(t, c)
+	quiet.settled()
+	if got := quiet.metric(conns(HeaderLocal, ResultOK)); got != 1 {
+		t.Fatalf("connections_total{local,ok} = %v, want 1", got)
+	}
+	if s := quiet.logs.String(); s != "" {
+		t.Fatalf("health check logged:\n%s", s)
+	}
+}
+
+// addrConn gives a net.Pipe end a TCP remote address.
+type addrConn struct {
+	net.Conn
+	remote net.Addr
+}
+
+func (a addrConn) RemoteAddr() net.Addr { return a.remote }
+
+// TestHeaderTimeout: a connection that withholds or trickles its first
+// bytes or its header is cut off after header_timeout, counted, and (when
+// it sent nothing at all) not logged.
+func TestHeaderTimeout(t *testing.T) {
+	tests := []struct {
+		name   string
+		send   []byte
+		header string
+		logged bool
+	}{
+		{"silent", nil, HeaderNone, false},
+		{"signature prefix", []byte("\r\n\r\n"), HeaderNone, true},
+		{"v2 prefix", append(append([]byte{}, sigV2...), 0x21, 0x11, 0x00), HeaderV2, true},
+		{"v2 address block missing", v2Raw(0x21, 0x11, 12, []byte{192, 0}), HeaderV2, true},
+		{"v1 without end of line", []byte("PROXY TCP4 192.0.2.1 "), HeaderV1, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cfg := DefaultConfig()
+				cfg.TrustedEdges = []string{"127.0.0.2"}
+				cfg.Inner = "127.0.0.1:1" // never dialled
+				reg := prometheus.NewRegistry()
+				logs := &logBuffer{}
+				f, err := New(cfg, NewPeerTable(), slog.New(slog.NewJSONHandler(logs, nil)), reg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				client, server := net.Pipe()
+				defer client.Close()
+				done := make(chan struct{})
+				start := time.Now()
+				go func() {
+					f.HandleConn(addrConn{server, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2), Port: 4000}})
+					close(done)
+				}()
+				if len(tt.send) > 0 {
+					client.Write(tt.send)
+				}
+				time.Sleep(cfg.HeaderTimeout - time.Millisecond)
+				synctest.Wait()
+				select {
+				case <-done:
+					t.Fatal("closed before header_timeout")
+				default:
+				}
+				<-done
+				if d := time.Since(start); d != cfg.HeaderTimeout {
+					t.Fatalf("closed after %v, want %v", d, cfg.HeaderTimeout)
+				}
+				if _, err := client.Read(make([]byte, 1)); err == nil {
+					t.Fatal("connection still open")
+				}
+				if got := metricValue(t, reg, "edgefleet_origin_header_timeouts_total", nil); got != 1 {
+					t.Errorf("header_timeouts_total = %v", got)
+				}
+				if got := metricValue(t, reg, "edgefleet_origin_connections_total", map[string]string{"header": tt.header, "result": ResultTimeout}); got != 1 {
+					t.Errorf("connections_total{%s,timeout} = %v", tt.header, got)
+				}
+				if got := len(logs.lines("proxy header timeout")); got != boolInt(tt.logged) {
+					t.Errorf("%d log lines, want %d:\n%s", got, boolInt(tt.logged), logs.String())
+				}
+			})
+		})
+	}
+}
+
+// TestTrickledHeader: a header that arrives in pieces within
+// header_timeout is read whole (the v1 parser alone would refuse it).
+func TestTrickledHeader(t *testing.T) {
+	h := newHarness(t, nil)
+	for _, hdr := range [][]byte{
+		v2Header(t, "192.0.2.10:50000", "198.51.100.1:636", "edge-ams-1", "id-1"),
+		[]byte("PROXY TCP4 192.0.2.10 198.51.100.1 50000 636\r\n"),
+	} {
+		c := h.dialFrom("127.0.0.2")
+		c.SetNoDelay(true)
+		for _, piece := range [][]byte{hdr[:3], hdr[3:14], hdr[14:20], hdr[20:]} {
+			c.Write(piece)
+			time.Sleep(5 * time.Millisecond)
+		}
+		if p := roundTrip(t, c, nil, payload); p.Claimed != "192.0.2.10:50000" {
+			t.Fatalf("trickled header: inner saw %+v", p)
+		}
+		c.Close()
+	}
+	h.settled()
+}
+
+// TestSilentConnectionsDoNotBlockOthers: 1,000 connections that send
+// nothing stay open while normal clients keep being served.
+func TestSilentConnectionsDoNotBlockOthers(t *testing.T) {
+	h := newHarness(t, nil)
+	const silent = 1000
+	var idle []*net.TCPConn
+	for i := range silent {
+		idle = append(idle, h.dialFrom("127.0.0."+strconv.Itoa(4+i%2)))
+	}
+	eventually(t, "silent connections accepted", func() bool {
+		return h.metric("edgefleet_origin_connections_active", nil) == silent
+	})
+	for i := range 50 {
+		c := h.dialFrom("127.0.0.2")
+		claimed := "192.0.2.1:" + strconv.Itoa(1000+i)
+		p := roundTrip(t, c, v2Header(t, claimed, "198.51.100.1:636", "edge", ""), payload)
+		if p.Claimed != claimed {
+			t.Fatalf("client %d: inner saw %+v", i, p)
+		}
+		c.Close()
+	}
+	if n := h.table.Len(); n > 50 {
+		t.Fatalf("%d table entries: silent connections hold entries", n)
+	}
+	for _, c := range idle {
+		c.Close()
+	}
+	h.settled()
+	if got := h.metric(conns(HeaderNone, ResultEmpty)); got != silent {
+		t.Errorf("connections_total{none,empty} = %v, want %d", got, silent)
+	}
+	if got := h.metric("edgefleet_origin_header_timeouts_total", nil); got != 0 {
+		t.Errorf("header_timeouts_total = %v", got)
+	}
+	if got := len(h.logs.lines("connection closed")); got != 50 {
+		t.Errorf("%d close lines, want 50 (silent connections leave none)", got)
+	}
+}
+
+// TestPeerEntryLifetime: the entry exists while the connection is open
+// (in process and over HTTP) and is gone when it closes.
+func TestPeerEntryLifetime(t *testing.T) {
+	h := newHarness(t, nil)
+	api := httptest.NewServer(h.table.Handler())
+	defer api.Close()
+	var open []*net.TCPConn
+	var ports []int
+	for i := range 20 {
+		c := h.dialFrom("127.0.0.2")
+		p := roundTrip(t, c, v2Header(t, "192.0.2.9:"+strconv.Itoa(2000+i), "198.51.100.1:636", "e", ""), payload)
+		open, ports = append(open, c), append(ports, p.InnerPort)
+	}
+	if h.table.Len() != 20 || h.metric("edgefleet_origin_peer_table_entries", nil) != 20 {
+		t.Fatalf("table has %d entries, want 20", h.table.Len())
+	}
+	resp, err := http.Get(api.URL + "/peers/" + strconv.Itoa(ports[7]))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /peers/%d: %v %v", ports[7], resp.StatusCode, err)
+	}
+	resp.Body.Close()
+	// Half-close from the client: the entry stays while the inner side
+	// still sends, and goes when both directions are done.
+	for _, c := range open {
+		c.CloseWrite()
+	}
+	for _, c := range open {
+		expectClosed(t, c)
+	}
+	h.settled()
+	resp, _ = http.Get(api.URL + "/peers/" + strconv.Itoa(ports[7]))
+	if resp.StatusCode != 404 {
+		t.Fatalf("GET /peers/%d after close: %d, want 404", ports[7], resp.StatusCode)
+	}
+	resp.Body.Close()
+}
+
+func TestInnerDown(t *testing.T) {
+	down := testbedClosedAddr(t)
+	h := newHarness(t, func(c *Config) { c.Inner = down })
+	c := h.dialFrom("127.0.0.2")
+	c.Write(v2Header(t, "192.0.2.1:1", "198.51.100.1:636", "", ""))
+	expectClosed(t, c)
+	h.settled()
+	if got := h.metric(conns(HeaderV2, ResultInnerError)); got != 1 {
+		t.Fatalf("connections_total{v2,inner-error} = %v", got)
+	}
+	if lines := h.logs.lines("dial inner failed"); len(lines) != 1 || lines[0]["level"] != "ERROR" {
+		t.Fatalf("log: %v", h.logs.String())
+	}
+}
+
+// testbedClosedAddr is a loopback address nothing listens on.
+func testbedClosedAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+func TestShutdown(t *testing.T) {
+	h := newHarness(t, nil)
+	c := h.dialFrom("127.0.0.2")
+	roundTrip(t, c, nil, payload)
+
+	// Drain: Shutdown waits for the open connection.
+	done := make(chan error, 1)
+	go func() { done <- h.front.Shutdown(context.Background()) }()
+	eventually(t, "listener closed", func() bool {
+		c, err := net.DialTimeout("tcp", h.addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("Shutdown returned %v with a connection open", err)
+	default:
+	}
+	c.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("Shutdown = %v", err)
+	}
+
+	// Cut short: an expired context closes what is left.
+	h2 := newHarness(t, nil)
+	c2 := h2.dialFrom("127.0.0.2")
+	roundTrip(t, c2, nil, payload)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := h2.front.Shutdown(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Shutdown = %v, want context.Canceled", err)
+	}
+	expectClosed(t, c2)
+	h2.settled()
+}
+
+func TestIPv6Front(t *testing.T) {
+	if ln, err := net.Listen("tcp", "[::1]:0"); err != nil {
+		t.Skip("no IPv6 loopback")
+	} else {
+		ln.Close()
+	}
+	h := newHarnessOn(t, "::1", func(c *Config) { c.TrustedEdges = []string{"::1/128"} })
+	c := h.dialFrom("::1")
+	p := roundTrip(t, c, v2Header(t, "[2001:db8::5]:7000", "[2001:db8::1]:636", "e6", ""), payload)
+	if p.Claimed != "[2001:db8::5]:7000" || p.Measured != c.LocalAddr().String() || hostOf(t, p.Measured) != "::1" {
+		t.Fatalf("inner saw %+v", p)
+	}
+}

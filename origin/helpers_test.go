@@ -1,0 +1,283 @@
+package origin
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// harness is a front on 127.0.0.1 forwarding to an inner echo service that
+// looks itself up in the peer table, with its log and metrics captured.
+type harness struct {
+	t     *testing.T
+	cfg   Config
+	front *Front
+	table *PeerTable
+	reg   *prometheus.Registry
+	logs  *logBuffer
+	addr  string // the front's address
+	inner *echoInner
+}
+
+func newHarness(t *testing.T, mod func(*Config)) *harness {
+	t.Helper()
+	return newHarnessOn(t, "127.0.0.1", mod)
+}
+
+func newHarnessOn(t *testing.T, ip string, mod func(*Config)) *harness {
+	t.Helper()
+	h := &harness{t: t, table: NewPeerTable(), reg: prometheus.NewRegistry(), logs: &logBuffer{}}
+	h.inner = startEchoInner(t, h.table)
+	h.cfg = DefaultConfig()
+	h.cfg.Inner = h.inner.addr
+	h.cfg.TrustedEdges = []string{"127.0.0.2"}
+	h.cfg.HeaderTimeout = time.Minute // tests of the timeout itself use synctest
+	if mod != nil {
+		mod(&h.cfg)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.addr = ln.Addr().String()
+	h.cfg.Listen = []string{h.addr}
+	h.front, err = New(h.cfg, h.table, slog.New(slog.NewJSONHandler(h.logs, nil)), h.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- h.front.Serve(ln) }()
+	t.Cleanup(func() {
+		h.front.Shutdown(t.Context())
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("front log:\n%s", h.logs.String())
+		}
+	})
+	return h
+}
+
+// dialFrom connects to the front from source address ip (any of 127/8).
+func (h *harness) dialFrom(ip string) *net.TCPConn {
+	h.t.Helper()
+	return dialFrom(h.t, ip, h.addr)
+}
+
+func dialFrom(t testing.TB, ip, addr string) *net.TCPConn {
+	t.Helper()
+	d := net.Dialer{Timeout: 5 * time.Second}
+	if ip != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(ip)}
+	}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c.(*net.TCPConn)
+}
+
+// echoInner is the inner service of the tests: on accept it looks up its
+// client's remote port in the peer table, answers with the Peer as one JSON
+// line ({"inner_port":0} when missing), then echoes what it receives.
+type echoInner struct {
+	addr     string
+	mu       sync.Mutex
+	accepted int
+}
+
+func startEchoInner(t testing.TB, table *PeerTable) *echoInner {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	e := &echoInner{addr: ln.Addr().String()}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			e.mu.Lock()
+			e.accepted++
+			e.mu.Unlock()
+			go func() {
+				defer c.Close()
+				p, _ := table.Lookup(c.RemoteAddr().(*net.TCPAddr).Port)
+				b, _ := json.Marshal(p)
+				c.Write(append(b, '\n'))
+				io.Copy(c, c)
+				c.(*net.TCPConn).CloseWrite()
+			}()
+		}
+	}()
+	return e
+}
+
+func (e *echoInner) count() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.accepted
+}
+
+// roundTrip sends prefix+payload on c, reads the inner's Peer line and the
+// echoed payload, and returns the Peer.
+func roundTrip(t testing.TB, c net.Conn, prefix, payload []byte) Peer {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write(append(append([]byte{}, prefix...), payload...)); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	r := bufio.NewReader(c)
+	line, err := r.ReadBytes('\n')
+	if err != nil {
+		t.Fatalf("read peer line: %v", err)
+	}
+	var p Peer
+	if err := json.Unmarshal(line, &p); err != nil {
+		t.Fatalf("peer line %q: %v", line, err)
+	}
+	echo := make([]byte, len(payload))
+	if _, err := io.ReadFull(r, echo); err != nil {
+		t.Fatalf("read echo: %v", err)
+	}
+	if !bytes.Equal(echo, payload) {
+		t.Fatalf("echo = %q, want %q", echo, payload)
+	}
+	return p
+}
+
+// expectClosed checks that the front closes c without forwarding anything.
+func expectClosed(t testing.TB, c net.Conn) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b, err := io.ReadAll(c)
+	if len(b) > 0 {
+		t.Fatalf("got %q from a connection that should have been closed", b)
+	}
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("connection still open after 10s")
+	}
+}
+
+// eventually polls cond until it holds, for connections the front closes
+// asynchronously after the client's side has finished.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// settled waits until the front holds no connection and the table is empty.
+func (h *harness) settled() {
+	h.t.Helper()
+	eventually(h.t, "no active connection and an empty peer table", func() bool {
+		return h.metric("edgefleet_origin_connections_active", nil) == 0 && h.table.Len() == 0 &&
+			h.metric("edgefleet_origin_peer_table_entries", nil) == 0
+	})
+}
+
+// metric returns the value of the series of name with exactly labels
+// (0 when absent).
+func (h *harness) metric(name string, labels map[string]string) float64 {
+	h.t.Helper()
+	return metricValue(h.t, h.reg, name, labels)
+}
+
+func metricValue(t testing.TB, reg prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) != len(labels) {
+				continue
+			}
+			for _, lp := range m.GetLabel() {
+				if labels[lp.GetName()] != lp.GetValue() {
+					continue next
+				}
+			}
+			return value(m)
+		}
+	}
+	return 0
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	}
+	return 0
+}
+
+func conns(header, result string) (string, map[string]string) {
+	return "edgefleet_origin_connections_total", map[string]string{"header": header, "result": result}
+}
+
+// logBuffer collects JSON log lines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// lines returns the decoded log lines whose msg is msg.
+func (l *logBuffer) lines(msg string) []map[string]any {
+	var out []map[string]any
+	for _, s := range strings.Split(strings.TrimSpace(l.String()), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(s), &m) == nil && m["msg"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func hostOf(t testing.TB, addr string) string {
+	t.Helper()
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("%q: %v", addr, err)
+	}
+	return h
+}
