@@ -46,6 +46,7 @@ wait_tcp() { # host:port
 		sleep 0.1
 	done
 	echo "demo: $1 is not accepting connections" >&2
+	tail -n 5 "$DIR"/*.log "$DIR"/ldap*/log >&2 2>/dev/null || true
 	return 1
 }
 

@@ -3,10 +3,12 @@ package testbed
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -80,12 +82,11 @@ type Slapd struct {
 // benchmarks use it too; Close stops it.
 func NewSlapd(dir string, cfg SlapdConfig) (*Slapd, error) {
 	s := &Slapd{Dir: dir, out: &syncBuffer{}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := LowPort("127.0.0.1")
 	if err != nil {
 		return nil, err
 	}
-	s.Addr = ln.Addr().String()
-	ln.Close()
+	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	s.URL = "ldap://" + s.Addr
 	if cfg.TLSCert != "" {
 		s.URL = "ldaps://" + s.Addr
@@ -151,6 +152,23 @@ func slapdConf(dir string, cfg SlapdConfig) string {
 	fmt.Fprintf(&b, "access to dn.subtree=%q by users write by * read\n", "ou=writes,"+Suffix)
 	b.WriteString("access to * by * read\n")
 	return b.String()
+}
+
+// LowPort returns a port free on ip right now, below the kernel's
+// ephemeral range (32768 and up). A server that binds later (slapd) must
+// not get a port from that range: a client connection of any other test
+// may hold it as its source port by then (TIME_WAIT included), and slapd's
+// bind would fail.
+func LowPort(ip string) (int, error) {
+	for range 200 {
+		port := 20000 + rand.IntN(12000)
+		ln, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
+		if err == nil {
+			ln.Close()
+			return port, nil
+		}
+	}
+	return 0, errors.New("no free port in 20000-31999")
 }
 
 // Start starts a stopped slapd on its address and waits until it accepts
