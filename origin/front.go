@@ -331,7 +331,7 @@ func (s *session) readFailed(err error, gotBytes bool) error {
 // refuse closes the outer connection, counts it and, when msg is set, logs
 // it through the rate limiter. It returns an error for readFront's caller.
 func (s *session) refuse(result, msg string, err error) error {
-	s.c.Close()
+	defer s.c.Close() // after counting: whoever sees the close sees the count
 	s.f.m.conns.WithLabelValues(s.header, result).Inc()
 	if msg != "" {
 		if ok, suppressed := s.f.refusals.allow(); ok {

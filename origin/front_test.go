@@ -511,7 +511,7 @@ func TestIPv6Front(t *testing.T) {
 	} else {
 		ln.Close()
 	}
-	h := newHarnessOn(t, "::1", func(c *Config) { c.TrustedEdges = []string{"::1/128"} })
+	h := newHarnessWith(t, "::1", nil, func(c *Config) { c.TrustedEdges = []string{"::1/128"} })
 	c := h.dialFrom("::1")
 	p := roundTrip(t, c, v2Header(t, "[2001:db8::5]:7000", "[2001:db8::1]:636", "e6", ""), payload)
 	if p.Claimed != "[2001:db8::5]:7000" || p.Measured != c.LocalAddr().String() || hostOf(t, p.Measured) != "::1" {

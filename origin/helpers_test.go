@@ -31,15 +31,21 @@ type harness struct {
 
 func newHarness(t *testing.T, mod func(*Config)) *harness {
 	t.Helper()
-	return newHarnessOn(t, "127.0.0.1", mod)
+	return newHarnessWith(t, "127.0.0.1", nil, mod)
 }
 
-func newHarnessOn(t *testing.T, ip string, mod func(*Config)) *harness {
+// newHarnessWith listens on ip and forwards to the inner service that
+// startInner starts on the front's table (nil: an echoInner).
+func newHarnessWith(t *testing.T, ip string, startInner func(*PeerTable) string, mod func(*Config)) *harness {
 	t.Helper()
 	h := &harness{t: t, table: NewPeerTable(), reg: prometheus.NewRegistry(), logs: &logBuffer{}}
-	h.inner = startEchoInner(t, h.table)
 	h.cfg = DefaultConfig()
-	h.cfg.Inner = h.inner.addr
+	if startInner != nil {
+		h.cfg.Inner = startInner(h.table)
+	} else {
+		h.inner = startEchoInner(t, h.table)
+		h.cfg.Inner = h.inner.addr
+	}
 	h.cfg.TrustedEdges = []string{"127.0.0.2"}
 	h.cfg.HeaderTimeout = time.Minute // tests of the timeout itself use synctest
 	if mod != nil {
@@ -90,8 +96,9 @@ func dialFrom(t testing.TB, ip, addr string) *net.TCPConn {
 }
 
 // echoInner is the inner service of the tests: on accept it looks up its
-// client's remote port in the peer table, answers with the Peer as one JSON
-// line ({"inner_port":0} when missing), then echoes what it receives.
+// client's remote port in the peer table; at the client's first bytes it
+// answers with the Peer as one JSON line ({"inner_port":0} when missing),
+// then echoes everything it receives.
 type echoInner struct {
 	addr     string
 	mu       sync.Mutex
@@ -118,8 +125,15 @@ func startEchoInner(t testing.TB, table *PeerTable) *echoInner {
 			go func() {
 				defer c.Close()
 				p, _ := table.Lookup(c.RemoteAddr().(*net.TCPAddr).Port)
+				// Like LDAP, the client speaks first: a health check
+				// that sends nothing gets nothing.
+				first := make([]byte, 64<<10)
+				n, err := c.Read(first)
+				if n == 0 || err != nil && err != io.EOF {
+					return
+				}
 				b, _ := json.Marshal(p)
-				c.Write(append(b, '\n'))
+				c.Write(append(append(b, '\n'), first[:n]...))
 				io.Copy(c, c)
 				c.(*net.TCPConn).CloseWrite()
 			}()

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -127,7 +129,7 @@ func TestWriteFailover(t *testing.T) {
 	sl[0].Freeze()
 	done := make(chan error, 1)
 	go func() { done <- c.Add(addRequest("w1")) }()
-	time.Sleep(300 * time.Millisecond) // let the core forward it into L1's socket
+	waitRecvQueue(t, sl[0].Addr) // the core forwarded it into L1's socket
 	sl[0].Kill()
 	err := <-done
 	var le *ldap.Error
@@ -285,4 +287,29 @@ func searchPDU(id int32, base string) []byte {
 	body := cat(tlv(0x04, []byte(base)), tlv(0x0a, []byte{2}), tlv(0x0a, []byte{0}), tlv(0x02, []byte{0}),
 		tlv(0x02, []byte{0}), tlv(0x01, []byte{0}), tlv(0x87, []byte("objectClass")), tlv(0x30, tlv(0x04, []byte("1.1"))))
 	return tlv(0x30, cat(tlv(0x02, []byte{byte(id)}), tlv(0x63, body)))
+}
+
+// waitRecvQueue waits until an established connection to the server at
+// addr has unread bytes on the server's side (/proc/net/tcp), i.e. a
+// request was sent to a frozen server.
+func waitRecvQueue(t *testing.T, addr string) {
+	t.Helper()
+	_, port, _ := net.SplitHostPort(addr)
+	p, _ := strconv.Atoi(port)
+	local := fmt.Sprintf("0100007F:%04X", p)
+	waitFor(t, "a request in the server's receive queue", func() bool {
+		data, err := os.ReadFile("/proc/net/tcp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			f := strings.Fields(line)
+			if len(f) > 4 && f[1] == local && f[3] == "01" { // ESTABLISHED
+				if _, rx, ok := strings.Cut(f[4], ":"); ok && strings.TrimLeft(rx, "0") != "" {
+					return true
+				}
+			}
+		}
+		return false
+	})
 }
