@@ -51,8 +51,9 @@ type Edge struct {
 // conn is one relayed connection, tracked so Shutdown can close it.
 type conn struct {
 	client net.Conn
-	server net.Conn // nil until the origin is connected
-	forced bool     // closed by Shutdown
+	server net.Conn     // nil until the origin is connected
+	pair   *splice.Pair // nil until the bytes flow; then close through it
+	forced bool         // closed by Shutdown
 }
 
 // New checks cfg and returns an edge that records its metrics into reg
@@ -220,10 +221,17 @@ func (e *Edge) relay(c net.Conn, over func()) {
 		over()
 		return
 	}
-	splice.Start(c, server, func(res splice.Result) {
+	pair := splice.Start(c, server, func(res splice.Result) {
 		e.closed(rc, id, addr, start, res)
 		over()
 	})
+	e.mu.Lock()
+	rc.pair = pair
+	forced = rc.forced
+	e.mu.Unlock()
+	if forced { // Shutdown came between the dial and now
+		pair.Close()
+	}
 }
 
 // closed accounts for a finished connection: metrics, and one log line
@@ -341,9 +349,14 @@ func (e *Edge) Shutdown(ctx context.Context) error {
 	n := len(e.conns)
 	for rc := range e.conns {
 		rc.forced = true
-		rc.client.Close()
-		if rc.server != nil {
+		switch {
+		case rc.pair != nil:
+			rc.pair.Close() // also wakes directions parked while idle
+		case rc.server != nil:
+			rc.client.Close()
 			rc.server.Close()
+		default:
+			rc.client.Close()
 		}
 	}
 	e.mu.Unlock()

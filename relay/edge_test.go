@@ -418,17 +418,17 @@ func TestShutdown(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		finish bool // the client finishes within drain_timeout
+		drain  time.Duration
 	}{
-		{"open connection finishes", true},
-		{"drain_timeout closes it", false},
+		{"open connection finishes", true, 30 * time.Second},
+		{"drain_timeout closes it", false, 200 * time.Millisecond},
+		// Longer than splice's idle grace: both directions are parked in
+		// splice's epoll set when drain_timeout closes them.
+		{"drain_timeout closes an idle parked one", false, 1500 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := startOrigin(t, true, echo)
-			drain := 30 * time.Second
-			if !tc.finish {
-				drain = 200 * time.Millisecond
-			}
-			e := startEdge(t, Config{Origins: []string{o.addr}, DrainTimeout: drain})
+			e := startEdge(t, Config{Origins: []string{o.addr}, DrainTimeout: tc.drain})
 			c, err := net.Dial("tcp", e.addr)
 			if err != nil {
 				t.Fatal(err)

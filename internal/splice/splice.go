@@ -4,7 +4,7 @@
 //
 //	res := splice.Join(client, origin) // blocks until both directions are done
 //	log.Info("close", "bytes_up", res.Up, "bytes_down", res.Down, "reason", res.Reason)
-//	splice.Start(client, origin, func(res splice.Result) { … }) // the same, without waiting
+//	pair := splice.Start(client, origin, func(res splice.Result) { … }) // the same, without waiting
 //
 // Between two *net.TCPConn it moves bytes with splice(2) through a kernel
 // pipe, so payload never enters user space. Unlike io.Copy (which holds a
@@ -72,15 +72,16 @@ func Join(client, server net.Conn) Result {
 
 // Start is Join without waiting: it returns at once and calls done with
 // the Result, from the goroutine that finishes last. A server that holds
-// many idle connections uses it: between two *net.TCPConn an idle
-// connection keeps one goroutine per direction parked with the smallest
-// stack (the caller's goroutine, whose stack grew while it dialled, can
-// exit, and each burst of data runs in a goroutine that exits after it).
-func Start(client, server net.Conn, done func(Result)) {
+// many idle connections uses it: between two *net.TCPConn a direction
+// that has been idle for a moment holds no goroutine (it waits in a shared
+// epoll set), so an idle pair costs its two sockets and a little heap.
+// Close the pair with Pair.Close, not by closing a connection directly:
+// an idle direction would not notice.
+func Start(client, server net.Conn, done func(Result)) *Pair {
 	j := &joint{client: client, server: server}
 	j.left.Store(2)
 	if startFlows(j, done) {
-		return
+		return &Pair{j}
 	}
 	go func() {
 		j.up = j.copy(server, client)
@@ -94,7 +95,15 @@ func Start(client, server net.Conn, done func(Result)) {
 			done(j.result())
 		}
 	}()
+	return &Pair{j}
 }
+
+// Pair is a pair of connections joined by Start.
+type Pair struct{ j *joint }
+
+// Close closes both connections; done is called once both directions
+// have seen it.
+func (p *Pair) Close() { p.j.closeBoth() }
 
 // joint is one joined pair of connections.
 type joint struct {
@@ -102,6 +111,7 @@ type joint struct {
 	once           sync.Once
 	left           atomic.Int32 // directions still copying
 	up, down       half         // each written by its own goroutine before finish
+	flows          [2]*flow     // Start's directions, to resume if parked
 }
 
 type half struct {
@@ -123,6 +133,7 @@ func (j *joint) closeBoth() {
 	j.once.Do(func() {
 		j.client.Close()
 		j.server.Close()
+		j.unpark() // a parked direction would never see the close
 	})
 }
 

@@ -1,11 +1,9 @@
 package splice
 
 import (
-	"errors"
 	"net"
 	"os"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -77,8 +75,7 @@ func spliceCopy(dst, src *net.TCPConn) (n int64, rerr, werr error) {
 
 // waitData blocks until src has data to read or has reached EOF, holding
 // nothing but the goroutine. It peeks (MSG_PEEK) rather than reads, so no
-// buffer is needed, and its frame is small so that a goroutine parked here
-// keeps the smallest stack.
+// buffer is needed.
 func waitData(src syscall.RawConn) (eof bool, err error) {
 	var peek [1]byte
 	var perr error
@@ -160,95 +157,5 @@ func burst(dst, src syscall.RawConn) (n int64, eof bool, rerr, werr error) {
 			p.close()
 			return n, false, nil, err
 		}
-	}
-}
-
-// flow is one direction of a pair joined by Start. A goroutine that has
-// moved a burst has a grown stack (the splice path is deeper than the
-// smallest stack), so it keeps waiting only for idleGrace; if src stays
-// idle longer it starts a fresh waiter, which parks with the smallest
-// stack, and exits. Chatty connections thus pay no goroutine start per
-// message, and idle ones cost the least memory.
-type flow struct {
-	j          *joint
-	dst, src   *net.TCPConn
-	dr, sr     syscall.RawConn
-	h          *half
-	grace      time.Duration
-	n          int64
-	rerr, werr error
-}
-
-// idleGrace is how long a direction stays in its grown goroutine after a
-// burst before it moves to a fresh, small one. Start reads it once per
-// pair; tests shorten it.
-var idleGrace = 500 * time.Millisecond
-
-// startFlows runs both directions of j asynchronously; false when the
-// connections are not plain TCP and Start must use blocking copies.
-func startFlows(j *joint, done func(Result)) bool {
-	c, ok1 := j.client.(*net.TCPConn)
-	s, ok2 := j.server.(*net.TCPConn)
-	if !ok1 || !ok2 {
-		return false
-	}
-	up := &flow{j: j, dst: s, src: c, h: &j.up, grace: idleGrace}
-	down := &flow{j: j, dst: c, src: s, h: &j.down, grace: idleGrace}
-	for _, f := range []*flow{up, down} {
-		var err error
-		if f.sr, err = f.src.SyscallConn(); err == nil {
-			f.dr, err = f.dst.SyscallConn()
-		}
-		if err != nil {
-			return false
-		}
-	}
-	go up.wait(done)
-	go down.wait(done)
-	return true
-}
-
-// wait is a goroutine's entry point: it parks until src has data, then
-// hands over to step. Keep its frame small.
-func (f *flow) wait(done func(Result)) {
-	eof, err := waitData(f.sr)
-	f.step(eof, err, done)
-}
-
-// step moves bursts while they come and either hands an idle direction
-// to a fresh waiter or, when the direction is over, finishes it as Copy
-// would.
-//
-//go:noinline
-func (f *flow) step(eof bool, err error, done func(Result)) {
-	for err == nil && !eof {
-		m, eof2, rerr, werr := burst(f.dr, f.sr)
-		f.n += m
-		f.rerr, f.werr = rerr, werr
-		if rerr != nil || werr != nil || eof2 {
-			break
-		}
-		f.src.SetReadDeadline(time.Now().Add(f.grace))
-		eof, err = waitData(f.sr)
-		// Cleared before the next burst too: an expired deadline would
-		// fail its reads.
-		f.src.SetReadDeadline(time.Time{})
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			go f.wait(done)
-			return
-		}
-	}
-	if err != nil {
-		f.rerr = err
-	}
-	if f.rerr == nil && f.werr == nil {
-		f.dst.CloseWrite()
-		f.src.CloseRead()
-	} else {
-		f.j.closeBoth()
-	}
-	*f.h = half{f.n, f.rerr, f.werr}
-	if f.j.finish() {
-		done(f.j.result())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -216,5 +217,65 @@ func TestStartAfterIdle(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Start never reported")
+	}
+}
+
+// TestParkedPair lets both directions of a Start pair park (the grace is
+// shortened) and checks that the pair holds no goroutine while idle and
+// still ends, with the right reason, however it is closed.
+func TestParkedPair(t *testing.T) {
+	defer func(g time.Duration) { idleGrace = g }(idleGrace)
+	idleGrace = time.Millisecond
+	for _, tc := range []struct {
+		name   string
+		end    func(p *Pair, client, server *net.TCPConn)
+		reason string
+	}{
+		{"Pair.Close", func(p *Pair, _, _ *net.TCPConn) { p.Close() }, ReasonClientError},
+		{"client reset", func(_ *Pair, c, _ *net.TCPConn) { c.SetLinger(0); c.Close() }, ReasonClientError},
+		{"server reset", func(_ *Pair, _, s *net.TCPConn) { s.SetLinger(0); s.Close() }, ReasonServerError},
+		{"both FIN", func(_ *Pair, c, s *net.TCPConn) { c.CloseWrite(); s.CloseWrite() }, ReasonEOF},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 20
+			type end struct {
+				pair           *Pair
+				client, server *net.TCPConn
+				done           chan Result
+			}
+			var ends []end
+			before := runtime.NumGoroutine()
+			for range n {
+				client, relayIn := pair(t)
+				relayOut, server := pair(t)
+				done := make(chan Result, 1)
+				p := Start(relayIn, relayOut, func(r Result) { done <- r })
+				b := []byte("x")
+				client.Write(b)
+				io.ReadFull(server, b)
+				server.Write(b)
+				io.ReadFull(client, b)
+				ends = append(ends, end{p, client, server, done})
+			}
+			// Every direction parks once its grace has passed.
+			deadline := time.Now().Add(10 * time.Second)
+			for runtime.NumGoroutine() > before+2 {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d goroutines for %d idle pairs (%d before)", runtime.NumGoroutine(), n, before)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			for _, e := range ends {
+				tc.end(e.pair, e.client, e.server)
+				select {
+				case res := <-e.done:
+					if res.Reason != tc.reason || res.Up != 1 || res.Down != 1 {
+						t.Fatalf("result %+v, want reason %s", res, tc.reason)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("a parked pair never finished")
+				}
+			}
+		})
 	}
 }

@@ -1,0 +1,213 @@
+package splice
+
+import (
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// flow is one direction of a pair joined by Start. A goroutine that has
+// moved a burst has a grown stack (the splice path is deeper than the
+// smallest stack), so it keeps waiting in place only for idleGrace: chatty
+// connections pay no goroutine start per message. A direction idle longer
+// than that parks in the shared epoll set of parked and its goroutine
+// exits, so an idle connection holds no goroutine at all, only its two
+// sockets and a few hundred bytes of heap; data, EOF or an error on its
+// socket resumes it in a fresh goroutine.
+type flow struct {
+	j          *joint
+	dst, src   *net.TCPConn
+	dr, sr     syscall.RawConn
+	h          *half
+	done       func(Result)
+	grace      time.Duration
+	token      uint64 // key in parked.flows; 0 until first parked
+	registered bool   // src is in the epoll set (disarmed while not parked)
+	n          int64
+	rerr, werr error
+}
+
+// idleGrace is how long a direction stays in its goroutine after a burst
+// before it parks. Start reads it once per pair; tests shorten it.
+var idleGrace = 500 * time.Millisecond
+
+// startFlows runs both directions of j asynchronously; false when the
+// connections are not plain TCP and Start must use blocking copies.
+func startFlows(j *joint, done func(Result)) bool {
+	c, ok1 := j.client.(*net.TCPConn)
+	s, ok2 := j.server.(*net.TCPConn)
+	if !ok1 || !ok2 {
+		return false
+	}
+	up := &flow{j: j, dst: s, src: c, h: &j.up, done: done, grace: idleGrace}
+	down := &flow{j: j, dst: c, src: s, h: &j.down, done: done, grace: idleGrace}
+	for _, f := range []*flow{up, down} {
+		var err error
+		if f.sr, err = f.src.SyscallConn(); err == nil {
+			f.dr, err = f.dst.SyscallConn()
+		}
+		if err != nil {
+			return false
+		}
+	}
+	// The epoll set is made with the first pair, not when the first
+	// direction goes idle, so that it is part of the process's fixed cost.
+	parked.once.Do(parked.start)
+	j.flows = [2]*flow{up, down}
+	go up.wait()
+	go down.wait()
+	return true
+}
+
+// wait is a goroutine's entry point: it blocks until src has data (or
+// EOF, or an error), then hands over to step.
+func (f *flow) wait() {
+	eof, err := waitData(f.sr)
+	f.step(eof, err)
+}
+
+// step moves bursts while they come, parks the direction when it goes
+// idle, or, when the direction is over, finishes it as Copy would.
+func (f *flow) step(eof bool, err error) {
+	for err == nil && !eof {
+		m, eof2, rerr, werr := burst(f.dr, f.sr)
+		f.n += m
+		f.rerr, f.werr = rerr, werr
+		if rerr != nil || werr != nil || eof2 {
+			break
+		}
+		f.src.SetReadDeadline(time.Now().Add(f.grace))
+		eof, err = waitData(f.sr)
+		// Cleared before the next burst too: an expired deadline would
+		// fail its reads.
+		f.src.SetReadDeadline(time.Time{})
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			parked.park(f)
+			return
+		}
+	}
+	if err != nil {
+		f.rerr = err
+	}
+	if f.rerr == nil && f.werr == nil {
+		f.dst.CloseWrite()
+		f.src.CloseRead()
+	} else {
+		f.j.closeBoth()
+	}
+	*f.h = half{f.n, f.rerr, f.werr}
+	if f.j.finish() {
+		f.done(f.j.result())
+	}
+}
+
+// parker is one epoll set holding the idle directions of every pair, and
+// the goroutine that resumes them.
+type parker struct {
+	once sync.Once
+	epfd int
+	err  error
+
+	mu    sync.Mutex
+	next  uint64
+	flows map[uint64]*flow // parked now
+}
+
+var parked parker
+
+// park hands f's goroutine back: f resumes in a new goroutine when src is
+// readable or has hung up, or when its pair is closed. If src cannot be
+// watched (it was closed meanwhile, or there is no epoll), f resumes at once
+// and meets the error itself.
+func (p *parker) park(f *flow) {
+	p.once.Do(p.start)
+	if p.err != nil {
+		go f.wait() // no epoll: wait in a goroutine as Join does
+		return
+	}
+	p.mu.Lock()
+	if f.token == 0 {
+		p.next++
+		f.token = p.next
+	}
+	p.flows[f.token] = f // before arming: the event may come at once
+	p.mu.Unlock()
+
+	var cerr error
+	err := f.sr.Control(func(fd uintptr) {
+		// Fd and Pad are the two halves of epoll_event's data union.
+		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT,
+			Fd: int32(uint32(f.token)), Pad: int32(uint32(f.token >> 32))}
+		op := unix.EPOLL_CTL_MOD // ONESHOT left it in the set, disarmed
+		if !f.registered {
+			op = unix.EPOLL_CTL_ADD
+		}
+		if cerr = unix.EpollCtl(p.epfd, op, int(fd), &ev); cerr == nil {
+			f.registered = true
+		}
+	})
+	if err == nil {
+		err = cerr
+	}
+	if err != nil {
+		p.resume(f.token)
+	}
+}
+
+// resume starts a goroutine for the flow parked under token, if it is
+// still parked (whoever resumes it first wins).
+func (p *parker) resume(token uint64) {
+	if token == 0 {
+		return
+	}
+	p.mu.Lock()
+	f := p.flows[token]
+	delete(p.flows, token)
+	p.mu.Unlock()
+	if f != nil {
+		go f.wait()
+	}
+}
+
+func (p *parker) start() {
+	if p.epfd, p.err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); p.err != nil {
+		return
+	}
+	p.flows = map[uint64]*flow{}
+	go p.loop()
+}
+
+// loop resumes parked flows as their sockets become readable. A closed
+// socket leaves the epoll set silently, which is why closing a pair goes
+// through joint.closeBoth, which resumes its parked flows itself.
+func (p *parker) loop() {
+	events := make([]unix.EpollEvent, 256)
+	for {
+		n, err := unix.EpollWait(p.epfd, events, -1)
+		if err != nil {
+			if err != unix.EINTR {
+				time.Sleep(10 * time.Millisecond)
+			}
+			continue
+		}
+		for i := range events[:n] {
+			ev := &events[i]
+			p.resume(uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32)
+		}
+	}
+}
+
+// unpark resumes the parked directions of a pair that is being closed, so
+// that they see the close and finish.
+func (j *joint) unpark() {
+	for _, f := range j.flows {
+		if f != nil {
+			parked.resume(f.token)
+		}
+	}
+}
