@@ -240,13 +240,41 @@ func (s *Slapd) stop(sig syscall.Signal) {
 }
 
 // Freeze stops slapd with SIGSTOP: connections stay open and requests
-// are accepted into socket buffers but never answered, until Kill.
+// are accepted into socket buffers but never answered, until Kill. It
+// returns once every thread of slapd is stopped.
 func (s *Slapd) Freeze() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd != nil {
-		s.cmd.Process.Signal(syscall.SIGSTOP)
+	if s.cmd == nil {
+		return
 	}
+	pid := s.cmd.Process.Pid
+	s.cmd.Process.Signal(syscall.SIGSTOP)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if allStopped(pid) {
+			return
+		}
+	}
+}
+
+// allStopped reports whether every thread of pid is in state T.
+func allStopped(pid int) bool {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			return false
+		}
+		// pid (comm) STATE …; comm may contain spaces, so cut at the last ')'.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
+			return false
+		}
+	}
+	return true
 }
 
 // Close stops slapd.
