@@ -264,8 +264,8 @@ func (s *session) run() {
 	} else if len(pend) > 0 {
 		client = &prefixed{Conn: s.c, pending: pend}
 	}
-	res := splice.Join(client, inner)
 	f.m.conns.WithLabelValues(s.header, ResultOK).Inc()
+	res := splice.Join(client, inner)
 	if res.Up == 0 && res.Down == 0 {
 		return // a health check: counted, not logged
 	}

@@ -8,7 +8,7 @@ import (
 
 // Result values of the result label of edgefleet_origin_connections_total.
 const (
-	ResultOK         = "ok"          // forwarded to inner (log line unless no byte moved)
+	ResultOK         = "ok"          // forwarded to inner, counted when forwarding starts
 	ResultEmpty      = "empty"       // closed before its first byte (health check): no log line
 	ResultTimeout    = "timeout"     // first bytes or header not in within header_timeout
 	ResultBadHeader  = "bad-header"  // a trusted source sent a malformed, truncated or oversized header

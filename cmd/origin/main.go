@@ -141,7 +141,7 @@ func run(cfg originFile) error {
 	var failed error
 	select {
 	case s := <-sig:
-		log.Info("shutting down", "signal", s.String(), "drain_timeout", drainTimeout)
+		log.Info("shutting down", "signal", s.String(), "drain_timeout", drainTimeout.String())
 	case err := <-serveErr:
 		if err != nil {
 			log.Error("front stopped", "error", err)

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/edgefleet/edgefleet/internal/testbed"
+	proxyproto "github.com/pires/go-proxyproto"
+)
+
+// frontBinary builds this command for the front's tests.
+func frontBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "origin")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestFrontBinary runs the origin binary with the core disabled and an
+// inner service that finds its peers over the peers API, out of process.
+func TestFrontBinary(t *testing.T) {
+	bin := frontBinary(t)
+	front := testbed.FreeAddr(t, "127.0.0.1")
+	peersAPI := testbed.FreeAddr(t, "127.0.0.1")
+	metrics := testbed.FreeAddr(t, "127.0.0.1")
+
+	// The inner service asks GET /peers/{its client's port} and sends the
+	// answer back, then closes.
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inner.Close()
+	go func() {
+		for {
+			c, err := inner.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.Read(make([]byte, 512)) // the client speaks first
+				port := c.RemoteAddr().(*net.TCPAddr).Port
+				resp, err := http.Get("http://" + peersAPI + "/peers/" + strconv.Itoa(port))
+				if err != nil {
+					fmt.Fprintf(c, "error: %v", err)
+					return
+				}
+				io.Copy(c, resp.Body)
+				resp.Body.Close()
+			}()
+		}
+	}()
+
+	dir := t.TempDir()
+	cfg := testbed.WriteFile(t, dir, "origin.yaml", fmt.Sprintf(`front:
+  listen: [%q]
+  inner: %q
+  trusted_edges: [127.0.0.2]
+  header_timeout: 2s
+peers_api: %q
+metrics: %q
+log:
+  format: json
+core:
+  enabled: false
+`, front, inner.Addr(), peersAPI, metrics))
+	p := testbed.Start(t, bin, "--config", cfg)
+	testbed.WaitTCP(t, front, 10*time.Second)
+	testbed.WaitTCP(t, peersAPI, 10*time.Second)
+
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}, Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", front)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	h := proxyproto.HeaderProxyFromAddrs(2, &net.TCPAddr{IP: net.ParseIP("192.0.2.44"), Port: 33000}, &net.TCPAddr{IP: net.ParseIP("198.51.100.1"), Port: 636})
+	h.SetTLVs([]proxyproto.TLV{{Type: proxyproto.PP2_TYPE_UNIQUE_ID, Value: []byte("conn-77")}, {Type: 0xE0, Value: []byte("edge-7")}})
+	hdr, _ := h.Format()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c.Write(append(hdr, "hello"...))
+	body, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	var peer map[string]any
+	if err := json.Unmarshal(body, &peer); err != nil {
+		t.Fatalf("inner's answer %q: %v", body, err)
+	}
+	if peer["claimed"] != "192.0.2.44:33000" || peer["measured"] != c.LocalAddr().String() ||
+		peer["edge"] != "edge-7" || peer["id"] != "conn-77" || peer["header"] != "v2" {
+		t.Fatalf("GET /peers/{port} = %v", peer)
+	}
+
+	resp, err := http.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, name := range []string{
+		`edgefleet_origin_connections_total{header="v2",result="ok"} 1`,
+		"edgefleet_origin_spoofed_headers_total 0",
+		"edgefleet_origin_header_timeouts_total 0",
+		"edgefleet_origin_connections_active",
+		"edgefleet_origin_peer_table_entries",
+	} {
+		if !strings.Contains(string(text), name) {
+			t.Errorf("/metrics lacks %q", name)
+		}
+	}
+
+	p.Cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- p.Cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, p.Output())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("still running 10s after SIGTERM\n%s", p.Output())
+	}
+	if !strings.Contains(p.Output(), `"msg":"connection closed"`) || !strings.Contains(p.Output(), `"claimed":"192.0.2.44:33000"`) {
+		t.Errorf("no close line with claimed address in:\n%s", p.Output())
+	}
+}
+
+// TestFrontBadConfig: a bad front: section exits 2 with one line naming
+// the key.
+func TestFrontBadConfig(t *testing.T) {
+	bin := frontBinary(t)
+	for _, tc := range []struct {
+		name, yaml string
+		env        []string
+		want       string
+	}{
+		{"unknown key", "front:\n  listen_on: [':1']\n", nil, `unknown key "front.listen_on"`},
+		{"bad cidr", "front:\n  trusted_edges: [10.0.0.0/40]\n", nil, `front.trusted_edges: "10.0.0.0/40" is not a CIDR or an IP address`},
+		{"bad untrusted", "front:\n  untrusted: drop\n", nil, `front.untrusted: "drop" is not passthrough or reject`},
+		{"reject without edges", "front:\n  untrusted: reject\n", nil, "front.untrusted: reject with an empty trusted_edges"},
+		{"unitless timeout", "front:\n  header_timeout: 5\n", nil, "header_timeout"},
+		{"bad inner from env", "", []string{"EDGEFLEET_FRONT_INNER=nowhere"}, `front.inner: "nowhere" is not host:port`},
+		{"listen in use", "", nil, "front.listen"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			yaml := tc.yaml
+			if tc.name == "listen in use" {
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ln.Close()
+				yaml = fmt.Sprintf("front:\n  listen: [%q]\n", ln.Addr())
+			}
+			yaml += "peers_api: \"\"\nmetrics: \"\"\ncore:\n  enabled: false\n"
+			cfg := testbed.WriteFile(t, dir, "origin.yaml", yaml)
+			cmd := exec.Command(bin, "--config", cfg)
+			cmd.Env = append(os.Environ(), tc.env...)
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+				t.Fatalf("exit: %v, want 2\n%s", err, out)
+			}
+			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+			if len(lines) != 1 || !strings.Contains(lines[0], tc.want) {
+				t.Fatalf("output %q, want one line containing %q", out, tc.want)
+			}
+		})
+	}
+}
