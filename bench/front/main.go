@@ -591,4 +591,3 @@ func loadavg() string {
 	}
 	return strings.Join(f[:3], " ")
 }
-
