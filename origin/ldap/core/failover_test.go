@@ -313,3 +313,31 @@ func waitRecvQueue(t *testing.T, addr string) {
 		return false
 	})
 }
+
+// A server that goes away while the client is idle: nothing is in flight,
+// so nothing is lost; the next operation finds the server down (a real
+// connect attempt), marks it OFFLINE and moves on after a re-bind. (If the
+// request reaches the dead connection before the core has read its end,
+// the read is replayed instead: either way the client does not notice.)
+func TestIdleBackendLost(t *testing.T) {
+	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{})
+	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}, {"L2", sl[1].Addr, false}},
+		rule("ALICE", "(user="+alice+")", []string{"L1", "L2"}, ""),
+		proxy([]string{"ALICE"}, nil)), nil)
+	c := h.dial(t)
+	if err := c.Bind(alice, "alice-pw"); err != nil {
+		t.Fatal(err)
+	}
+	sl[0].Stop()
+	who, err := c.WhoAmI(nil)
+	if err != nil || !strings.EqualFold(who.AuthzID, "dn:"+alice) {
+		t.Fatalf("whoami after L1 went away: %+v %v", who, err)
+	}
+	if got := h.targets("extended"); !slices.Equal(got, []string{"L2"}) {
+		t.Errorf("whoami went to %v", got)
+	}
+	if n := h.dialCount(sl[0].Addr); n < 1 || n > 2 || !h.srv.Health().Offline("L1") {
+		t.Errorf("L1: %d dials, offline %v; want at most one retry, then OFFLINE",
+			h.dialCount(sl[0].Addr), h.srv.Health().Offline("L1"))
+	}
+}

@@ -843,3 +843,5 @@ func (c *prefixConn) Read(p []byte) (int, error) {
 	}
 	return c.Conn.Read(p)
 }
+
+var _ net.Conn = (*prefixConn)(nil)
