@@ -11,14 +11,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// flow is one direction of a pair joined by Start. A goroutine that has
-// moved a burst has a grown stack (the splice path is deeper than the
-// smallest stack), so it keeps waiting in place only for idleGrace: chatty
-// connections pay no goroutine start per message. A direction idle longer
-// than that parks in the shared epoll set of parked and its goroutine
-// exits, so an idle connection holds no goroutine at all, only its two
-// sockets and a few hundred bytes of heap; data, EOF or an error on its
-// socket resumes it in a fresh goroutine.
+// flow is one direction of a pair joined by Start. A pipe is held only
+// while bytes move. While bytes come, and for idleGrace after the last
+// one, a goroutine serves the direction: chatty connections pay no
+// goroutine start per message. A direction idle longer than that parks in
+// the shared epoll set `parked` and its goroutine exits, so an idle
+// connection holds no goroutine and no pipe, only its two sockets and a
+// few hundred bytes of heap; data, EOF or an error on its socket resumes
+// it in a fresh goroutine.
 type flow struct {
 	j          *joint
 	dst, src   *net.TCPConn
@@ -32,8 +32,8 @@ type flow struct {
 	rerr, werr error
 }
 
-// idleGrace is how long a direction stays in its goroutine after a burst
-// before it parks. Start reads it once per pair; tests shorten it.
+// idleGrace is how long a direction keeps its goroutine after its last
+// byte before it parks. Start reads it once per pair; tests shorten it.
 var idleGrace = 500 * time.Millisecond
 
 // startFlows runs both directions of j asynchronously; false when the
@@ -64,39 +64,15 @@ func startFlows(j *joint, done func(Result)) bool {
 	return true
 }
 
-// wait is a goroutine's entry point: it blocks until src has data (or
-// EOF, or an error), then hands over to step.
+// wait is a goroutine's entry point: it runs the direction until src goes
+// idle (then parks it) or the direction is over (then finishes it).
 func (f *flow) wait() {
-	eof, err := waitData(f.sr)
-	f.step(eof, err)
-}
-
-// step moves bursts while they come, parks the direction when it goes
-// idle, or, when the direction is over, finishes it as Copy would.
-func (f *flow) step(eof bool, err error) {
-	for err == nil && !eof {
-		m, eof2, rerr, werr := burst(f.dr, f.sr)
-		f.n += m
-		f.rerr, f.werr = rerr, werr
-		if rerr != nil || werr != nil || eof2 {
-			break
-		}
-		f.src.SetReadDeadline(time.Now().Add(f.grace))
-		eof, err = waitData(f.sr)
-		// Cleared before the next burst too: an expired deadline would
-		// fail its reads.
-		f.src.SetReadDeadline(time.Time{})
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			parked.park(f)
-			return
-		}
-	}
-	if err != nil {
-		f.rerr = err
+	if f.run() {
+		parked.park(f)
+		return
 	}
 	if f.rerr == nil && f.werr == nil {
 		f.dst.CloseWrite()
-		f.src.CloseRead()
 	} else {
 		f.j.closeBoth()
 	}
@@ -104,6 +80,102 @@ func (f *flow) step(eof bool, err error) {
 	if f.j.finish() {
 		f.done(f.j.result())
 	}
+}
+
+// run moves src's bytes to dst until EOF, an error, or src being idle for
+// f.grace (it then returns true). Everything happens inside one src.Read:
+// a splice that finds nothing (EAGAIN) makes the poller wait, with no
+// separate readiness check whose result a later wait could miss and no
+// peek syscall. A pipe is taken from the pool before each splice in and
+// given back at each EAGAIN, so a waiting direction holds none.
+func (f *flow) run() (idle bool) {
+	f.src.SetReadDeadline(time.Now().Add(f.grace))
+	var p *pipe
+	var moved bool
+	var serr, werr error
+	err := f.sr.Read(func(fd uintptr) bool {
+		for {
+			if p == nil {
+				if p, serr = getPipe(); serr != nil {
+					return true
+				}
+			}
+			m, e := unix.Splice(int(fd), nil, p.w, nil, chunk, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+			switch {
+			case e == unix.EINTR:
+				continue
+			case e == unix.EAGAIN:
+				putPipe(p) // empty: every splice in is drained before the next
+				p = nil
+				if moved { // the grace counts from the last byte
+					f.src.SetReadDeadline(time.Now().Add(f.grace))
+					moved = false
+				}
+				return false
+			case e != nil:
+				serr = os.NewSyscallError("splice", e)
+				return true
+			case m == 0: // EOF
+				return true
+			}
+			var w int64
+			w, werr = drain(f.dr, p, m)
+			f.n += w
+			if werr != nil {
+				return true
+			}
+			moved = true
+		}
+	})
+	if p != nil {
+		if werr != nil {
+			p.close() // it may still hold bytes
+		} else {
+			putPipe(p)
+		}
+	}
+	if werr != nil {
+		f.werr = werr
+		return false
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		f.src.SetReadDeadline(time.Time{})
+		return true
+	}
+	if err == nil {
+		err = serr
+	}
+	f.rerr = err
+	return false
+}
+
+// drain writes the m bytes in the pipe to dst, waiting for dst to be
+// writable as needed.
+func drain(dst syscall.RawConn, p *pipe, m int64) (n int64, err error) {
+	rem := int(m)
+	var werr error
+	err = dst.Write(func(fd uintptr) bool {
+		for rem > 0 {
+			w, e := unix.Splice(p.r, nil, int(fd), nil, rem, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+			if e == unix.EINTR {
+				continue
+			}
+			if e == unix.EAGAIN {
+				return false
+			}
+			if e != nil {
+				werr = os.NewSyscallError("splice", e)
+				return true
+			}
+			rem -= int(w)
+			n += w
+		}
+		return true
+	})
+	if err == nil {
+		err = werr
+	}
+	return n, err
 }
 
 // parker is one epoll set holding the idle directions of every pair, and
