@@ -286,7 +286,7 @@ func (ss *session) bind(o *op) {
 	ss.selected, ss.primary, ss.cands = true, nil, sel.Candidates
 	b, diag := ss.userTarget(false, "")
 	if b == nil {
-		ss.reply(o, wire.ResultUnavailable, ss.noServer(sel.Rule, diag))
+		ss.reply(o, wire.ResultUnavailable, ss.noServer(o, sel.Rule, diag))
 		return
 	}
 	ss.send(o, b)
@@ -307,7 +307,7 @@ func (ss *session) route(o *op) {
 		o.rule = osel.Rule
 		b, rest, diag := ss.attach(osel.Candidates, true)
 		if b == nil {
-			ss.reply(o, wire.ResultUnavailable, ss.noServer(osel.Rule, diag))
+			ss.reply(o, wire.ResultUnavailable, ss.noServer(o, osel.Rule, diag))
 			return
 		}
 		o.cands = rest
@@ -316,14 +316,17 @@ func (ss *session) route(o *op) {
 	}
 	b, diag := ss.userTarget(true, o.name)
 	if b == nil {
-		ss.reply(o, wire.ResultUnavailable, ss.noServer(nil, diag))
+		ss.reply(o, wire.ResultUnavailable, ss.noServer(o, nil, diag))
 		return
 	}
 	ss.send(o, b)
 }
 
-func (ss *session) noServer(r *dlp.Rule, diag string) string {
+func (ss *session) noServer(o *op, r *dlp.Rule, diag string) string {
 	who := ss.user
+	if o.m.Op == wire.TagBindRequest {
+		who = o.m.BindName
+	}
 	if who == "" {
 		who = "anonymous"
 	}
@@ -529,7 +532,7 @@ func (ss *session) reroute(o *op) {
 		b, diag = ss.userTarget(ident, "")
 	}
 	if b == nil {
-		ss.reply(o, wire.ResultUnavailable, ss.noServer(o.rule, diag))
+		ss.reply(o, wire.ResultUnavailable, ss.noServer(o, o.rule, diag))
 		return
 	}
 	ss.send(o, b)
@@ -591,8 +594,7 @@ func (ss *session) bound(o *op, b *backend, code int) {
 		ss.sasl = b
 		return
 	default: // a failed bind leaves the connection anonymous (RFC 4511 §4.2.1)
-		ss.cred, ss.user, ss.norm, ss.sasl = nil, "", "", nil
-		ss.gen++
+		ss.anonymous()
 		b.gen = 0
 	}
 	// Idle connections with the old identity are of no further use.
@@ -601,6 +603,12 @@ func (ss *session) bound(o *op, b *backend, code int) {
 			ss.closeBackend(c)
 		}
 	}
+}
+
+// anonymous makes the connection anonymous after a failed bind.
+func (ss *session) anonymous() {
+	ss.cred, ss.user, ss.norm, ss.sasl = nil, "", "", nil
+	ss.gen++
 }
 
 func (ss *session) busy(b *backend) bool {
@@ -680,7 +688,7 @@ func (ss *session) replay(o *op, failed *backend) {
 		b, diag = ss.userTarget(o.m.Op != wire.TagBindRequest, "")
 	}
 	if b == nil {
-		ss.reply(o, wire.ResultUnavailable, ss.noServer(o.rule, failed.name+" failed; "+diag))
+		ss.reply(o, wire.ResultUnavailable, ss.noServer(o, o.rule, failed.name+" failed; "+diag))
 		return
 	}
 	ss.srv.log.Info("failover", ss.who("op", o.name, "from", failed.name, "target", b.name)...)
@@ -751,8 +759,12 @@ func (ss *session) startTLS(o *op) {
 	ss.resume <- ss.client
 }
 
-// reply answers o from the core itself.
+// reply answers o from the core itself. A bind it answers with an error
+// leaves the connection anonymous, as a server's would.
 func (ss *session) reply(o *op, code int, diag string) {
+	if o.m.Op == wire.TagBindRequest && code != wire.ResultSuccess && ss.cred != nil {
+		ss.anonymous()
+	}
 	var raw []byte
 	if o.m.Op == wire.TagExtendedRequest {
 		raw = wire.ExtendedResult(o.m.ID, code, diag, "")
