@@ -1,9 +1,11 @@
 package core_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"net/http/httptest"
 	"os/exec"
 	"slices"
 	"strings"
@@ -51,6 +53,21 @@ func TestSeedForwardingExample(t *testing.T) {
 	}
 	if !h.srv.Health().Offline("LDAP3") {
 		t.Error("LDAP3 is not OFFLINE")
+	}
+	rec := httptest.NewRecorder()
+	h.srv.BackendsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/backends", nil))
+	var backends []struct {
+		Name        string `json:"name"`
+		Up          bool   `json:"up"`
+		LastFailure string `json:"last_failure"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &backends); err != nil || len(backends) != 3 {
+		t.Fatalf("GET /backends: %v %s", err, rec.Body)
+	}
+	for _, b := range backends {
+		if b.Up != (b.Name != "LDAP3") || (b.LastFailure != "") != (b.Name == "LDAP3") {
+			t.Errorf("GET /backends: %+v", b)
+		}
 	}
 }
 
