@@ -15,13 +15,16 @@
 // write one log line per connection to a file. The "front, no header"
 // row sends no header (the sniff-and-pass-through path).
 //
-// Two measurements, each bounded in count and time; targets take turns
+// Three measurements, each bounded in count and time; targets take turns
 // within each round and the median of -rounds rounds is reported:
 //   - short-connection rate: -clients goroutines each connect, send the
 //     header and one byte, read the echo, close, until -conns connections
 //     or -conn-time have passed;
 //   - single-stream throughput: one connection sends -bytes to a sink
-//     that answers with the count it received.
+//     that answers with the count it received;
+//   - idle cost: -idle forwarded connections (each echoes one byte) are
+//     held; the proxy's RSS and open file descriptors are read from /proc
+//     before and after.
 //
 // For each, the CPU time the proxy process used (user+system, from
 // /proc/PID/stat) is reported per connection and per GiB: on a shared,
@@ -61,6 +64,7 @@ var (
 	clients    = flag.Int("clients", 32, "concurrent clients in the connection-rate measurement")
 	maxConns   = flag.Int("conns", 15000, "short connections per target and round, at most")
 	connTime   = flag.Duration("conn-time", 3*time.Second, "time per target and round of the connection-rate measurement, at most")
+	idleConns  = flag.Int("idle", 5000, "idle forwarded connections in the idle-cost measurement (0 skips it)")
 	keep       = flag.Bool("keep", false, "keep the temporary directory (configs, logs)")
 	out        = flag.String("out", "bench/results/front.md", "also write the table here (empty: stdout only)")
 )
@@ -82,6 +86,9 @@ type result struct {
 	cpuPerConn []float64 // microseconds of proxy CPU per connection
 	tput       []float64 // bytes per second
 	cpuPerGiB  []float64 // seconds of proxy CPU per GiB
+	idleOK     int
+	rssPerConn float64 // KiB
+	fdsPerConn float64
 }
 
 func main() {
@@ -190,6 +197,17 @@ func run() error {
 			x.cpuPerGiB = append(x.cpuPerGiB, cpu.Seconds()/(float64(*streamSize)/(1<<30)))
 			progress("round %d %-15s throughput %8.0f MiB/s  cpu %v", r+1, t.name, tp/(1<<20), cpu)
 		}
+	}
+
+	measured := map[int]bool{}
+	for _, t := range targets {
+		if t.pid == 0 || measured[t.pid] || *idleConns == 0 {
+			continue
+		}
+		measured[t.pid] = true
+		x := res[t.name]
+		x.idleOK, x.rssPerConn, x.fdsPerConn = idleCost(t, *idleConns)
+		progress("idle    %-15s %d conns  %.2f KiB RSS/conn  %.2f fds/conn", t.name, x.idleOK, x.rssPerConn, x.fdsPerConn)
 	}
 
 	report := table(targets, res)
@@ -515,6 +533,79 @@ func echoOnce(t *target) error {
 	return err
 }
 
+// idleCost opens n forwarded connections through t, each echoing one
+// byte, holds them, and returns how many were held and the proxy's RSS
+// (KiB) and file descriptors per connection.
+func idleCost(t *target, n int) (ok int, rssKiB, fds float64) {
+	time.Sleep(2 * time.Second)
+	rss0, fd0 := procStats(t.pid)
+	conns := make([]net.Conn, n)
+	var wg sync.WaitGroup
+	var opened, next atomic.Int64
+	for range 32 {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				c, err := dial(t)
+				if err != nil {
+					continue
+				}
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				msg := []byte{'E'}
+				if t.header {
+					msg = append(header(), 'E')
+				}
+				var b [1]byte
+				if _, err := c.Write(msg); err != nil {
+					c.Close()
+					continue
+				}
+				if _, err := io.ReadFull(c, b[:]); err != nil {
+					c.Close()
+					continue
+				}
+				c.SetDeadline(time.Time{})
+				conns[i] = c
+				opened.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	time.Sleep(2 * time.Second)
+	rss1, fd1 := procStats(t.pid)
+	ok = int(opened.Load())
+	for _, c := range conns {
+		if c != nil {
+			c.Close()
+		}
+	}
+	for range 100 { // let the proxy let go of them before going on
+		if _, fd := procStats(t.pid); fd <= fd0+16 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if ok == 0 {
+		return 0, 0, 0
+	}
+	return ok, float64(rss1-rss0) / float64(ok), float64(fd1-fd0) / float64(ok)
+}
+
+// procStats returns VmRSS in KiB and the number of open file descriptors.
+func procStats(pid int) (rssKiB int64, fds int64) {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			rssKiB, _ = strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+		}
+	}
+	ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	return rssKiB, int64(len(ents))
+}
+
 // cpuTime is the user+system CPU time pid has used (0 for pid 0).
 func cpuTime(pid int) time.Duration {
 	if pid == 0 {
@@ -552,11 +643,11 @@ func table(targets []*target, res map[string]*result) string {
 	var b strings.Builder
 	host, _ := os.Hostname()
 	fmt.Fprintf(&b, "\n### Origin front benchmark (%s, %s, %d CPUs, load %s)\n\n", time.Now().UTC().Format(time.RFC3339), host, runtime.NumCPU(), loadavg())
-	fmt.Fprintf(&b, "Short connections: %d clients, ≤ %d conns or %v per target and round; single stream %d MiB; median of %d rounds. "+
-		"Proxy CPU is user+system time of the proxy process.\n\n",
-		*clients, *maxConns, *connTime, *streamSize>>20, *rounds)
-	b.WriteString("| target | conn/s | × HAProxy | p50 | p99 | failed | CPU µs/conn | throughput MiB/s | × HAProxy | CPU s/GiB |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "Short connections: %d clients, ≤ %d conns or %v per target and round; single stream %d MiB; median of %d rounds; idle: %d connections held. "+
+		"Proxy CPU is user+system time of the proxy process. Both proxies log one line per connection to a file.\n\n",
+		*clients, *maxConns, *connTime, *streamSize>>20, *rounds, *idleConns)
+	b.WriteString("| target | conn/s | × HAProxy | p50 | p99 | failed | CPU µs/conn | throughput MiB/s | × HAProxy | CPU s/GiB | idle RSS KiB/conn | idle fds/conn |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	ref := res["haproxy"]
 	ratio := func(x, r []float64) string {
 		if r == nil || median(r) == 0 {
@@ -575,9 +666,16 @@ func table(targets []*target, res map[string]*result) string {
 			cpuConn = fmt.Sprintf("%.0f", median(x.cpuPerConn))
 			cpuGiB = fmt.Sprintf("%.2f", median(x.cpuPerGiB))
 		}
-		fmt.Fprintf(&b, "| %s | %.0f | %s | %v | %v | %d | %s | %.0f | %s | %s |\n",
+		idleRSS, idleFDs := "–", "–"
+		if x.idleOK > 0 {
+			idleRSS, idleFDs = fmt.Sprintf("%.1f", x.rssPerConn), fmt.Sprintf("%.2f", x.fdsPerConn)
+			if x.idleOK < *idleConns {
+				idleRSS += fmt.Sprintf(" (%d held)", x.idleOK)
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %.0f | %s | %v | %v | %d | %s | %.0f | %s | %s | %s | %s |\n",
 			t.name, median(x.rate), ratio(x.rate, refRate), median(x.p50).Round(time.Microsecond), median(x.p99).Round(time.Microsecond),
-			slices.Max(append(x.failed, 0)), cpuConn, median(x.tput)/(1<<20), ratio(x.tput, refTput), cpuGiB)
+			slices.Max(append(x.failed, 0)), cpuConn, median(x.tput)/(1<<20), ratio(x.tput, refTput), cpuGiB, idleRSS, idleFDs)
 	}
 	b.WriteString("\n")
 	return b.String()
