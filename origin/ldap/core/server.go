@@ -87,7 +87,7 @@ func New(cfg Config, file *dlp.File, peers PeerLookup, log *slog.Logger, reg pro
 	}
 	if s.proxy == nil {
 		if cfg.DefaultServer == "" {
-			return nil, errors.New("plain mode needs core.default_server")
+			return nil, fmt.Errorf("core.default_server is required in plain mode (proxy_mode 0, no DLP file, or no LdapProxy named %q)", cfg.Name)
 		}
 	} else {
 		for _, name := range file.ServerOrder {
