@@ -31,7 +31,7 @@ const (
 // peeks at the first bytes, reads a PROXY header if one is there and the
 // source may send one, dials inner, records the peer in the table under the
 // inner connection's local port, and joins the two connections with
-// splice.Join until both directions are done.
+// splice.Start until both directions are done.
 type Front struct {
 	// Now is the clock for Peer.Since, durations and log rate limiting;
 	// nil means time.Now. Set it before Serve or HandleConn.
@@ -50,8 +50,8 @@ type Front struct {
 	mu        sync.Mutex
 	closing   bool
 	listeners map[net.Listener]struct{}
-	conns     map[net.Conn]struct{} // outer and inner connections, closed on a forced shutdown
-	wg        sync.WaitGroup        // one per connection being handled
+	sessions  map[*session]struct{} // open connections, closed on a forced shutdown
+	wg        sync.WaitGroup        // one per open connection
 }
 
 // New checks cfg and returns a front that records peers in table, logs to
@@ -75,7 +75,7 @@ func New(cfg Config, table *PeerTable, log *slog.Logger, reg prometheus.Register
 		m:         newMetrics(table),
 		dialer:    net.Dialer{Timeout: innerDialTimeout},
 		listeners: map[net.Listener]struct{}{},
-		conns:     map[net.Conn]struct{}{},
+		sessions:  map[*session]struct{}{},
 	}
 	f.refusals = newLimiter(refusalLogBurst, refusalLogWindow, f.now)
 	f.ctx, f.cancel = context.WithCancel(context.Background())
@@ -164,51 +164,32 @@ func (f *Front) Shutdown(ctx context.Context) error {
 	}
 	f.cancel()
 	f.mu.Lock()
-	for c := range f.conns {
-		c.Close()
+	for s := range f.sessions {
+		s.abort()
 	}
 	f.mu.Unlock()
 	<-done
 	return ctx.Err()
 }
 
-// track registers a connection for a forced shutdown; false when the front
-// is already shutting down.
-func (f *Front) track(c net.Conn, handler bool) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.closing && handler {
-		return false
-	}
-	if handler {
-		f.wg.Add(1)
-	}
-	f.conns[c] = struct{}{}
-	return true
-}
-
-func (f *Front) untrack(c net.Conn, handler bool) {
-	f.mu.Lock()
-	delete(f.conns, c)
-	f.mu.Unlock()
-	if handler {
-		f.wg.Done()
-	}
-}
-
-// HandleConn serves one accepted connection and returns when it is closed.
+// HandleConn serves one accepted connection. It returns once the
+// connection has been refused, or handed to splice.Start; forwarding then
+// goes on without a goroutine of its own while the connection is idle.
+// Shutdown waits for both.
 func (f *Front) HandleConn(c net.Conn) {
-	start := f.now()
-	if !f.track(c, true) {
+	s := &session{f: f, c: c, start: f.now(), measured: formatAddr(c.RemoteAddr())}
+	s.header = HeaderNone
+	f.mu.Lock()
+	if f.closing {
+		f.mu.Unlock()
 		c.Close()
 		f.m.conns.WithLabelValues(HeaderNone, ResultShutdown).Inc()
 		return
 	}
-	defer f.untrack(c, true)
+	f.wg.Add(1)
+	f.sessions[s] = struct{}{}
+	f.mu.Unlock()
 	f.m.active.Inc()
-	defer f.m.active.Dec()
-	s := &session{f: f, c: c, start: start, measured: formatAddr(c.RemoteAddr())}
-	s.header = HeaderNone
 	s.run()
 }
 
@@ -219,6 +200,30 @@ type session struct {
 	start    time.Time
 	measured string
 	headerInfo
+
+	mu   sync.Mutex
+	pair *splice.Pair // set once forwarding has started
+}
+
+// end releases what HandleConn took, once the connection is over.
+func (s *session) end() {
+	s.f.m.active.Dec()
+	s.f.mu.Lock()
+	delete(s.f.sessions, s)
+	s.f.mu.Unlock()
+	s.f.wg.Done()
+}
+
+// abort closes the session's connections for a forced shutdown.
+func (s *session) abort() {
+	s.mu.Lock()
+	p := s.pair
+	s.mu.Unlock()
+	if p != nil {
+		p.Close() // wakes a direction parked while idle
+		return
+	}
+	s.c.Close()
 }
 
 func (s *session) run() {
@@ -226,6 +231,7 @@ func (s *session) run() {
 	trusted := f.p.trusts(s.c.RemoteAddr())
 	if !trusted && f.cfg.Untrusted == UntrustedReject {
 		s.refuse(ResultUntrusted, "untrusted source rejected", nil)
+		s.end()
 		return
 	}
 
@@ -233,7 +239,8 @@ func (s *session) run() {
 	pend, err := s.readFront(r, trusted)
 	putReader(r)
 	if err != nil {
-		return // refused and counted by readFront
+		s.end() // refused and counted by readFront
+		return
 	}
 
 	token := f.table.beginDial()
@@ -241,6 +248,7 @@ func (s *session) run() {
 	if err != nil {
 		f.table.endDial(token)
 		s.refuse(ResultInnerError, "dial inner failed", err)
+		s.end()
 		return
 	}
 	inner := ic.(*net.TCPConn)
@@ -254,25 +262,45 @@ func (s *session) run() {
 		Header:    s.header,
 		Since:     s.start,
 	})
-	defer f.table.remove(port, token)
-	f.track(inner, false)
-	defer f.untrack(inner, false)
-
-	var client net.Conn = s.c
-	if tc, ok := s.c.(*net.TCPConn); ok {
-		client = &splice.Buffered{TCPConn: tc, Pending: pend}
-	} else if len(pend) > 0 {
-		client = &prefixed{Conn: s.c, pending: pend}
-	}
 	f.m.conns.WithLabelValues(s.header, ResultOK).Inc()
-	res := splice.Join(client, inner)
-	if res.Up == 0 && res.Down == 0 {
-		return // a health check: counted, not logged
+
+	// The bytes read past the header go first, in one write: the inner
+	// connection is new, so its send buffer takes them without blocking.
+	// Then both connections are plain sockets and splice.Start can park
+	// an idle direction without a goroutine.
+	var sent int64
+	if len(pend) > 0 {
+		n, err := inner.Write(pend)
+		sent = int64(n)
+		if err != nil {
+			s.c.Close()
+			inner.Close()
+			s.closed(splice.Result{Up: sent, Reason: splice.ReasonServerError, Err: err}, port, token)
+			return
+		}
 	}
-	f.log.Info("connection closed",
-		"id", s.id, "claimed", s.claimed, "measured", s.measured, "edge", s.edge,
-		"header", s.header, "inner_port", port, "bytes_up", res.Up, "bytes_down", res.Down,
-		"duration", f.now().Sub(s.start), "reason", res.Reason)
+	p := splice.Start(s.c, inner, func(res splice.Result) {
+		res.Up += sent
+		s.closed(res, port, token)
+	})
+	s.mu.Lock()
+	s.pair = p
+	s.mu.Unlock()
+}
+
+// closed erases the peer entry of a forwarded connection once both
+// directions are done and writes its log line (none when no byte moved
+// either way: a health check).
+func (s *session) closed(res splice.Result, port int, token uint64) {
+	f := s.f
+	f.table.remove(port, token)
+	if res.Up != 0 || res.Down != 0 {
+		f.log.Info("connection closed",
+			"id", s.id, "claimed", s.claimed, "measured", s.measured, "edge", s.edge,
+			"header", s.header, "inner_port", port, "bytes_up", res.Up, "bytes_down", res.Down,
+			"duration", f.now().Sub(s.start), "reason", res.Reason)
+	}
+	s.end()
 }
 
 // readFront sniffs the first bytes within header_timeout, applies the trust
@@ -366,20 +394,4 @@ func formatAddr(a net.Addr) string {
 		return a.String()
 	}
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()).String()
-}
-
-// prefixed is a connection that is not a *net.TCPConn (a test's net.Pipe)
-// with sniffed bytes still to deliver; TCP connections use splice.Buffered.
-type prefixed struct {
-	net.Conn
-	pending []byte
-}
-
-func (p *prefixed) Read(b []byte) (int, error) {
-	if len(p.pending) > 0 {
-		n := copy(b, p.pending)
-		p.pending = p.pending[n:]
-		return n, nil
-	}
-	return p.Conn.Read(b)
 }
