@@ -2,7 +2,10 @@ package origin
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
 	"errors"
+	"io"
 	"log/slog"
 	"maps"
 	"net"
@@ -517,4 +520,79 @@ func TestIPv6Front(t *testing.T) {
 	if p.Claimed != "[2001:db8::5]:7000" || p.Measured != c.LocalAddr().String() || hostOf(t, p.Measured) != "::1" {
 		t.Fatalf("inner saw %+v", p)
 	}
+}
+
+// TestBulkBothWaysWithHalfClose: megabytes each way through the front,
+// the client's half-close carried to inner while the answer still flows.
+func TestBulkBothWaysWithHalfClose(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inner.Close()
+	down := make([]byte, 5<<20)
+	rand.Read(down)
+	got := make(chan [32]byte, 1)
+	go func() {
+		c, err := inner.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		h := sha256.New()
+		io.Copy(h, c) // until the client's FIN arrives through the front
+		var sum [32]byte
+		copy(sum[:], h.Sum(nil))
+		got <- sum
+		c.Write(down)
+	}()
+	h := newHarness(t, func(c *Config) { c.Inner = inner.Addr().String() })
+	c := h.dialFrom("127.0.0.2")
+	up := make([]byte, 8<<20)
+	rand.Read(up)
+	hdr := v2Header(t, "192.0.2.1:1", "198.51.100.1:636", "", "")
+	go func() {
+		c.Write(append(hdr, up...))
+		c.CloseWrite()
+	}()
+	back, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if <-got != sha256.Sum256(up) {
+		t.Fatal("inner received other bytes than were sent")
+	}
+	if sha256.Sum256(back) != sha256.Sum256(down) {
+		t.Fatalf("client got %d bytes back, want %d", len(back), len(down))
+	}
+	c.Close()
+	h.settled()
+	lines := h.logs.lines("connection closed")
+	if len(lines) != 1 || lines[0]["bytes_up"] != float64(len(up)) || lines[0]["bytes_down"] != float64(len(down)) || lines[0]["reason"] != "eof" {
+		t.Fatalf("close line %v", lines)
+	}
+}
+
+// TestIdleConnectionResumesAndShutsDown: a forwarded connection left idle
+// (its directions park without a goroutine) carries data again when it
+// comes, and a forced shutdown still closes it.
+func TestIdleConnectionResumesAndShutsDown(t *testing.T) {
+	h := newHarness(t, nil)
+	c := h.dialFrom("127.0.0.2")
+	roundTrip(t, c, v2Header(t, "192.0.2.1:1", "198.51.100.1:636", "", ""), payload)
+	time.Sleep(700 * time.Millisecond) // past splice's idle grace (500ms)
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c.Write([]byte("again"))
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "again" {
+		t.Fatalf("after idle: %q, %v", buf, err)
+	}
+	time.Sleep(700 * time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := h.front.Shutdown(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Shutdown = %v", err)
+	}
+	expectClosed(t, c)
+	h.settled()
 }
