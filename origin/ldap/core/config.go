@@ -22,7 +22,6 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -130,5 +129,3 @@ func ParsePins(data []byte) (map[string]string, error) {
 	}
 	return pins, nil
 }
-
-var errNotPinned = errors.New("client certificate is not pinned")

@@ -2,10 +2,7 @@ package core
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -119,53 +116,6 @@ func (s *Server) Plain() bool { return s.proxy == nil }
 
 // Health is the OFFLINE state shared by all connections (nil in plain mode).
 func (s *Server) Health() *dlp.Health { return s.health }
-
-// serverTLS adds client-certificate checking to the configured certificate.
-func (s *Server) serverTLS() *tls.Config {
-	c := s.cfg.TLS.Clone()
-	if c.MinVersion == 0 {
-		c.MinVersion = tls.VersionTLS12
-	}
-	if s.cfg.TLSMode != TLSMTLS {
-		return c
-	}
-	if c.ClientCAs != nil {
-		c.ClientAuth = tls.RequireAndVerifyClientCert
-	} else {
-		c.ClientAuth = tls.RequireAnyClientCert
-	}
-	if len(s.cfg.Pins) > 0 {
-		pins := s.cfg.Pins
-		c.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error {
-			if len(raw) == 0 {
-				return errNotPinned
-			}
-			if _, ok := pins[fingerprint(raw[0])]; !ok {
-				return fmt.Errorf("%w: sha256 %s", errNotPinned, fingerprint(raw[0]))
-			}
-			return nil
-		}
-	}
-	return c
-}
-
-func fingerprint(der []byte) string {
-	sum := sha256.Sum256(der)
-	return hex.EncodeToString(sum[:])
-}
-
-// agentOf names the client of a finished handshake: its pin, else the
-// certificate's common name.
-func (s *Server) agentOf(st tls.ConnectionState) string {
-	if len(st.PeerCertificates) == 0 {
-		return ""
-	}
-	cert := st.PeerCertificates[0]
-	if name, ok := s.cfg.Pins[fingerprint(cert.Raw)]; ok {
-		return name
-	}
-	return cert.Subject.CommonName
-}
 
 // Serve accepts connections from ln until it is closed or Shutdown runs.
 func (s *Server) Serve(ln net.Listener) error {

@@ -1,0 +1,425 @@
+package core
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
+	"github.com/edgefleet/edgefleet/origin/ldap/wire"
+)
+
+type backend struct {
+	name   string
+	conn   net.Conn
+	rd     *wire.Reader
+	gen    uint64 // identity bound on this connection; 0: anonymous
+	broken atomic.Bool
+	closed bool
+}
+
+// rebindID is the message id of the core's own re-binds. They are sent on
+// a fresh backend connection before any client operation, so the answer
+// cannot be confused with one of the client's.
+const rebindID = 1<<31 - 1
+
+// userTarget is the connection's user-target backend, connecting (and
+// failing over) when it has none or when it carries an older identity.
+//
+// A new operation (reselect names it) on a connection whose servers all
+// failed selects again for the identity in force; a replay does not, so
+// that failover: 0 still returns the first failure.
+func (ss *session) userTarget(ident bool, reselect string) (*backend, string) {
+	if b := ss.primary; b != nil && b.broken.Load() {
+		ss.lost(b)
+	}
+	if b := ss.primary; b != nil && (!ident || ss.fits(b)) {
+		return b, ""
+	}
+	if len(ss.cands) == 0 && reselect != "" {
+		sel, err := ss.srv.router.SelectUser(&dlp.Ctx{User: ss.norm, Op: reselect})
+		if err != nil {
+			return nil, err.Error()
+		}
+		ss.cands = sel.Candidates
+	}
+	if len(ss.cands) == 0 {
+		return nil, "every server of the selection failed"
+	}
+	b, rest, diag := ss.attach(ss.cands, ident)
+	if b == nil {
+		ss.cands = nil
+		return nil, diag
+	}
+	ss.primary, ss.cands = b, rest
+	return b, ""
+}
+
+// lost handles a connection whose reader saw its end before the loop
+// did: with operations in flight it is a failure; idle, the server only
+// closed it (idle timeout, restart) and the next attempt reconnects.
+func (ss *session) lost(b *backend) {
+	if ss.busy(b) || ss.sasl == b {
+		ss.backendFailed(b, errors.New("connection lost"))
+		return
+	}
+	ss.closeBackend(b)
+}
+
+// fits reports whether b carries the identity in force.
+func (ss *session) fits(b *backend) bool {
+	return b.gen == ss.gen || (b.gen == 0 && ss.cred == nil)
+}
+
+// attach returns a backend for the first usable server of cands: a
+// connection this client already has, or a new one. Servers are contacted
+// one after another with ConnectTimeout; OFFLINE ones are skipped. It also
+// returns cands from the chosen server on.
+func (ss *session) attach(cands []string, ident bool) (*backend, []string, string) {
+	var errs []string
+	for i, name := range cands {
+		for _, b := range ss.conns {
+			if b.name == name && !b.closed && !b.broken.Load() && (!ident || ss.fits(b)) {
+				return b, cands[i:], ""
+			}
+		}
+		if ss.srv.health.Offline(name) {
+			errs = append(errs, name+" is OFFLINE")
+			continue
+		}
+		b, err := ss.dial(name, ident)
+		if err != nil {
+			errs = append(errs, name+": "+err.Error())
+			continue
+		}
+		return b, cands[i:], ""
+	}
+	return nil, nil, strings.Join(errs, "; ")
+}
+
+// errIdentity is a re-bind the backend refused: not an outage.
+var errIdentity = errors.New("re-bind")
+
+func (ss *session) dial(name string, ident bool) (*backend, error) {
+	srv := ss.srv
+	sv := srv.file.Servers[name]
+	ctx, cancel := context.WithTimeout(context.Background(), srv.file.Defaults.ConnectTimeout)
+	defer cancel()
+	conn, err := srv.dialTCP(ctx, sv.Addr())
+	if err == nil && sv.SSL {
+		tc := tls.Client(conn, srv.backendTLS(sv.Host))
+		if err = tc.HandshakeContext(ctx); err != nil {
+			conn.Close()
+		}
+		conn = tc
+	}
+	if err != nil {
+		srv.fail(name, err)
+		return nil, err
+	}
+	srv.succeed(name)
+	b := &backend{name: name, conn: conn, rd: wire.NewReader(conn)}
+	b.rd.SetMax(srv.cfg.MaxPDU)
+	if ident && ss.cred != nil {
+		if !ss.credOK {
+			conn.Close()
+			return nil, fmt.Errorf("%w: the SASL identity of %q cannot be re-established on another server", errIdentity, ss.user)
+		}
+		code, err := ss.rebind(b)
+		if err != nil {
+			conn.Close()
+			srv.fail(name, err)
+			return nil, err
+		}
+		if code != wire.ResultSuccess {
+			conn.Close()
+			return nil, fmt.Errorf("%w as %q refused: %s", errIdentity, ss.user, wire.ResultName(code))
+		}
+		b.gen = ss.gen
+	}
+	ss.conns = append(ss.conns, b)
+	go ss.readBackend(b)
+	return b, nil
+}
+
+// rebind binds a fresh backend connection with the saved credentials and
+// swallows the answer.
+func (ss *session) rebind(b *backend) (int, error) {
+	req, err := wire.WithID(ss.cred, rebindID)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := b.conn.Write(req); err != nil {
+		return 0, err
+	}
+	for {
+		raw, err := b.rd.Next()
+		if err != nil {
+			return 0, err
+		}
+		m, err := wire.Parse(raw)
+		if err != nil {
+			return 0, err
+		}
+		if m.ID == 0 {
+			return 0, errors.New("notice of disconnection during re-bind")
+		}
+		if m.ID == rebindID && m.Op == wire.TagBindResponse {
+			return m.ResultCode, nil
+		}
+	}
+}
+
+func (ss *session) readBackend(b *backend) {
+	for {
+		raw, err := b.rd.Next()
+		if err != nil {
+			b.broken.Store(true)
+			ss.post(event{kind: evBackendEnd, be: b, err: err})
+			return
+		}
+		if !ss.post(event{kind: evBackend, be: b, raw: bytes.Clone(raw)}) {
+			return
+		}
+	}
+}
+
+// send writes o to b. A write that fails was not (completely) sent: the
+// failure is handled like any other, and o fails over like a read.
+func (ss *session) send(o *op, b *backend) {
+	if b.broken.Load() {
+		ss.lost(b)
+		ss.reroute(o)
+		return
+	}
+	o.be, o.sent, o.seen = b, false, 0
+	ss.pending[o.m.ID] = o
+	if _, err := b.conn.Write(o.m.Raw); err != nil {
+		ss.backendFailed(b, err)
+		return
+	}
+	o.sent = true
+}
+
+// reroute finds another connection for an operation that was not sent.
+func (ss *session) reroute(o *op) {
+	ident := o.m.Op != wire.TagBindRequest
+	var b *backend
+	var diag string
+	if o.rule != nil {
+		var rest []string
+		if b, rest, diag = ss.attach(o.cands, ident); b != nil {
+			o.cands = rest
+		}
+	} else {
+		b, diag = ss.userTarget(ident, "")
+	}
+	if b == nil {
+		ss.reply(o, wire.ResultUnavailable, ss.noServer(o, o.rule, diag))
+		return
+	}
+	ss.send(o, b)
+}
+
+func (ss *session) onBackend(b *backend, raw []byte) {
+	if b.closed {
+		return
+	}
+	id, tag, ok := header(raw)
+	if !ok {
+		ss.backendFailed(b, errors.New("malformed PDU from server"))
+		return
+	}
+	if id == 0 { // unsolicited notification: the server is going away
+		ss.backendFailed(b, errors.New("notice of disconnection from server"))
+		return
+	}
+	o := ss.pending[id]
+	if o == nil || o.be != b {
+		ss.write(raw) // an abandoned operation's late answer: the id is the client's own
+		return
+	}
+	if !wire.IsFinal(tag) {
+		if tag == wire.TagSearchResultEntry || tag == wire.TagSearchResultReference {
+			o.seen++
+			if o.seen <= o.forwarded {
+				return // the client has it from the failed server
+			}
+			o.forwarded++
+		}
+		ss.write(raw)
+		return
+	}
+	m, err := wire.Parse(raw)
+	if err != nil {
+		ss.backendFailed(b, fmt.Errorf("malformed response: %w", err))
+		return
+	}
+	if o.m.Op == wire.TagBindRequest {
+		ss.bound(o, b, m.ResultCode)
+	}
+	if o.rule != nil && o.rule.KeepConn && m.ResultCode == wire.ResultSuccess && b != ss.primary {
+		ss.primary, ss.cands = b, o.cands
+	}
+	ss.finish(o, m.ResultCode, raw)
+}
+
+// bound records the identity a bind established on b.
+func (ss *session) bound(o *op, b *backend, code int) {
+	switch code {
+	case wire.ResultSuccess:
+		ss.cred, ss.credOK = o.m.Raw, ss.sasl == nil
+		ss.user, ss.norm = o.m.BindName, dlp.NormalizeDN(o.m.BindName)
+		ss.gen++
+		b.gen, ss.sasl = ss.gen, nil
+		ss.max.Store(int64(ss.srv.cfg.MaxPDU))
+	case wire.ResultSaslBindInProgress:
+		ss.sasl = b
+		return
+	default: // a failed bind leaves the connection anonymous (RFC 4511 §4.2.1)
+		ss.anonymous()
+		b.gen = 0
+	}
+	// Idle connections with the old identity are of no further use.
+	for _, c := range slices.Clone(ss.conns) {
+		if c != b && !c.closed && !ss.fits(c) && !ss.busy(c) {
+			ss.closeBackend(c)
+		}
+	}
+}
+
+// anonymous makes the connection anonymous after a failed bind.
+func (ss *session) anonymous() {
+	ss.cred, ss.user, ss.norm, ss.sasl = nil, "", "", nil
+	ss.gen++
+}
+
+func (ss *session) busy(b *backend) bool {
+	for _, o := range ss.pending {
+		if o.be == b {
+			return true
+		}
+	}
+	return false
+}
+
+func (ss *session) onBackendEnd(b *backend, err error) {
+	if b.closed {
+		return
+	}
+	if ss.busy(b) || ss.sasl == b {
+		ss.backendFailed(b, err)
+		return
+	}
+	ss.closeBackend(b) // idle: see lost
+}
+
+// backendFailed handles a connect-level or I/O failure of b: b is OFFLINE
+// for everyone, and its operations in flight are replayed elsewhere —
+// except writes already sent, whose outcome is unknown.
+func (ss *session) backendFailed(b *backend, err error) {
+	if b.closed {
+		return
+	}
+	ss.closeBackend(b)
+	ss.srv.fail(b.name, err)
+	if ss.primary == b {
+		ss.primary = nil
+		if len(ss.cands) > 0 && ss.cands[0] == b.name {
+			ss.cands = ss.cands[1:]
+		}
+	}
+	sasl := ss.sasl == b
+	if sasl {
+		ss.sasl = nil
+	}
+	var ops []*op
+	for _, o := range ss.pending {
+		if o.be == b {
+			ops = append(ops, o)
+		}
+	}
+	slices.SortFunc(ops, func(a, c *op) int { return int(a.seq - c.seq) })
+	for _, o := range ops {
+		switch {
+		case ss.ended:
+			delete(ss.pending, o.m.ID)
+		case o.sent && !wire.IsRead(o.m):
+			ss.reply(o, wire.ResultUnavailable, fmt.Sprintf(
+				"%s failed after the %s request was sent: its outcome is unknown; check the directory before retrying", b.name, o.name))
+		case o.m.Op == wire.TagBindRequest && !o.m.BindSimple && sasl:
+			ss.reply(o, wire.ResultUnavailable, b.name+" failed during a multi-step SASL bind; start the bind again")
+		default:
+			ss.replay(o, b)
+		}
+	}
+}
+
+// replay sends o again on the next server.
+func (ss *session) replay(o *op, failed *backend) {
+	var b *backend
+	var diag string
+	if o.rule != nil {
+		cands := o.cands
+		if len(cands) > 0 && cands[0] == failed.name {
+			cands = cands[1:]
+		}
+		var rest []string
+		b, rest, diag = ss.attach(cands, o.m.Op != wire.TagBindRequest)
+		o.cands = rest
+	} else {
+		b, diag = ss.userTarget(o.m.Op != wire.TagBindRequest, "")
+	}
+	if b == nil {
+		ss.reply(o, wire.ResultUnavailable, ss.noServer(o, o.rule, failed.name+" failed; "+diag))
+		return
+	}
+	ss.srv.log.Info("failover", ss.who("op", o.name, "from", failed.name, "target", b.name)...)
+	ss.send(o, b)
+}
+
+func (ss *session) closeBackend(b *backend) {
+	if b.closed {
+		return
+	}
+	b.closed = true
+	b.conn.Close()
+	ss.conns = slices.DeleteFunc(ss.conns, func(c *backend) bool { return c == b })
+	if ss.primary == b {
+		ss.primary = nil
+	}
+}
+
+// header reads the message id and protocolOp tag of a PDU without a full
+// parse (the hot path of search entries).
+func header(raw []byte) (id int32, tag byte, ok bool) {
+	if len(raw) < 2 || raw[0] != 0x30 {
+		return 0, 0, false
+	}
+	i := 2
+	if raw[1]&0x80 != 0 {
+		i += int(raw[1] & 0x7f)
+	}
+	if i+2 > len(raw) || raw[i] != 0x02 {
+		return 0, 0, false
+	}
+	n := int(raw[i+1])
+	i += 2
+	if n < 1 || n > 5 || i+n >= len(raw) || raw[i]&0x80 != 0 {
+		return 0, 0, false
+	}
+	var v int64
+	for _, c := range raw[i : i+n] {
+		v = v<<8 | int64(c)
+	}
+	if v > 1<<31-1 {
+		return 0, 0, false
+	}
+	return int32(v), raw[i+n], true
+}

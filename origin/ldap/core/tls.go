@@ -1,0 +1,149 @@
+package core
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/edgefleet/edgefleet/origin/ldap/wire"
+)
+
+var errNotPinned = errors.New("client certificate is not pinned")
+
+// serverTLS adds client-certificate checking to the configured certificate.
+func (s *Server) serverTLS() *tls.Config {
+	c := s.cfg.TLS.Clone()
+	if c.MinVersion == 0 {
+		c.MinVersion = tls.VersionTLS12
+	}
+	if s.cfg.TLSMode != TLSMTLS {
+		return c
+	}
+	if c.ClientCAs != nil {
+		c.ClientAuth = tls.RequireAndVerifyClientCert
+	} else {
+		c.ClientAuth = tls.RequireAnyClientCert
+	}
+	if len(s.cfg.Pins) > 0 {
+		pins := s.cfg.Pins
+		c.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if len(raw) == 0 {
+				return errNotPinned
+			}
+			if _, ok := pins[fingerprint(raw[0])]; !ok {
+				return fmt.Errorf("%w: sha256 %s", errNotPinned, fingerprint(raw[0]))
+			}
+			return nil
+		}
+	}
+	return c
+}
+
+func fingerprint(der []byte) string {
+	sum := sha256.Sum256(der)
+	return hex.EncodeToString(sum[:])
+}
+
+// agentOf names the client of a finished handshake: its pin, else the
+// certificate's common name.
+func (s *Server) agentOf(st tls.ConnectionState) string {
+	if len(st.PeerCertificates) == 0 {
+		return ""
+	}
+	cert := st.PeerCertificates[0]
+	if name, ok := s.cfg.Pins[fingerprint(cert.Raw)]; ok {
+		return name
+	}
+	return cert.Subject.CommonName
+}
+
+// accept tells LDAPS from plain LDAP by the first byte (a TLS record is
+// 0x16, an LDAPMessage 0x30) and completes the TLS handshake.
+func (ss *session) accept() bool {
+	if ss.srv.tlsCfg == nil {
+		ss.rd = wire.NewReader(ss.client)
+		return true
+	}
+	var first [1]byte
+	if _, err := io.ReadFull(ss.client, first[:]); err != nil {
+		return false // a connection that closes without a byte: a health check
+	}
+	if first[0] != 0x16 {
+		ss.rd = wire.NewReader(io.MultiReader(bytes.NewReader(first[:]), ss.client))
+		return true
+	}
+	tc := tls.Server(&prefixConn{Conn: ss.client, pre: first[:]}, ss.srv.tlsCfg)
+	if !ss.handshake(tc) {
+		return false
+	}
+	ss.rd = wire.NewReader(tc)
+	return true
+}
+
+func (ss *session) handshake(tc *tls.Conn) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := tc.HandshakeContext(ctx); err != nil {
+		ss.srv.log.Warn("tls handshake", "id", ss.peer.ID, "claimed", ss.peer.Claimed, "measured", ss.peer.Measured,
+			"edge", ss.peer.Edge, "err", err)
+		return false
+	}
+	ss.client, ss.isTLS = tc, true
+	ss.agent = ss.srv.agentOf(tc.ConnectionState())
+	return true
+}
+
+func (ss *session) startTLS(o *op) {
+	refuse := func(code int, diag string) {
+		ss.reply(o, code, diag)
+		ss.resume <- nil
+	}
+	switch {
+	case ss.srv.tlsCfg == nil || !ss.srv.cfg.StartTLS:
+		refuse(wire.ResultProtocolError, "StartTLS is not offered")
+		return
+	case ss.isTLS:
+		refuse(wire.ResultOperationsError, "TLS is already established")
+		return
+	case len(ss.pending) > 0 || ss.rd.Buffered() > 0:
+		refuse(wire.ResultOperationsError, "StartTLS with operations outstanding")
+		return
+	}
+	ss.w.Write(wire.ExtendedResult(o.m.ID, wire.ResultSuccess, "", wire.OIDStartTLS))
+	if err := ss.w.Flush(); err != nil {
+		ss.ended = true
+		return
+	}
+	if !ss.handshake(tls.Server(ss.client, ss.srv.tlsCfg)) {
+		ss.ended = true
+		return
+	}
+	ss.w.Reset(ss.client)
+	ss.log(o, "", wire.ResultName(wire.ResultSuccess))
+	ss.resume <- ss.client
+}
+
+// prefixConn is a connection whose first bytes were already read.
+type prefixConn struct {
+	net.Conn
+	pre []byte
+}
+
+func (c *prefixConn) Read(p []byte) (int, error) {
+	if len(c.pre) > 0 {
+		n := copy(p, c.pre)
+		c.pre = c.pre[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+var _ net.Conn = (*prefixConn)(nil)
