@@ -13,9 +13,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -40,6 +42,7 @@ func main() {
 	rounds := flag.Int("r", 3, "samples per cell; targets alternate, the median is reported")
 	clients := flag.String("c", "1,16,64", "comma-separated numbers of concurrent clients")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (core included) to this file")
+	out := flag.String("out", "bench/results/core.md", "also write the table here (empty: stdout only)")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -50,15 +53,26 @@ func main() {
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	if err := run(*dur, *rounds, *clients); err != nil {
+	var w io.Writer = os.Stdout
+	var buf bytes.Buffer
+	if *out != "" {
+		w = io.MultiWriter(os.Stdout, &buf)
+	}
+	if err := run(w, *dur, *rounds, *clients); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/core:", err)
 		os.Exit(1)
+	}
+	if *out != "" {
+		if err := os.WriteFile(*out, buf.Bytes(), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "bench/core:", err)
+			os.Exit(1)
+		}
 	}
 }
 
 type target struct{ name, addr string }
 
-func run(dur time.Duration, rounds int, clientList string) error {
+func run(w io.Writer, dur time.Duration, rounds int, clientList string) error {
 	var counts []int
 	for _, s := range strings.Split(clientList, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -108,10 +122,10 @@ func run(dur time.Duration, rounds int, clientList string) error {
 	defer stop()
 	targets := []target{{"direct slapd", l1.Addr}, {"core", coreAddr}, {"back-ldap", backLDAP.Addr}}
 
-	fmt.Printf("LDAP core benchmark, %s: %d samples of %v per target and cell, alternating targets, medians; %d CPUs\n\n",
+	fmt.Fprintf(w, "LDAP core benchmark, %s: %d samples of %v per target and cell, alternating targets, medians; %d CPUs\n\n",
 		time.Now().UTC().Format(time.RFC3339), rounds, dur, runtime.NumCPU())
-	fmt.Println("| workload | clients | direct slapd ops/s | core ops/s | back-ldap ops/s | core ÷ back-ldap | core ÷ direct |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| workload | clients | direct slapd ops/s | core ops/s | back-ldap ops/s | core ÷ back-ldap | core ÷ direct |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
 	for _, wl := range []string{"bind+search", "search"} {
 		for _, n := range counts {
 			samples := make([][]float64, len(targets))
@@ -129,11 +143,11 @@ func run(dur time.Duration, rounds int, clientList string) error {
 				slices.Sort(s)
 				rates[i] = s[len(s)/2]
 			}
-			fmt.Printf("| %s | %d | %.0f | %.0f | %.0f | %.2f× | %.2f× |\n", wl, n, rates[0], rates[1], rates[2],
+			fmt.Fprintf(w, "| %s | %d | %.0f | %.0f | %.0f | %.2f× | %.2f× |\n", wl, n, rates[0], rates[1], rates[2],
 				rates[1]/rates[2], rates[1]/rates[0])
 		}
 	}
-	fmt.Println("\nops/s: bind+search counts one bind and one search as one operation pair; search counts searches (bound once).")
+	fmt.Fprintln(w, "\nops/s: bind+search counts one bind and one search as one operation pair; search counts searches (bound once).")
 	return nil
 }
 
