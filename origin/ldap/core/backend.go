@@ -1,7 +1,6 @@
 package core
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -176,17 +175,29 @@ func (ss *session) rebind(b *backend) (int, error) {
 	}
 }
 
+// readBackend frames the PDUs of one backend connection and handles
+// each; what it writes for the client is sent once nothing more is
+// buffered from the backend, so a search's entries leave in few writes.
 func (ss *session) readBackend(b *backend) {
 	for {
 		raw, err := b.rd.Next()
 		if err != nil {
 			b.broken.Store(true)
-			ss.post(event{kind: evBackendEnd, be: b, err: err})
+		}
+		ss.mu.Lock()
+		if ss.ended || b.closed {
+			ss.mu.Unlock()
 			return
 		}
-		if !ss.post(event{kind: evBackend, be: b, raw: bytes.Clone(raw)}) {
+		if err != nil {
+			ss.onBackendEnd(b, err)
+			ss.settle()
+			ss.mu.Unlock()
 			return
 		}
+		ss.onBackend(b, raw)
+		ss.settle(b.rd.Buffered() == 0)
+		ss.mu.Unlock()
 	}
 }
 

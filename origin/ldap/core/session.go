@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,24 +16,26 @@ import (
 	"github.com/edgefleet/edgefleet/origin/ldap/wire"
 )
 
-// A session is one client connection. All its state is owned by the loop
-// in run; the client reader and one reader per backend connection only
-// frame PDUs and post them as events, so failover decisions never race
-// with new operations.
+// A session is one client connection. Its state is guarded by mu, which
+// the client reader and the reader of each backend connection take for
+// every PDU they handle; decisions (routing, failover, replay) are thus
+// made one at a time, while no PDU waits for a hand-off to another
+// goroutine.
 type session struct {
 	srv    *Server
 	peer   Peer
 	agent  string
 	client net.Conn
-	w      *bufio.Writer
-	rd     *wire.Reader
-	isTLS  bool
-	max    atomic.Int64
-
-	events chan event
+	rd     *wire.Reader // the client's; used by the client reader only (and by StartTLS, which it runs)
+	max    atomic.Int64 // the client's PDU cap
 	done   chan struct{}
 	resume chan net.Conn // wakes the client reader after StartTLS or a first bind
-	ended  bool
+
+	mu     sync.Mutex
+	w      *bufio.Writer // to the client
+	isTLS  bool
+	ended  bool // set by whoever ends the session; close acts on it
+	closed bool
 
 	// The identity in force: the bind DN as sent, its normalised form for
 	// rules, and the bind request that established it (re-sent with the
@@ -68,96 +71,79 @@ type op struct {
 	forwarded, seen int
 }
 
-type evKind int
-
-const (
-	evClient evKind = iota
-	evClientEnd
-	evBackend
-	evBackendEnd
-)
-
-type event struct {
-	kind evKind
-	msg  *wire.Message
-	raw  []byte
-	be   *backend
-	err  error
-}
-
 func newSession(srv *Server, c net.Conn, p Peer) *session {
-	ss := &session{srv: srv, peer: p, client: c, events: make(chan event, 256), done: make(chan struct{}),
+	ss := &session{srv: srv, peer: p, client: c, done: make(chan struct{}),
 		resume: make(chan net.Conn, 1), pending: map[int32]*op{}, gen: 1}
 	ss.max.Store(PreBindMaxPDU)
 	return ss
 }
 
+// run serves the session in the caller's goroutine, which reads the
+// client; it returns when the session has ended.
 func (ss *session) run() {
-	defer ss.end()
 	if !ss.accept() {
+		ss.client.Close()
 		return
 	}
 	ss.w = bufio.NewWriterSize(ss.client, 16<<10)
-	go ss.readClient()
-	for !ss.ended {
-		ev := <-ss.events
-		switch ev.kind {
-		case evClient:
-			ss.onClient(ev.msg)
-		case evClientEnd:
-			ss.onClientEnd(ev.err)
-		case evBackend:
-			ss.onBackend(ev.be, ev.raw)
-		case evBackendEnd:
-			ss.onBackendEnd(ev.be, ev.err)
-		}
-		if len(ss.events) == 0 && !ss.ended {
-			if err := ss.w.Flush(); err != nil {
-				ss.ended = true
-			}
-		}
-	}
+	ss.readClient()
+	ss.mu.Lock()
+	ss.ended = true
+	ss.settle()
+	ss.mu.Unlock()
 }
 
-func (ss *session) end() {
-	close(ss.done)
-	if ss.w != nil {
-		ss.w.Flush()
+// settle runs after every handler, with mu held: it sends what was
+// written for the client when flush is true, and closes everything once
+// the session has ended.
+func (ss *session) settle(flush ...bool) {
+	if !ss.ended && (len(flush) == 0 || flush[0]) {
+		if err := ss.w.Flush(); err != nil {
+			ss.ended = true
+		}
 	}
+	if !ss.ended || ss.closed {
+		return
+	}
+	ss.closed = true
+	close(ss.done)
+	ss.w.Flush()
 	ss.client.Close()
 	for _, b := range slices.Clone(ss.conns) {
 		ss.closeBackend(b)
 	}
 }
 
-func (ss *session) post(ev event) bool {
-	select {
-	case ss.events <- ev:
-		return true
-	case <-ss.done:
-		return false
-	}
-}
-
-// readClient frames the client's PDUs. After a StartTLS request, and after
-// a bind while the pre-bind size cap applies, it waits for the loop: the
-// stream may change under it, or its cap may grow.
+// readClient frames the client's PDUs and handles each. After a StartTLS
+// request, and after a bind while the pre-bind size cap applies, it waits
+// until that is settled: the stream may change under it, or its cap may
+// grow.
 func (ss *session) readClient() {
 	for {
 		ss.rd.SetMax(int(ss.max.Load()))
 		raw, err := ss.rd.Next()
-		if err != nil {
-			ss.post(event{kind: evClientEnd, err: err})
+		var m *wire.Message
+		if err == nil {
+			m, err = wire.Parse(bytes.Clone(raw))
+		}
+		ss.mu.Lock()
+		if ss.ended {
+			ss.mu.Unlock()
 			return
 		}
-		m, err := wire.Parse(bytes.Clone(raw))
 		if err != nil {
-			ss.post(event{kind: evClientEnd, err: err})
+			ss.onClientEnd(err)
+			ss.settle()
+			ss.mu.Unlock()
 			return
 		}
 		wait := (m.Op == wire.TagExtendedRequest && m.ExtOID == wire.OIDStartTLS) ||
 			(m.Op == wire.TagBindRequest && ss.max.Load() < int64(ss.srv.cfg.MaxPDU))
-		if !ss.post(event{kind: evClient, msg: m}) || m.Op == wire.TagUnbindRequest {
+		ss.onClient(m)
+		ss.settle()
+		ended := ss.ended
+		ss.mu.Unlock()
+		if ended {
 			return
 		}
 		if wait {
