@@ -164,10 +164,14 @@ func (f *Front) Shutdown(ctx context.Context) error {
 	}
 	f.cancel()
 	f.mu.Lock()
+	open := make([]*session, 0, len(f.sessions))
 	for s := range f.sessions {
-		s.abort()
+		open = append(open, s)
 	}
 	f.mu.Unlock()
+	for _, s := range open { // outside f.mu: a session ending takes it
+		s.abort()
+	}
 	<-done
 	return ctx.Err()
 }
