@@ -322,7 +322,7 @@ func (ss *session) finish(o *op, code int, raw []byte) {
 	ss.log(o, target, wire.ResultName(code))
 	if o.resume {
 		o.resume = false
-		ss.resume <- nil
+		ss.wake(nil)
 	}
 }
 
@@ -347,4 +347,14 @@ func (ss *session) who(kv ...any) []any {
 	p := ss.peer
 	return append([]any{"id", p.ID, "claimed", p.Claimed, "measured", p.Measured, "edge", p.Edge,
 		"agent", ss.agent, "user", ss.user}, kv...)
+}
+
+// wake lets the client reader go on (with c as its new stream after
+// StartTLS). It never blocks: the reader waits for one wake at a time.
+func (ss *session) wake(c net.Conn) {
+	select {
+	case ss.resume <- c:
+	default:
+		ss.srv.log.Error("[unexpected] client reader woken twice", ss.who()...)
+	}
 }

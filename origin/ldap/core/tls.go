@@ -104,7 +104,7 @@ func (ss *session) handshake(tc *tls.Conn) bool {
 func (ss *session) startTLS(o *op) {
 	refuse := func(code int, diag string) {
 		ss.reply(o, code, diag)
-		ss.resume <- nil
+		ss.wake(nil)
 	}
 	switch {
 	case ss.srv.tlsCfg == nil || !ss.srv.cfg.StartTLS:
@@ -128,7 +128,7 @@ func (ss *session) startTLS(o *op) {
 	}
 	ss.w.Reset(ss.client)
 	ss.log(o, "", wire.ResultName(wire.ResultSuccess))
-	ss.resume <- ss.client
+	ss.wake(ss.client)
 }
 
 // prefixConn is a connection whose first bytes were already read.
