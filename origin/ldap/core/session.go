@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"slices"
 	"strings"
@@ -338,8 +340,15 @@ func (ss *session) log(o *op, target, result string) {
 		server = "none"
 	}
 	ss.srv.m.ops.WithLabelValues(server, o.name, result).Inc()
-	ss.srv.log.Info("ldap op", ss.who("op", o.name, "msgid", o.m.ID, "target", target, "result", result,
-		"duration", ss.srv.now().Sub(o.start))...)
+	if !ss.srv.log.Enabled(context.Background(), slog.LevelInfo) {
+		return
+	}
+	kv := ss.who("op", o.name, "msgid", o.m.ID, "target", target, "result", result, "duration", ss.srv.now().Sub(o.start))
+	if o.m.Op == wire.TagBindRequest {
+		// user is the identity after the bind; dn is the one it tried.
+		kv = append(kv, "dn", o.m.BindName)
+	}
+	ss.srv.log.Info("ldap op", kv...)
 }
 
 // who prefixes log arguments with the connection's identity fields.
