@@ -3,8 +3,8 @@ package core
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
