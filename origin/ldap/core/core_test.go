@@ -385,3 +385,52 @@ func TestMultiStepSASLStaysOnOneBackend(t *testing.T) {
 		t.Errorf("whoami went to %v, want %v", whoami, want)
 	}
 }
+
+// Many clients at once, round robin over two servers: every operation is
+// answered correctly and the load is shared (run with -race).
+func TestConcurrentClients(t *testing.T) {
+	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{})
+	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}, {"L2", sl[1].Addr, false}},
+		rule("PEOPLE", "(user:node=ou=people,"+testbed.Suffix+")", []string{"L1", "L2"}, ""),
+		proxy([]string{"PEOPLE"}, nil)), nil)
+	const clients, rounds = 16, 20
+	errs := make(chan error, clients)
+	for i := range clients {
+		go func() {
+			errs <- func() error {
+				c, err := ldap.DialURL("ldap://" + h.addr)
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				user := []string{"alice", "bob", "carol"}[i%3]
+				for range rounds {
+					if err := c.Bind(testbed.User(user), user+"-pw"); err != nil {
+						return err
+					}
+					res, err := c.Search(ldap.NewSearchRequest("ou=people,"+testbed.Suffix, ldap.ScopeSingleLevel,
+						ldap.NeverDerefAliases, 0, 0, false, "(uid="+user+")", []string{"cn"}, nil))
+					if err != nil {
+						return err
+					}
+					if len(res.Entries) != 1 || res.Entries[0].GetAttributeValue("cn") != user {
+						return fmt.Errorf("search for %s: %d entries", user, len(res.Entries))
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for range clients {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	counts := map[string]int{}
+	for _, target := range h.targets("bind") {
+		counts[target]++
+	}
+	if counts["L1"]+counts["L2"] != clients*rounds || counts["L1"] == 0 || counts["L2"] == 0 {
+		t.Errorf("binds per server %v, want %d shared by L1 and L2", counts, clients*rounds)
+	}
+}
