@@ -27,6 +27,28 @@ type harness struct {
 	logs  *logBuffer
 	addr  string // the front's address
 	inner *echoInner
+	clock *testClock
+}
+
+// testClock is the front's clock in the harness: real time until frozen.
+type testClock struct {
+	mu     sync.Mutex
+	frozen time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.frozen.IsZero() {
+		return c.frozen
+	}
+	return time.Now()
+}
+
+func (c *testClock) freeze() {
+	c.mu.Lock()
+	c.frozen = time.Now()
+	c.mu.Unlock()
 }
 
 func newHarness(t *testing.T, mod func(*Config)) *harness {
@@ -61,6 +83,8 @@ func newHarnessWith(t *testing.T, ip string, startInner func(*PeerTable) string,
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.clock = &testClock{}
+	h.front.Now = h.clock.Now
 	served := make(chan error, 1)
 	go func() { served <- h.front.Serve(ln) }()
 	t.Cleanup(func() {
