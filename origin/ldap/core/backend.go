@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
 	"github.com/edgefleet/edgefleet/origin/ldap/wire"
@@ -148,12 +149,16 @@ func (ss *session) dial(name string, ident bool) (*backend, error) {
 }
 
 // rebind binds a fresh backend connection with the saved credentials and
-// swallows the answer.
+// swallows the answer. Being the core's own step of connecting, it is
+// bounded by ConnectTimeout: a server that accepts connections but does not
+// answer fails here, like one that does not accept, and failover goes on.
 func (ss *session) rebind(b *backend) (int, error) {
 	req, err := wire.WithID(ss.cred, rebindID)
 	if err != nil {
 		return 0, err
 	}
+	b.conn.SetDeadline(time.Now().Add(ss.srv.file.Defaults.ConnectTimeout))
+	defer b.conn.SetDeadline(time.Time{})
 	if _, err := b.conn.Write(req); err != nil {
 		return 0, err
 	}

@@ -341,3 +341,32 @@ func TestIdleBackendLost(t *testing.T) {
 			h.dialCount(sl[0].Addr), h.srv.Health().Offline("L1"))
 	}
 }
+
+// Failing over to a server that accepts TCP but never answers: the core's
+// re-bind there is bounded by ConnectTimeout, then the next server serves.
+func TestFailoverPastHungServer(t *testing.T) {
+	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{})
+	hung := testbed.Silent(t)
+	h := newHarness(t, dlpFile(1, 60, []server{{"L1", sl[0].Addr, false}, {"HUNG", hung, false}, {"L2", sl[1].Addr, false}},
+		rule("ALICE", "(user="+alice+")", []string{"L1", "HUNG", "L2"}, ""),
+		proxy([]string{"ALICE"}, nil)), nil)
+	c := h.dial(t)
+	if err := c.Bind(alice, "alice-pw"); err != nil {
+		t.Fatal(err)
+	}
+	sl[0].Stop()
+	start := time.Now()
+	who, err := c.WhoAmI(nil)
+	if err != nil || !strings.EqualFold(who.AuthzID, "dn:"+alice) {
+		t.Fatalf("whoami: %+v %v", who, err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("failover took %v; ConnectTimeout is 1 s", took)
+	}
+	if got := h.targets("extended"); !slices.Equal(got, []string{"L2"}) {
+		t.Errorf("whoami went to %v", got)
+	}
+	if !h.srv.Health().Offline("HUNG") {
+		t.Error("the hung server is not OFFLINE")
+	}
+}
