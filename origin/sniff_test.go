@@ -91,6 +91,8 @@ func TestSniffAndReadHeader(t *testing.T) {
 			info: headerInfo{header: HeaderV1, claimed: "192.0.2.10:50000"}, rest: []byte{0x30, 0x0c},
 		},
 		{name: "v1 tcp6", in: []byte("PROXY TCP6 2001:db8::7 2001:db8::1 443 636\r\n"), kind: kindV1, info: headerInfo{header: HeaderV1, claimed: "[2001:db8::7]:443"}},
+		// nginx on a dual-stack listener (ipv6only=off) with an IPv4 client.
+		{name: "v1 tcp6 mapped", in: []byte("PROXY TCP6 ::ffff:127.0.0.9 ::ffff:127.0.0.1 53633 38211\r\nx"), kind: kindV1, info: headerInfo{header: HeaderV1, claimed: "127.0.0.9:53633"}, rest: []byte("x")},
 		{name: "v1 unknown", in: []byte("PROXY UNKNOWN\r\n"), kind: kindV1, info: headerInfo{header: HeaderLocal}},
 		{name: "v1 garbage", in: []byte("PROXY garbage\r\n"), kind: kindV1, wantErr: true},
 		{name: "v1 missing ports", in: []byte("PROXY TCP4 192.0.2.10 198.51.100.1\r\n"), kind: kindV1, wantErr: true},
