@@ -367,7 +367,7 @@ func (s *session) refuse(result, msg string, err error) error {
 	s.f.m.conns.WithLabelValues(s.header, result).Inc()
 	if msg != "" {
 		if ok, suppressed := s.f.refusals.allow(); ok {
-			attrs := []any{"measured", s.measured, "header", s.header, "reason", result}
+			attrs := []any{"claimed", s.claimed, "measured", s.measured, "header", s.header, "reason", result}
 			if err != nil {
 				attrs = append(attrs, "error", err)
 			}
