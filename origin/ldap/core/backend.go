@@ -214,9 +214,10 @@ func (ss *session) send(o *op, b *backend) {
 		ss.reroute(o)
 		return
 	}
-	o.be, o.sent, o.seen = b, false, 0
+	raw := ss.pagedFor(o, b)
+	o.be, o.sent, o.seen, o.skip = b, false, 0, o.base+o.forwarded
 	ss.pending[o.m.ID] = o
-	if _, err := b.conn.Write(o.m.Raw); err != nil {
+	if _, err := b.conn.Write(raw); err != nil {
 		ss.backendFailed(b, err)
 		return
 	}
@@ -264,8 +265,8 @@ func (ss *session) onBackend(b *backend, raw []byte) {
 	if !wire.IsFinal(tag) {
 		if tag == wire.TagSearchResultEntry || tag == wire.TagSearchResultReference {
 			o.seen++
-			if o.seen <= o.forwarded {
-				return // the client has it from the failed server
+			if o.seen <= o.skip {
+				return // the client has it from the failed server (or earlier pages)
 			}
 			o.forwarded++
 		}
@@ -279,6 +280,9 @@ func (ss *session) onBackend(b *backend, raw []byte) {
 	}
 	if o.m.Op == wire.TagBindRequest {
 		ss.bound(o, b, m.ResultCode)
+	}
+	if o.paged != nil && tag == wire.TagSearchResultDone {
+		ss.pagedDone(o, b, raw)
 	}
 	if o.rule != nil && o.rule.KeepConn && m.ResultCode == wire.ResultSuccess && b != ss.primary {
 		ss.primary, ss.cands = b, o.cands

@@ -370,3 +370,76 @@ func TestFailoverPastHungServer(t *testing.T) {
 		t.Error("the hung server is not OFFLINE")
 	}
 }
+
+// A paged search whose server dies between pages, and one whose server
+// dies with a page in flight: the client pages on through another
+// server (the core restarts the search there and skips what the client
+// has) and gets every entry exactly once.
+func TestPagedSearchFailover(t *testing.T) {
+	const n = 3000
+	for _, tc := range []struct {
+		name string
+		kill func(s *testbed.Slapd) // run after page 2 was received
+	}{
+		{"between pages", func(s *testbed.Slapd) { s.Stop() }},
+		{"with a page in flight", func(s *testbed.Slapd) { s.Freeze() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{LDIF: testbed.DirectoryLDIF(n)})
+			h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}, {"L2", sl[1].Addr, false}},
+				rule("ALICE", "(user="+alice+")", []string{"L1", "L2"}, ""),
+				proxy([]string{"ALICE"}, nil)), nil)
+			c := h.dial(t)
+			if err := c.Bind(alice, "alice-pw"); err != nil {
+				t.Fatal(err)
+			}
+			paging := ldap.NewControlPaging(500)
+			req := ldap.NewSearchRequest("ou=bulk,"+testbed.Suffix, ldap.ScopeWholeSubtree, ldap.NeverDerefAliases,
+				0, 0, false, "(objectClass=*)", []string{"1.1"}, []ldap.Control{paging})
+			seen := map[string]int{}
+			frozen := false
+			for page := 1; ; page++ {
+				if page == 3 {
+					tc.kill(sl[0])
+					frozen = tc.name == "with a page in flight"
+				}
+				var res *ldap.SearchResult
+				var err error
+				if frozen {
+					// The page request is sent to the frozen L1; once it is
+					// there, L1 dies with the page in flight.
+					done := make(chan struct{})
+					go func() { res, err = c.Search(req); close(done) }()
+					waitRecvQueue(t, sl[0].Addr)
+					sl[0].Kill()
+					<-done
+					frozen = false
+				} else {
+					res, err = c.Search(req)
+				}
+				if err != nil {
+					t.Fatalf("page %d: %v", page, err)
+				}
+				for _, e := range res.Entries {
+					seen[e.DN]++
+				}
+				pc, _ := ldap.FindControl(res.Controls, ldap.ControlTypePaging).(*ldap.ControlPaging)
+				if pc == nil || len(pc.Cookie) == 0 {
+					break
+				}
+				paging.SetCookie(pc.Cookie)
+			}
+			if len(seen) != n+1 {
+				t.Errorf("%d distinct entries, want %d", len(seen), n+1)
+			}
+			for dn, k := range seen {
+				if k != 1 {
+					t.Fatalf("%s received %d times", dn, k)
+				}
+			}
+			if len(h.logs.lines("paged search restarted")) == 0 {
+				t.Error("no paged search was restarted")
+			}
+		})
+	}
+}

@@ -55,6 +55,9 @@ type session struct {
 	conns   []*backend
 	pending map[int32]*op
 	seq     uint64
+
+	chains     map[string]pagedChain // by the cookie last handed to the client
+	chainOrder []string
 }
 
 type op struct {
@@ -67,10 +70,15 @@ type op struct {
 	resume bool      // a bind before the first success: the reader waits for its result
 	rule   *dlp.Rule // the OperationRouting rule that routed it; nil for the user target
 	cands  []string  // with rule: the server used first, then the failover order
-	// Search entries and references already forwarded, and those seen
-	// from the current backend: a replayed search skips what the client
-	// already has.
-	forwarded, seen int
+	// Search entries and references forwarded to the client, those seen
+	// from the current backend, and how many of those to drop: a replayed
+	// search skips what the client already has.
+	forwarded, seen, skip int
+	// A paged search: its paging control, the entries of earlier pages,
+	// and (when restarted on another server) those to drop before this
+	// page.
+	paged        *pagedRequest
+	chainN, base int
 }
 
 func newSession(srv *Server, c net.Conn, p Peer) *session {
@@ -173,6 +181,11 @@ func (ss *session) onClientEnd(err error) {
 func (ss *session) onClient(m *wire.Message) {
 	ss.seq++
 	o := &op{m: m, name: wire.OpName(m.Op), start: ss.srv.now(), seq: ss.seq}
+	if m.Op == wire.TagSearchRequest {
+		if _, p, ok := findPaged(m.Raw); ok {
+			o.paged = &p
+		}
+	}
 	if o.name == "" {
 		o.name = fmt.Sprintf("op-0x%02x", m.Op)
 	}
