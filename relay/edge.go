@@ -157,11 +157,11 @@ func (e *Edge) HandleConn(c net.Conn) {
 	<-over
 }
 
-// relay connects c to an origin and returns as soon as the bytes flow (or
-// c was turned away); over, when not nil, is called once the connection is
-// finished. Serve runs it in a goroutine of its own that then exits: the
-// dial and the header grow that goroutine's stack, and an idle connection
-// should keep only splice's two copying goroutines, which start small.
+// relay connects c to an origin and returns when the client→origin
+// direction has gone idle or ended (or c was turned away); over, when not
+// nil, is called once the connection is finished. Serve runs it in a
+// goroutine of its own, which then exits: an idle connection keeps no
+// goroutine (see splice.Start).
 func (e *Edge) relay(c net.Conn, over func()) {
 	if over == nil {
 		over = func() {}
@@ -221,7 +221,7 @@ func (e *Edge) relay(c net.Conn, over func()) {
 		over()
 		return
 	}
-	pair := splice.Start(c, server, func(res splice.Result) {
+	pair := splice.Prepare(c, server, func(res splice.Result) {
 		e.closed(rc, id, addr, start, res)
 		over()
 	})
@@ -232,6 +232,7 @@ func (e *Edge) relay(c net.Conn, over func()) {
 	if forced { // Shutdown came between the dial and now
 		pair.Close()
 	}
+	pair.Run() // client→origin in this goroutine until it idles or ends
 }
 
 // closed accounts for a finished connection: metrics, and one log line

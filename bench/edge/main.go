@@ -75,7 +75,8 @@ type result struct {
 	throughput     []float64 // bytes per second, one per round
 	rate           []float64 // connections per second, one per round
 	p50, p99       []time.Duration
-	failed         []int // failed short connections, one per round
+	cpuPerConn     []float64 // relay CPU time (user+system) per short connection, µs
+	failed         []int     // failed short connections, one per round
 	rssPerConn     float64
 	fdsPerConn     float64
 	idleOK         int
@@ -164,13 +165,17 @@ func run() error {
 			progress("round %d %-8s throughput %8.0f MiB/s", r+1, t.name, tp/(1<<20))
 		}
 		for _, t := range targets {
+			cpu0 := cpuTime(t.pid)
 			cr := connRate(t.addr, *clients, *maxConns, *connTime)
+			if t.pid != 0 && cr.ok > 0 {
+				res[t.name].cpuPerConn = append(res[t.name].cpuPerConn, float64((cpuTime(t.pid)-cpu0).Microseconds())/float64(cr.ok))
+			}
 			x := res[t.name]
 			x.rate = append(x.rate, cr.rate)
 			x.p50 = append(x.p50, cr.p50)
 			x.p99 = append(x.p99, cr.p99)
 			x.failed = append(x.failed, cr.failed)
-			progress("round %d %-8s %6.0f conn/s  p50 %v  p99 %v  failed %d", r+1, t.name, cr.rate, cr.p50, cr.p99, cr.failed)
+			progress("round %d %-8s %6.0f conn/s  p50 %v  p99 %v  failed %d  relay CPU %.0f µs/conn", r+1, t.name, cr.rate, cr.p50, cr.p99, cr.failed, lastOr0(x.cpuPerConn))
 			time.Sleep(500 * time.Millisecond) // let closes settle
 		}
 	}
@@ -466,6 +471,7 @@ func throughput(addr string, n int64) (float64, error) {
 }
 
 type rateResult struct {
+	ok       int // connections that echoed
 	rate     float64
 	p50, p99 time.Duration
 	failed   int
@@ -497,7 +503,7 @@ func connRate(addr string, clients, max int, d time.Duration) rateResult {
 	elapsed := time.Since(t0)
 	all := slices.Concat(lats...)
 	slices.Sort(all)
-	r := rateResult{failed: int(failed.Load())}
+	r := rateResult{failed: int(failed.Load()), ok: len(all)}
 	if len(all) > 0 {
 		r.rate = float64(len(all)) / elapsed.Seconds()
 		r.p50 = all[len(all)/2]
@@ -606,6 +612,26 @@ func pipeFDs(pid int) int {
 	return n
 }
 
+// cpuTime is the user+system CPU time pid has used (all its threads).
+func cpuTime(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (which may hold spaces): utime and
+	// stime are the 12th and 13th, in clock ticks (100 per second).
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
 // procStats returns VmRSS in KiB and the number of open file descriptors.
 func procStats(pid int) (rssKiB int64, fds int64) {
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
@@ -636,8 +662,8 @@ func table(targets []*target, res map[string]*result, nofile uint64) string {
 	fmt.Fprintf(&b, "Single stream %d MiB; short connections: %d clients, ≤ %d conns or %v per target and round; "+
 		"median of %d rounds; idle: %d connections; RLIMIT_NOFILE %d.\n\n",
 		*streamSize>>20, *clients, *maxConns, *connTime, *rounds, *idleConns, nofile)
-	b.WriteString("| target | throughput MiB/s | conn/s | p50 | p99 | failed | idle RSS/conn KiB | idle fds/conn |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| target | throughput MiB/s | conn/s | p50 | p99 | failed | relay CPU µs/conn | idle RSS/conn KiB | idle fds/conn |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, t := range targets {
 		x := res[t.name]
 		idle := "— | —"
@@ -651,9 +677,13 @@ func table(targets []*target, res map[string]*result, nofile uint64) string {
 		for _, f := range x.failed {
 			failed += f
 		}
-		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %v | %v | %d | %s |\n", t.name,
+		cpu := "—"
+		if t.pid != 0 {
+			cpu = fmt.Sprintf("%.0f", median(x.cpuPerConn))
+		}
+		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %v | %v | %d | %s | %s |\n", t.name,
 			median(x.throughput)/(1<<20), median(x.rate),
-			median(x.p50).Round(time.Microsecond), median(x.p99).Round(time.Microsecond), failed, idle)
+			median(x.p50).Round(time.Microsecond), median(x.p99).Round(time.Microsecond), failed, cpu, idle)
 	}
 	e, h := res["edge"], res["haproxy"]
 	if e == nil || h == nil {
@@ -664,9 +694,18 @@ func table(targets []*target, res map[string]*result, nofile uint64) string {
 	b.WriteString("\n| edge vs HAProxy | ratio | target | met |\n|---|---:|---|---|\n")
 	fmt.Fprintf(&b, "| throughput | %.2f× | ≥ 1.3× | %s |\n", tp, yes(tp >= 1.3))
 	fmt.Fprintf(&b, "| connection rate | %.2f× | ≥ 1.0× (stretch 1.2×) | %s |\n", cr, yes(cr >= 1.0))
+	fmt.Fprintf(&b, "| relay CPU per short connection | %.2f× HAProxy's (%.0f vs %.0f µs) | (lower is better; not a target) | |\n",
+		median(e.cpuPerConn)/median(h.cpuPerConn), median(e.cpuPerConn), median(h.cpuPerConn))
 	fmt.Fprintf(&b, "| idle RSS per connection | %.2f KiB (HAProxy %.2f) | ≤ 8 KiB | %s |\n", e.rssPerConn, h.rssPerConn, yes(e.rssPerConn <= 8 && e.idleOK > 0))
 	fmt.Fprintf(&b, "| idle fds per connection | %.3f (HAProxy %.3f) | ≤ 2 | %s |\n", e.fdsPerConn, h.fdsPerConn, yes(e.fdsPerConn <= 2 && e.idleOK > 0))
 	return b.String()
+}
+
+func lastOr0(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	return xs[len(xs)-1]
 }
 
 func yes(ok bool) string {

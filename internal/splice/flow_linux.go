@@ -28,6 +28,7 @@ type flow struct {
 	grace      time.Duration
 	token      uint64 // key in parked.flows; 0 until first parked
 	registered bool   // src is in the epoll set (disarmed while not parked)
+	bulk       bool   // the last burst was large: start the next with splice
 	n          int64
 	rerr, werr error
 }
@@ -36,9 +37,9 @@ type flow struct {
 // byte before it parks. Start reads it once per pair; tests shorten it.
 var idleGrace = 500 * time.Millisecond
 
-// startFlows runs both directions of j asynchronously; false when the
-// connections are not plain TCP and Start must use blocking copies.
-func startFlows(j *joint, done func(Result)) bool {
+// newFlows prepares both directions of j; false when the connections are
+// not plain TCP and the pair must use blocking copies.
+func newFlows(j *joint, done func(Result)) bool {
 	c, ok1 := j.client.(*net.TCPConn)
 	s, ok2 := j.server.(*net.TCPConn)
 	if !ok1 || !ok2 {
@@ -59,8 +60,6 @@ func startFlows(j *joint, done func(Result)) bool {
 	// direction goes idle, so that it is part of the process's fixed cost.
 	parked.once.Do(parked.start)
 	j.flows = [2]*flow{up, down}
-	go up.wait()
-	go down.wait()
 	return true
 }
 
@@ -82,19 +81,69 @@ func (f *flow) wait() {
 	}
 }
 
+// small is the size of the buffer small bursts are copied through: for a
+// few bytes, read and write cost less than two splices through a pipe (the
+// choice HAProxy's splice-auto makes). A burst that fills it switches the
+// direction to splice until it is idle again.
+const small = 16 << 10
+
+var smallBufs = sync.Pool{New: func() any { return new([small]byte) }}
+
 // run moves src's bytes to dst until EOF, an error, or src being idle for
 // f.grace (it then returns true). Everything happens inside one src.Read:
-// a splice that finds nothing (EAGAIN) makes the poller wait, with no
-// separate readiness check whose result a later wait could miss and no
-// peek syscall. A pipe is taken from the pool before each splice in and
-// given back at each EAGAIN, so a waiting direction holds none.
+// a read or splice that finds nothing (EAGAIN) makes the poller wait, with
+// no separate readiness check whose result a later wait could miss. A
+// buffer or pipe is taken from its pool for each read and given back at
+// once (a pipe at EAGAIN), so a waiting direction holds neither.
 func (f *flow) run() (idle bool) {
 	f.src.SetReadDeadline(time.Now().Add(f.grace))
 	var p *pipe
 	var moved bool
+	var burstBytes int64
 	var serr, werr error
+	// idle ends a burst: the next one starts with a small read unless this
+	// one was bulk, and the grace counts from the last byte.
+	idleNow := func() bool {
+		f.bulk = burstBytes >= small
+		burstBytes = 0
+		if moved {
+			f.src.SetReadDeadline(time.Now().Add(f.grace))
+			moved = false
+		}
+		return false
+	}
 	err := f.sr.Read(func(fd uintptr) bool {
 		for {
+			if !f.bulk {
+				b := smallBufs.Get().(*[small]byte)
+				m, e := unix.Read(int(fd), b[:])
+				switch {
+				case e == unix.EINTR:
+					smallBufs.Put(b)
+					continue
+				case e == unix.EAGAIN:
+					smallBufs.Put(b)
+					return idleNow()
+				case e != nil:
+					smallBufs.Put(b)
+					serr = os.NewSyscallError("read", e)
+					return true
+				case m == 0: // EOF
+					smallBufs.Put(b)
+					return true
+				}
+				var w int64
+				w, werr = writeAll(f.dr, b[:m])
+				smallBufs.Put(b)
+				f.n += w
+				burstBytes += w
+				if werr != nil {
+					return true
+				}
+				moved = true
+				f.bulk = m == small
+				continue
+			}
 			if p == nil {
 				if p, serr = getPipe(); serr != nil {
 					return true
@@ -107,11 +156,7 @@ func (f *flow) run() (idle bool) {
 			case e == unix.EAGAIN:
 				putPipe(p) // empty: every splice in is drained before the next
 				p = nil
-				if moved { // the grace counts from the last byte
-					f.src.SetReadDeadline(time.Now().Add(f.grace))
-					moved = false
-				}
-				return false
+				return idleNow()
 			case e != nil:
 				serr = os.NewSyscallError("splice", e)
 				return true
@@ -121,6 +166,7 @@ func (f *flow) run() (idle bool) {
 			var w int64
 			w, werr = drain(f.dr, p, m)
 			f.n += w
+			burstBytes += w
 			if werr != nil {
 				return true
 			}
@@ -147,6 +193,33 @@ func (f *flow) run() (idle bool) {
 	}
 	f.rerr = err
 	return false
+}
+
+// writeAll writes b to dst, waiting for dst to be writable as needed.
+func writeAll(dst syscall.RawConn, b []byte) (n int64, err error) {
+	var werr error
+	err = dst.Write(func(fd uintptr) bool {
+		for len(b) > 0 {
+			w, e := unix.Write(int(fd), b)
+			if e == unix.EINTR {
+				continue
+			}
+			if e == unix.EAGAIN {
+				return false
+			}
+			if e != nil {
+				werr = os.NewSyscallError("write", e)
+				return true
+			}
+			b = b[w:]
+			n += int64(w)
+		}
+		return true
+	})
+	if err == nil {
+		err = werr
+	}
+	return n, err
 }
 
 // drain writes the m bytes in the pipe to dst, waiting for dst to be

@@ -5,13 +5,17 @@
 //	res := splice.Join(client, origin) // blocks until both directions are done
 //	log.Info("close", "bytes_up", res.Up, "bytes_down", res.Down, "reason", res.Reason)
 //	pair := splice.Start(client, origin, func(res splice.Result) { … }) // the same, without waiting
+//	pair.Close()                                                        // e.g. at the end of a drain
 //
 // Between two *net.TCPConn it moves bytes with splice(2) through a kernel
 // pipe, so payload never enters user space. Unlike io.Copy (which holds a
 // pipe, two file descriptors, per direction for the whole life of a
 // connection), a pipe is taken from a shared pool only while data flows and
 // given back as soon as the socket has nothing more to read: an idle relayed
-// connection costs its two sockets and nothing else.
+// connection costs its two sockets and nothing else. With Start, a
+// direction idle for a moment also gives up its goroutine (it waits in one
+// epoll set shared by the process), for servers that hold many idle
+// connections.
 //
 // Half-close is propagated: when one side finishes sending (EOF), the other
 // side's write half is shut (CloseWrite) and the copy the other way goes on.
@@ -78,32 +82,64 @@ func Join(client, server net.Conn) Result {
 // Close the pair with Pair.Close, not by closing a connection directly:
 // an idle direction would not notice.
 func Start(client, server net.Conn, done func(Result)) *Pair {
-	j := &joint{client: client, server: server}
-	j.left.Store(2)
-	if startFlows(j, done) {
-		return &Pair{j}
-	}
-	go func() {
-		j.up = j.copy(server, client)
-		if j.finish() {
-			done(j.result())
-		}
-	}()
-	go func() {
-		j.down = j.copy(client, server)
-		if j.finish() {
-			done(j.result())
-		}
-	}()
-	return &Pair{j}
+	p := Prepare(client, server, done)
+	p.start(true)
+	return p
 }
 
-// Pair is a pair of connections joined by Start.
-type Pair struct{ j *joint }
+// Prepare is Start in two steps, for a caller that registers the pair
+// (to close it later) before it runs, and that lends its own goroutine:
+// nothing moves until Run.
+func Prepare(client, server net.Conn, done func(Result)) *Pair {
+	j := &joint{client: client, server: server, done: done}
+	j.left.Store(2)
+	j.async = newFlows(j, done)
+	return &Pair{j: j}
+}
+
+// Pair is a pair of connections joined by Start or Prepare.
+type Pair struct {
+	j       *joint
+	started atomic.Bool
+}
+
+// Run starts a prepared pair: server→client in a new goroutine, and
+// client→server in the caller's, until that direction goes idle or ends
+// (it saves a goroutine start, and the caller's stack has usually grown
+// already). Like Start, it does not wait for the pair to finish.
+func (p *Pair) Run() { p.start(false) }
 
 // Close closes both connections; done is called once both directions
 // have seen it.
 func (p *Pair) Close() { p.j.closeBoth() }
+
+func (p *Pair) start(detach bool) {
+	if p.started.Swap(true) {
+		return
+	}
+	j := p.j
+	if j.async {
+		go j.flows[1].wait()
+		if detach {
+			go j.flows[0].wait()
+		} else {
+			j.flows[0].wait()
+		}
+		return
+	}
+	go func() {
+		j.up = j.copy(j.server, j.client)
+		if j.finish() {
+			j.done(j.result())
+		}
+	}()
+	go func() {
+		j.down = j.copy(j.client, j.server)
+		if j.finish() {
+			j.done(j.result())
+		}
+	}()
+}
 
 // joint is one joined pair of connections.
 type joint struct {
@@ -111,7 +147,9 @@ type joint struct {
 	once           sync.Once
 	left           atomic.Int32 // directions still copying
 	up, down       half         // each written by its own goroutine before finish
-	flows          [2]*flow     // Start's directions, to resume if parked
+	flows          [2]*flow     // Start's directions (up, down), to resume if parked
+	async          bool         // flows are used (both connections plain TCP)
+	done           func(Result) // Start's callback
 }
 
 type half struct {

@@ -41,6 +41,10 @@ var entries = []struct {
 }{
 	{"Join", func(c, s net.Conn, done chan<- Result) { go func() { done <- Join(c, s) }() }},
 	{"Start", func(c, s net.Conn, done chan<- Result) { Start(c, s, func(r Result) { done <- r }) }},
+	{"Prepare+Run", func(c, s net.Conn, done chan<- Result) {
+		p := Prepare(c, s, func(r Result) { done <- r })
+		go p.Run() // lends this goroutine to client→server until it idles
+	}},
 }
 
 func TestBothDirectionsWithHalfClose(t *testing.T) {
