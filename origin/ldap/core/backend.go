@@ -15,6 +15,8 @@ import (
 	"github.com/edgefleet/edgefleet/origin/ldap/wire"
 )
 
+// backend is one connection from a session to an LdapServer, read by its
+// own goroutine (readBackend).
 type backend struct {
 	name   string
 	conn   net.Conn
@@ -61,8 +63,8 @@ func (ss *session) userTarget(ident bool, reselect string) (*backend, string) {
 	return b, ""
 }
 
-// lost handles a connection whose reader saw its end before the loop
-// did: with operations in flight it is a failure; idle, the server only
+// lost handles a connection whose reader saw its end before the session
+// handled it: with operations in flight it is a failure; idle, the server only
 // closed it (idle timeout, restart) and the next attempt reconnects.
 func (ss *session) lost(b *backend) {
 	if ss.busy(b) || ss.sasl == b {
