@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -25,6 +26,11 @@ type backend struct {
 	broken atomic.Bool
 	closed bool
 }
+
+// MaxBackendPDU caps a PDU from a server. Servers are trusted and may
+// return large entries; one beyond the cap fails the operations on that
+// connection, not the server.
+const MaxBackendPDU = 64 << 20
 
 // rebindID is the message id of the core's own re-binds. They are sent on
 // a fresh backend connection before any client operation, so the answer
@@ -127,7 +133,7 @@ func (ss *session) dial(name string, ident bool) (*backend, error) {
 	}
 	srv.succeed(name)
 	b := &backend{name: name, conn: conn, rd: wire.NewReader(conn)}
-	b.rd.SetMax(srv.cfg.MaxPDU)
+	b.rd.SetMax(max(srv.cfg.MaxPDU, MaxBackendPDU))
 	if ident && ss.cred != nil {
 		if !ss.credOK {
 			conn.Close()
@@ -197,7 +203,11 @@ func (ss *session) readBackend(b *backend) {
 			return
 		}
 		if err != nil {
-			ss.onBackendEnd(b, err)
+			if errors.Is(err, wire.ErrTooLarge) {
+				ss.oversized(b, err)
+			} else {
+				ss.onBackendEnd(b, err)
+			}
 			ss.settle()
 			ss.mu.Unlock()
 			return
@@ -361,14 +371,7 @@ func (ss *session) backendFailed(b *backend, err error) {
 	if sasl {
 		ss.sasl = nil
 	}
-	var ops []*op
-	for _, o := range ss.pending {
-		if o.be == b {
-			ops = append(ops, o)
-		}
-	}
-	slices.SortFunc(ops, func(a, c *op) int { return int(a.seq - c.seq) })
-	for _, o := range ops {
+	for _, o := range ss.opsOn(b) {
 		switch {
 		case ss.ended:
 			delete(ss.pending, o.m.ID)
@@ -381,6 +384,37 @@ func (ss *session) backendFailed(b *backend, err error) {
 			ss.replay(o, b)
 		}
 	}
+}
+
+// oversized handles a server's PDU beyond MaxBackendPDU: the server is not
+// down, but the connection cannot go on; its operations fail (a write's
+// outcome is unknown) and are not replayed, since any replica would send
+// the same PDU.
+func (ss *session) oversized(b *backend, err error) {
+	ss.srv.log.Warn("oversized PDU from server", ss.who("target", b.name, "err", err)...)
+	ss.closeBackend(b)
+	if ss.sasl == b {
+		ss.sasl = nil
+	}
+	for _, o := range ss.opsOn(b) {
+		if o.sent && !wire.IsRead(o.m) {
+			ss.reply(o, wire.ResultUnavailable, fmt.Sprintf("%s sent a PDU over %d bytes: the outcome of the %s is unknown", b.name, MaxBackendPDU, o.name))
+		} else {
+			ss.reply(o, 11, fmt.Sprintf("%s sent a PDU over %d bytes", b.name, MaxBackendPDU)) // adminLimitExceeded
+		}
+	}
+}
+
+// opsOn lists the operations pending on b in the order they were sent.
+func (ss *session) opsOn(b *backend) []*op {
+	var ops []*op
+	for _, o := range ss.pending {
+		if o.be == b {
+			ops = append(ops, o)
+		}
+	}
+	slices.SortFunc(ops, func(a, c *op) int { return cmp.Compare(a.seq, c.seq) })
+	return ops
 }
 
 // replay sends o again on the next server.

@@ -63,8 +63,8 @@ type Config struct {
 	// BackendTLS verifies ssl:1 servers in proxy mode 2 (RootCAs from
 	// backend_ca; nil uses the system roots).
 	BackendTLS *tls.Config
-	// MaxPDU caps a client's PDUs after a successful bind (and every
-	// backend PDU).
+	// MaxPDU caps a client's PDUs after a successful bind (a server's are
+	// capped at MaxBackendPDU, or MaxPDU when larger).
 	MaxPDU int
 	// Clock drives OFFLINE expiry; nil is time.Now.
 	Clock func() time.Time
