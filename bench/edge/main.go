@@ -58,6 +58,7 @@ var (
 	maxConns   = flag.Int("conns", 15000, "short connections per target and round, at most")
 	connTime   = flag.Duration("conn-time", 3*time.Second, "time per target and round of the connection-rate measurement, at most")
 	idleConns  = flag.Int("idle", 5000, "idle relayed connections in the idle-cost measurement")
+	edgeLog    = flag.String("edge-log-level", "info", "the edge's log.level (info writes one line per connection, as in production)")
 	keep       = flag.Bool("keep", false, "keep the temporary directory (configs, relay logs)")
 	out        = flag.String("out", "bench/results/edge.md", "also write the table here (empty: stdout only)")
 )
@@ -322,7 +323,8 @@ func startEdge(dir, backend string) (addr, metrics string, cmd *exec.Cmd, err er
 	if metrics, err = freeAddr(); err != nil {
 		return
 	}
-	cfg := fmt.Sprintf("name: bench-edge\nlisten: ['%s']\norigins: ['%s']\nmetrics: '%s'\nproxy_protocol: v2\n", addr, backend, metrics)
+	cfg := fmt.Sprintf("name: bench-edge\nlisten: ['%s']\norigins: ['%s']\nmetrics: '%s'\nproxy_protocol: v2\nlog: {level: %s}\n",
+		addr, backend, metrics, *edgeLog)
 	path := filepath.Join(dir, "edge.yaml")
 	if err = os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return
