@@ -31,7 +31,7 @@ done
 DIR=$(mktemp -d -t edgefleet-demo.XXXXXX)
 PIDS=()
 cleanup() {
-	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${PIDS[@]}" $(jobs -p); do kill "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
 	rm -rf "$DIR"
 }
@@ -179,4 +179,9 @@ if [[ "${DEMO_EXIT:-0}" == 1 || ! -t 0 ]]; then
 	say "not interactive (DEMO_EXIT=1 or stdin is not a terminal): stopping"
 	exit 0
 fi
-while true; do sleep 3600; done
+# wait (unlike a foreground sleep) returns as soon as a signal arrives, so
+# the cleanup also runs for a SIGTERM sent to this script alone.
+while true; do
+	sleep 3600 &
+	wait $!
+done
