@@ -177,9 +177,10 @@ func (f *Front) Shutdown(ctx context.Context) error {
 }
 
 // HandleConn serves one accepted connection. It returns once the
-// connection has been refused, or handed to splice.Start; forwarding then
-// goes on without a goroutine of its own while the connection is idle.
-// Shutdown waits for both.
+// connection has been refused, or once its client→inner direction has gone
+// idle or ended; forwarding then goes on in splice, without a goroutine of
+// its own while the connection is idle. Shutdown waits for the end of
+// every connection.
 func (f *Front) HandleConn(c net.Conn) {
 	s := &session{f: f, c: c, start: f.now(), measured: formatAddr(c.RemoteAddr())}
 	s.header = HeaderNone
@@ -270,8 +271,8 @@ func (s *session) run() {
 
 	// The bytes read past the header go first, in one write: the inner
 	// connection is new, so its send buffer takes them without blocking.
-	// Then both connections are plain sockets and splice.Start can park
-	// an idle direction without a goroutine.
+	// Then both connections are plain sockets and splice can park an
+	// idle direction without a goroutine.
 	var sent int64
 	if len(pend) > 0 {
 		n, err := inner.Write(pend)
@@ -283,13 +284,14 @@ func (s *session) run() {
 			return
 		}
 	}
-	p := splice.Start(s.c, inner, func(res splice.Result) {
+	p := splice.Prepare(s.c, inner, func(res splice.Result) {
 		res.Up += sent
 		s.closed(res, port, token)
 	})
 	s.mu.Lock()
 	s.pair = p
 	s.mu.Unlock()
+	p.Run() // client→inner in this goroutine (its stack grown by the dial) until it idles or ends
 }
 
 // closed erases the peer entry of a forwarded connection once both
