@@ -15,7 +15,7 @@
 // applied here first); anything else — a TLS ClientHello, an LDAP PDU — is
 // forwarded unchanged. A header is honoured only from Config.TrustedEdges;
 // from anywhere else it is a spoof attempt and the connection is closed.
-// The forwarded connection is joined to inner with splice.Start, the
+// The forwarded connection is joined to inner with splice.Prepare/Run, the
 // asynchronous form of the copy function every relay path shares: an idle
 // forwarded connection holds its two sockets and no goroutine.
 package origin

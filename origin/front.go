@@ -31,7 +31,7 @@ const (
 // peeks at the first bytes, reads a PROXY header if one is there and the
 // source may send one, dials inner, records the peer in the table under the
 // inner connection's local port, and joins the two connections with
-// splice.Start until both directions are done.
+// splice (Prepare, then Run) until both directions are done.
 type Front struct {
 	// Now is the clock for Peer.Since, durations and log rate limiting;
 	// nil means time.Now. Set it before Serve or HandleConn.
