@@ -9,6 +9,6 @@ grep -rl --include='*_test.go' '^func Fuzz' . | sort | while read -r f; do
 	pkg=./$(dirname "${f#./}")
 	for target in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$f" | cut -d' ' -f2); do
 		echo "fuzz: $pkg $target ($t)"
-		go test "$pkg" -run '^$' -fuzz "^${target}\$" -fuzztime "$t"
+		go test "$pkg" -run '^$' -fuzz "^${target}\$" -fuzztime "$t" -fuzzminimizetime 100x
 	done
 done

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 
 	"github.com/edgefleet/edgefleet/origin"
 	"github.com/edgefleet/edgefleet/origin/ldap/core"
@@ -63,28 +62,15 @@ const ExitDLP = 19
 type exitError struct {
 	err  error
 	code int
-	msg  string // when set, what Error says instead of err
 }
 
-func (e *exitError) Error() string {
-	if e.msg != "" {
-		return e.msg
-	}
-	return e.err.Error()
-}
+func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 func (e *exitError) ExitCode() int { return e.code }
 
-// dlpError is a DLP file error, exit status 19. main prints an error as
-// one line; a file with several errors must show one line per error, so
-// all but the last are printed here, in the same form.
-func dlpError(err error) error {
-	lines := strings.Split(err.Error(), "\n")
-	for _, l := range lines[:len(lines)-1] {
-		fmt.Fprintln(os.Stderr, "origin:", l)
-	}
-	return &exitError{err: err, code: ExitDLP, msg: lines[len(lines)-1]}
-}
+// dlpError is a DLP file error, exit status 19; main prints one line per
+// error of the list.
+func dlpError(err error) error { return &exitError{err: err, code: ExitDLP} }
 
 // peerTable is the front's peer table as the core sees it.
 type peerTable interface {

@@ -13,7 +13,7 @@ func HAProxy(t testing.TB, body, waitAddr string) *Proc {
 	Need(t, "haproxy")
 	dir := t.TempDir()
 	cfg := `global
-    maxconn 30000
+    maxconn 9000
 defaults
     mode tcp
     timeout connect 5s

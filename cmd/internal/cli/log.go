@@ -45,12 +45,17 @@ func Logger(l Log, w io.Writer) *slog.Logger {
 
 // Fatal prints err as one line on stderr and exits with ExitConfig.
 func Fatal(name string, err error) {
-	FatalCode(name, err, ExitConfig)
+	fmt.Fprintf(os.Stderr, "%s: %s\n", name, strings.ReplaceAll(err.Error(), "\n", "; "))
+	os.Exit(ExitConfig)
 }
 
-// FatalCode prints err as one line on stderr and exits with code.
+// FatalCode prints err on stderr, each of its lines prefixed with name (a
+// list of errors, such as a DLP file's, shows one line per error), and
+// exits with code.
 func FatalCode(name string, err error, code int) {
-	fmt.Fprintf(os.Stderr, "%s: %s\n", name, strings.ReplaceAll(err.Error(), "\n", "; "))
+	for _, l := range strings.Split(err.Error(), "\n") {
+		fmt.Fprintf(os.Stderr, "%s: %s\n", name, l)
+	}
 	os.Exit(code)
 }
 
