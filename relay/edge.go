@@ -141,7 +141,7 @@ func (e *Edge) Serve(ln net.Listener) error {
 			return err
 		}
 		backoff = 0
-		go e.relay(c, nil)
+		splice.Go(func() { e.relay(c, nil) })
 	}
 }
 

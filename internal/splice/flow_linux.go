@@ -315,7 +315,7 @@ func (p *parker) resume(token uint64) {
 	delete(p.flows, token)
 	p.mu.Unlock()
 	if f != nil {
-		go f.wait()
+		Go(f.wait)
 	}
 }
 

@@ -249,7 +249,8 @@ func TestParkedPair(t *testing.T) {
 				done           chan Result
 			}
 			var ends []end
-			before := runtime.NumGoroutine()
+			busy := func() int { return runtime.NumGoroutine() - int(idleWorkers.Load()) }
+			before := busy()
 			for range n {
 				client, relayIn := pair(t)
 				relayOut, server := pair(t)
@@ -264,9 +265,9 @@ func TestParkedPair(t *testing.T) {
 			}
 			// Every direction parks once its grace has passed.
 			deadline := time.Now().Add(10 * time.Second)
-			for runtime.NumGoroutine() > before+2 {
+			for busy() > before+2 {
 				if time.Now().After(deadline) {
-					t.Fatalf("%d goroutines for %d idle pairs (%d before)", runtime.NumGoroutine(), n, before)
+					t.Fatalf("%d busy goroutines for %d idle pairs (%d before)", busy(), n, before)
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
