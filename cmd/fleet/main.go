@@ -79,6 +79,9 @@ func main() {
 		if errors.As(err, &ee) {
 			code = ee.code
 		}
+		if code == cli.ExitConfig {
+			cli.Fatal("fleet", err) // a bad configuration is one line
+		}
 		cli.FatalCode("fleet", err, code)
 	}
 }
