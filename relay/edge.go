@@ -35,6 +35,9 @@ type Edge struct {
 	dialer net.Dialer
 	m      *metrics
 	orig   *originSet
+	// workers run relay's setup (dial, header) in goroutines whose stacks
+	// have grown already.
+	workers splice.Workers
 
 	// ctx is cancelled when Shutdown gives up waiting, so pending origin
 	// dials stop too.
@@ -141,7 +144,7 @@ func (e *Edge) Serve(ln net.Listener) error {
 			return err
 		}
 		backoff = 0
-		splice.Go(func() { e.relay(c, nil) })
+		e.workers.Go(func() { e.relay(c, nil) })
 	}
 }
 

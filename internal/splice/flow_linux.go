@@ -35,7 +35,7 @@ type flow struct {
 
 // idleGrace is how long a direction keeps its goroutine after its last
 // byte before it parks. Start reads it once per pair; tests shorten it.
-var idleGrace = 500 * time.Millisecond
+var idleGrace = 100 * time.Millisecond
 
 // newFlows prepares both directions of j; false when the connections are
 // not plain TCP and the pair must use blocking copies.
@@ -315,7 +315,7 @@ func (p *parker) resume(token uint64) {
 	delete(p.flows, token)
 	p.mu.Unlock()
 	if f != nil {
-		Go(f.wait)
+		workers.Go(f.wait)
 	}
 }
 

@@ -120,9 +120,9 @@ func (p *Pair) start(detach bool) {
 	}
 	j := p.j
 	if j.async {
-		Go(j.flows[1].wait)
+		workers.Go(j.flows[1].wait)
 		if detach {
-			Go(j.flows[0].wait)
+			workers.Go(j.flows[0].wait)
 		} else {
 			j.flows[0].wait()
 		}

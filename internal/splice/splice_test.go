@@ -249,7 +249,7 @@ func TestParkedPair(t *testing.T) {
 				done           chan Result
 			}
 			var ends []end
-			busy := func() int { return runtime.NumGoroutine() - int(idleWorkers.Load()) }
+			busy := func() int { return runtime.NumGoroutine() - workers.Idle() }
 			before := busy()
 			for range n {
 				client, relayIn := pair(t)

@@ -1,45 +1,62 @@
 package splice
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// Go runs f in a goroutine, reusing an idle one when there is one. A new
-// goroutine starts with a small stack and pays to grow it in the deep
-// calls of a relay (dial, splice, logging); a reused one has grown
-// already. Idle goroutines wait workerIdle for work, then exit.
-func Go(f func()) {
+// Workers runs functions in goroutines, reusing idle ones. A new goroutine
+// starts with a small stack and pays to grow it in the deep calls of a
+// relay (dial, splice, logging); a reused one has grown already. At most
+// maxIdleWorkers wait for work, each for workerIdle at most; the others
+// exit at once, so that a burst of connections, which all go idle
+// together, leaves no crowd of grown stacks behind. Keep one Workers per
+// kind of work, so that a shallow task does not hold a deep one's stack.
+// The zero value is ready to use.
+type Workers struct {
+	once sync.Once
+	work chan func() // unbuffered: a send succeeds only when one waits
+	idle atomic.Int32
+}
+
+// workers runs the directions of pairs joined by Start.
+var workers Workers
+
+const (
+	workerIdle     = 10 * time.Second
+	maxIdleWorkers = 64
+)
+
+// Go runs f in an idle worker, or a new one.
+func (w *Workers) Go(f func()) {
+	w.once.Do(func() { w.work = make(chan func()) })
 	select {
-	case work <- f: // an idle worker took it
+	case w.work <- f:
 	default:
-		go worker(f)
+		go w.run(f)
 	}
 }
 
-// work hands a function to an idle worker; unbuffered, so a send succeeds
-// only when one is waiting.
-var work = make(chan func())
+// Idle reports how many workers wait for work.
+func (w *Workers) Idle() int { return int(w.idle.Load()) }
 
-const workerIdle = 10 * time.Second
-
-// idleWorkers counts the workers waiting for work (tests tell them from
-// goroutines that hold a connection).
-var idleWorkers atomic.Int32
-
-func worker(f func()) {
+func (w *Workers) run(f func()) {
 	f()
 	t := time.NewTimer(workerIdle)
 	defer t.Stop()
 	for {
-		idleWorkers.Add(1)
+		if w.idle.Add(1) > maxIdleWorkers {
+			w.idle.Add(-1)
+			return
+		}
 		select {
-		case f = <-work:
-			idleWorkers.Add(-1)
+		case f = <-w.work:
+			w.idle.Add(-1)
 			f()
 			t.Reset(workerIdle)
 		case <-t.C:
-			idleWorkers.Add(-1)
+			w.idle.Add(-1)
 			return
 		}
 	}
