@@ -31,7 +31,7 @@ type session struct {
 	rd     *wire.Reader // the client's; used by the client reader only (and by StartTLS, which it runs)
 	max    atomic.Int64 // the client's PDU cap
 	done   chan struct{}
-	resume chan net.Conn // wakes the client reader after StartTLS or a first bind
+	resume chan net.Conn // wakes the client reader after StartTLS
 
 	mu     sync.Mutex
 	w      *bufio.Writer // to the client
@@ -61,15 +61,14 @@ type session struct {
 }
 
 type op struct {
-	m      *wire.Message
-	name   string
-	start  time.Time
-	seq    uint64
-	be     *backend
-	sent   bool
-	resume bool      // a bind before the first success: the reader waits for its result
-	rule   *dlp.Rule // the OperationRouting rule that routed it; nil for the user target
-	cands  []string  // with rule: the server used first, then the failover order
+	m     *wire.Message
+	name  string
+	start time.Time
+	seq   uint64
+	be    *backend
+	sent  bool
+	rule  *dlp.Rule // the OperationRouting rule that routed it; nil for the user target
+	cands []string  // with rule: the server used first, then the failover order
 	// Search entries and references forwarded to the client, those seen
 	// from the current backend, and how many of those to drop: a replayed
 	// search skips what the client already has.
@@ -125,13 +124,22 @@ func (ss *session) settle(flush ...bool) {
 }
 
 // readClient frames the client's PDUs and handles each. After a StartTLS
-// request, and after a bind while the pre-bind size cap applies, it waits
-// until that is settled: the stream may change under it, or its cap may
-// grow.
+// request it waits until that is settled: the stream changes under it.
+//
+// It does not wait for a bind's result, so that a client closing while a
+// server sits on its bind is seen at once. The cap may grow meanwhile: a
+// client sends nothing before its BindResponse (RFC 4511 §4.2.1), and the
+// cap is raised before that response is written, so a PDU over the cap
+// it was framed with is framed again with the current one (the Reader
+// consumes nothing when it refuses a length).
 func (ss *session) readClient() {
 	for {
-		ss.rd.SetMax(int(ss.max.Load()))
+		limit := ss.max.Load()
+		ss.rd.SetMax(int(limit))
 		raw, err := ss.rd.Next()
+		if errors.Is(err, wire.ErrTooLarge) && ss.max.Load() > limit {
+			continue
+		}
 		var m *wire.Message
 		if err == nil {
 			m, err = wire.Parse(bytes.Clone(raw))
@@ -147,8 +155,7 @@ func (ss *session) readClient() {
 			ss.mu.Unlock()
 			return
 		}
-		wait := (m.Op == wire.TagExtendedRequest && m.ExtOID == wire.OIDStartTLS) ||
-			(m.Op == wire.TagBindRequest && ss.max.Load() < int64(ss.srv.cfg.MaxPDU))
+		wait := m.Op == wire.TagExtendedRequest && m.ExtOID == wire.OIDStartTLS
 		ss.onClient(m)
 		ss.settle()
 		ended := ss.ended
@@ -200,9 +207,6 @@ func (ss *session) onClient(m *wire.Message) {
 		ss.startTLS(o)
 		return
 	case ss.srv.tlsCfg != nil && !ss.isTLS:
-		if m.Op == wire.TagBindRequest && ss.max.Load() < int64(ss.srv.cfg.MaxPDU) {
-			o.resume = true
-		}
 		ss.reply(o, 13, "confidentiality required: use LDAPS or StartTLS") // confidentialityRequired
 		return
 	case wire.ResponseTag(m.Op) == 0:
@@ -220,7 +224,6 @@ func (ss *session) onClient(m *wire.Message) {
 // bind re-selects the targets for the new identity, except for the next
 // step of a multi-step SASL exchange, which stays on its backend.
 func (ss *session) bind(o *op) {
-	o.resume = ss.max.Load() < int64(ss.srv.cfg.MaxPDU)
 	if ss.sasl != nil && !o.m.BindSimple && !ss.sasl.closed {
 		ss.send(o, ss.sasl)
 		return
@@ -335,10 +338,6 @@ func (ss *session) finish(o *op, code int, raw []byte) {
 		target = o.be.name
 	}
 	ss.log(o, target, wire.ResultName(code))
-	if o.resume {
-		o.resume = false
-		ss.wake(nil)
-	}
 }
 
 func (ss *session) write(raw []byte) {
