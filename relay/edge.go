@@ -21,10 +21,12 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/splice"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 )
 
 // Edge relays client connections to the origins.
@@ -87,7 +89,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Edge, error)
 	}
 	e.dialer = net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: -1}
 	if cfg.Keepalive > 0 {
-		e.dialer.KeepAlive = cfg.Keepalive
+		e.dialer.KeepAliveConfig = net.KeepAliveConfig{Enable: true, Idle: cfg.Keepalive, Interval: cfg.Keepalive, Count: 4}
 	}
 	for a := range e.orig.states() {
 		e.m.originUp.WithLabelValues(a).Set(1)
@@ -123,6 +125,11 @@ func (e *Edge) Serve(ln net.Listener) error {
 		e.mu.Unlock()
 	}()
 
+	// Accepted sockets inherit keepalive from the listening one; whether
+	// they really do (Go's listener may set its own default on each) is
+	// checked once, on the first connection.
+	inherit := setKeepalive(ln, e.cfg.Keepalive) == nil
+	checked := false
 	var backoff time.Duration
 	for {
 		c, err := ln.Accept()
@@ -144,7 +151,11 @@ func (e *Edge) Serve(ln net.Listener) error {
 			return err
 		}
 		backoff = 0
-		e.workers.Go(func() { e.relay(c, nil) })
+		if inherit && !checked {
+			inherit, checked = hasKeepalive(c, e.cfg.Keepalive), true
+		}
+		kaSet := inherit
+		e.workers.Go(func() { e.relay(c, kaSet, nil) })
 	}
 }
 
@@ -156,7 +167,7 @@ func isTemporary(err error) bool {
 // HandleConn relays one client connection and returns when it is closed.
 func (e *Edge) HandleConn(c net.Conn) {
 	over := make(chan struct{})
-	e.relay(c, func() { close(over) })
+	e.relay(c, false, func() { close(over) })
 	<-over
 }
 
@@ -165,7 +176,7 @@ func (e *Edge) HandleConn(c net.Conn) {
 // nil, is called once the connection is finished. Serve runs it in a
 // goroutine of its own, which then exits: an idle connection keeps no
 // goroutine (see splice.Start).
-func (e *Edge) relay(c net.Conn, over func()) {
+func (e *Edge) relay(c net.Conn, keepaliveSet bool, over func()) {
 	if over == nil {
 		over = func() {}
 	}
@@ -189,7 +200,9 @@ func (e *Edge) relay(c net.Conn, over func()) {
 	e.mu.Unlock()
 	e.m.active.Inc()
 
-	setKeepalive(c, e.cfg.Keepalive)
+	if !keepaliveSet {
+		setKeepalive(c, e.cfg.Keepalive)
+	}
 	id := rand.Text()
 	server, addr, err := e.dialOrigin()
 	e.mu.Lock()
@@ -371,16 +384,73 @@ func (e *Edge) Shutdown(ctx context.Context) error {
 	return err
 }
 
-func setKeepalive(c net.Conn, period time.Duration) {
-	tc, ok := c.(*net.TCPConn)
+// setKeepalive sets TCP keepalive on a connection or a listening socket
+// (whose accepted sockets inherit it): idle time and interval period, 4
+// probes; period 0 turns it off.
+func setKeepalive(s any, period time.Duration) error {
+	sc, ok := s.(syscall.Conn)
 	if !ok {
-		return
+		return errors.ErrUnsupported
 	}
-	if period <= 0 {
-		tc.SetKeepAlive(false)
-		return
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return err
 	}
-	tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: period, Interval: period, Count: 4})
+	var serr error
+	err = raw.Control(func(fd uintptr) {
+		if period <= 0 {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_KEEPALIVE, 0)
+			return
+		}
+		secs := max(int(period/time.Second), 1)
+		for _, o := range [][2]int{{unix.SOL_SOCKET, unix.SO_KEEPALIVE}, {unix.IPPROTO_TCP, unix.TCP_KEEPIDLE},
+			{unix.IPPROTO_TCP, unix.TCP_KEEPINTVL}, {unix.IPPROTO_TCP, unix.TCP_KEEPCNT}} {
+			v := secs
+			switch o[1] {
+			case unix.SO_KEEPALIVE:
+				v = 1
+			case unix.TCP_KEEPCNT:
+				v = 4
+			}
+			if serr = unix.SetsockoptInt(int(fd), o[0], o[1], v); serr != nil {
+				return
+			}
+		}
+	})
+	if err == nil {
+		err = serr
+	}
+	return err
+}
+
+// hasKeepalive reports whether c's keepalive is as setKeepalive(period)
+// leaves it.
+func hasKeepalive(c net.Conn, period time.Duration) bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	same := false
+	raw.Control(func(fd uintptr) {
+		on, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_KEEPALIVE)
+		if err != nil {
+			return
+		}
+		if period <= 0 {
+			same = on == 0
+			return
+		}
+		idle, err1 := unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_KEEPIDLE)
+		intvl, err2 := unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_KEEPINTVL)
+		cnt, err3 := unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_KEEPCNT)
+		secs := max(int(period/time.Second), 1)
+		same = on == 1 && err1 == nil && err2 == nil && err3 == nil && idle == secs && intvl == secs && cnt == 4
+	})
+	return same
 }
 
 func b2f(b bool) float64 {

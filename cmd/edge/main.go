@@ -89,12 +89,14 @@ func main() {
 // run serves until a signal stops it; reload re-reads the configuration
 // for SIGHUP. Startup failures exit with one line.
 func run(cfg edgeFile, reload func() (edgeFile, error)) {
-	log := cli.Logger(cfg.Log, os.Stderr)
+	logw := newLogWriter(os.Stderr)
+	log := cli.Logger(cfg.Log, logw)
+	fatal := func(err error) { logw.Close(); cli.Fatal("edge", err) }
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	e, err := relay.New(cfg.Config, log, reg)
 	if err != nil {
-		cli.Fatal("edge", err)
+		fatal(err)
 	}
 
 	// The relay sets keepalive on each accepted connection itself.
@@ -103,7 +105,7 @@ func run(cfg edgeFile, reload func() (edgeFile, error)) {
 	for _, addr := range cfg.Listen {
 		ln, err := lc.Listen(context.Background(), "tcp", addr)
 		if err != nil {
-			cli.Fatal("edge", fmt.Errorf("listen: %w", err))
+			fatal(fmt.Errorf("listen: %w", err))
 		}
 		lns = append(lns, ln)
 	}
@@ -111,7 +113,7 @@ func run(cfg edgeFile, reload func() (edgeFile, error)) {
 	if cfg.Metrics != "" {
 		ln, err := net.Listen("tcp", cfg.Metrics)
 		if err != nil {
-			cli.Fatal("edge", fmt.Errorf("metrics: %w", err))
+			fatal(fmt.Errorf("metrics: %w", err))
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -164,6 +166,7 @@ wait:
 	if metrics != nil {
 		metrics.Close()
 	}
+	logw.Close()
 	if failed {
 		os.Exit(1)
 	}

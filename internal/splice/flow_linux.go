@@ -70,10 +70,12 @@ func (f *flow) wait() {
 		parked.park(f)
 		return
 	}
-	if f.rerr == nil && f.werr == nil {
-		f.dst.CloseWrite()
-	} else {
+	switch {
+	case f.rerr != nil || f.werr != nil:
 		f.j.closeBoth()
+	case f.j.left.Load() == 2:
+		f.dst.CloseWrite()
+		// else the other direction is over: closeBoth, next, sends the FIN
 	}
 	*f.h = half{f.n, f.rerr, f.werr}
 	if f.j.finish() {
