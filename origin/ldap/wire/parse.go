@@ -33,6 +33,8 @@ type Message struct {
 	// requests, and the objectName of a search result entry (EntryDN).
 	CompareDN string
 	EntryDN   string
+
+	filterAttrSet map[string]struct{} // FilterAttrs as a set, once there are many
 }
 
 // MaxFilterDepth is the number of levels a search filter tree may have: a
@@ -193,7 +195,9 @@ func (m *Message) parseSearch(d *decoder) error {
 	if err != nil {
 		return err
 	}
-	if err := m.walkFilter(filter, 0); err != nil {
+	err = m.walkFilter(filter, 0)
+	m.filterAttrSet = nil // only needed while walking; ops stay pending a while
+	if err != nil {
 		return err
 	}
 	_, err = d.expect(0x30, "attributes")
@@ -253,14 +257,33 @@ func (m *Message) walkFilter(f tlv, depth int) error {
 	return malformed(f.off, "unknown filter choice 0x%02x", f.tag)
 }
 
+// filterAttrScan is how many attributes are deduplicated by a scan; past
+// it a set takes over, so a filter naming many attributes costs linear
+// time (a 256 KiB filter from an anonymous client holds some 30,000).
+const filterAttrScan = 16
+
 func (m *Message) addFilterAttr(b []byte) {
 	a := strings.ToLower(string(b))
+	if m.filterAttrSet != nil {
+		if _, dup := m.filterAttrSet[a]; dup {
+			return
+		}
+		m.filterAttrSet[a] = struct{}{}
+		m.FilterAttrs = append(m.FilterAttrs, a)
+		return
+	}
 	for _, x := range m.FilterAttrs {
 		if x == a {
 			return
 		}
 	}
 	m.FilterAttrs = append(m.FilterAttrs, a)
+	if len(m.FilterAttrs) > filterAttrScan {
+		m.filterAttrSet = make(map[string]struct{}, 2*len(m.FilterAttrs))
+		for _, x := range m.FilterAttrs {
+			m.filterAttrSet[x] = struct{}{}
+		}
+	}
 }
 
 func (m *Message) parseResult(d *decoder, extended bool) error {
