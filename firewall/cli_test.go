@@ -2,6 +2,7 @@ package firewall
 
 import (
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -158,6 +159,9 @@ func TestFleetBinary(t *testing.T) {
 			}
 			if err := d.Stranger.Echo(a.Stranger.String(), dst, dropped); !isTimeout(err) {
 				t.Errorf("%s: stranger → host:9636: err = %v, want dropped", f.name, err)
+			}
+			if err := d.Stranger2.Echo(a.Stranger2.String(), net.JoinHostPort(a.Host2.String(), "9636"), dropped); !isTimeout(err) {
+				t.Errorf("%s: stranger on the host's other interface → host:9636: err = %v, want dropped", f.name, err)
 			}
 			if err := d.Host.Echo("", dst, allowed); err != nil {
 				t.Errorf("%s: the host's own connection (loopback path, not ext0): %v", f.name, err)

@@ -84,6 +84,13 @@ func inbound(d *testbed.DockerHost, ns *testbed.Netns, src string, a testbed.Hos
 	return ns.Echo(src, a.Published(d.Port), timeout)
 }
 
+// strangerElsewhere connects from the stranger behind the host's second
+// interface (not the pinned one) to the port published there: it spoofs
+// nothing, it only comes in another way.
+func strangerElsewhere(d *testbed.DockerHost, a testbed.HostAddrs, timeout time.Duration) error {
+	return d.Stranger2.Echo(a.Stranger2.String(), net.JoinHostPort(a.Host2.String(), strconv.Itoa(d.Port)), timeout)
+}
+
 // outbound is the seed's bug: a process in the container connects to the
 // edge on the published port's number.
 func outbound(d *testbed.DockerHost, a testbed.HostAddrs, timeout time.Duration) error {
@@ -105,6 +112,9 @@ func TestDockerUser(t *testing.T) {
 		if err := inbound(d, d.Stranger, a.Stranger.String(), a, allowed); err != nil {
 			t.Fatalf("%s before apply: the stranger should reach the published port (Docker's bypass): %v", f.name, err)
 		}
+		if err := strangerElsewhere(d, a, allowed); err != nil {
+			t.Fatalf("%s before apply: the stranger on the other interface should reach the published port: %v", f.name, err)
+		}
 	}
 	c := hostConfig(d, false)
 	p := apply(t, d.Host, c)
@@ -123,6 +133,9 @@ func TestDockerUser(t *testing.T) {
 			}
 			if err := inbound(d, d.Edge, a.Edge2.String(), a, dropped); !isTimeout(err) {
 				t.Errorf("%s: unlisted edge address → published port: err = %v, want dropped", f.name, err)
+			}
+			if err := strangerElsewhere(d, a, dropped); !isTimeout(err) {
+				t.Errorf("%s: stranger on the host's other interface → published port: err = %v, want dropped", f.name, err)
 			}
 			if err := outbound(d, a, allowed); err != nil {
 				t.Errorf("%s: container → edge on port %d (the seed's bug): %v", f.name, d.Port, err)
@@ -282,6 +295,9 @@ func TestPinIsNeeded(t *testing.T) {
 	}
 	if err := inbound(d, d.Stranger, d.V4.Stranger.String(), d.V4, dropped); !isTimeout(err) {
 		t.Errorf("IPv4 pinned by --ctorigdst: stranger: err = %v, want dropped", err)
+	}
+	if err := strangerElsewhere(d, d.V4, dropped); !isTimeout(err) {
+		t.Errorf("IPv4 pinned by --ctorigdst: stranger on the other interface, to the address published there: err = %v, want dropped", err)
 	}
 	if err := inbound(d, d.Edge, d.V4.Edge.String(), d.V4, allowed); err != nil {
 		t.Errorf("IPv4 pinned by --ctorigdst: edge: %v", err)

@@ -3,6 +3,7 @@ package firewall
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"strconv"
 	"strings"
 
@@ -30,6 +31,8 @@ type Plan struct {
 	Families   []Family
 	// Warnings name what Force let through (skipped addresses, no pin …).
 	Warnings []string
+
+	spec spec
 }
 
 // Chain is the generation chain, EDGEFLEET-<generation>.
@@ -70,7 +73,6 @@ func NewPlan(c Config, gen int) (*Plan, error) {
 		}
 	}
 
-	type source struct{ edge, cidr string }
 	var v4, v6 []source
 	for _, e := range c.Edges {
 		if e.IPv4 == "" && e.IPv6 == "" {
@@ -102,55 +104,90 @@ func NewPlan(c Config, gen int) (*Plan, error) {
 		return nil, errors.Join(refusals...)
 	}
 
-	for _, fam := range []struct {
-		name    string
-		proto   iptables.Protocol
-		sources []source
-		is4     bool
-	}{{"IPv4", iptables.ProtocolIPv4, v4, true}, {"IPv6", iptables.ProtocolIPv6, v6, false}} {
-		f := Family{Name: fam.name, Proto: fam.proto, Hook: c.Chain, CreateHook: c.CreateChain}
-		f.Rules = append(f.Rules, Rule{"-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED",
-			"-m", "comment", "--comment", commentReplies, "-j", "RETURN"})
-		// The pin: which inbound connections the port rules are about.
-		var iface []string
-		if c.Interface != "" {
-			iface = []string{"-i", c.Interface}
-		}
-		var origDst []string
-		if addr.IsValid() {
-			if addr.Is4() != fam.is4 {
-				if c.Interface == "" && c.Chain == DockerUser {
-					// The port is published on an address of the other
-					// family only: nothing of this family reaches it
-					// through DNAT, and unpinned rules would drop the
-					// containers' own outbound connections.
-					p.Warnings = append(p.Warnings, fmt.Sprintf("%s: no port rules, origin.address %s is of the other family", fam.name, addr))
-					p.Families = append(p.Families, f)
-					continue
-				}
-			} else {
-				origDst = []string{"--ctorigdst", addr.String()}
+	p.spec = spec{cfg: c, addr: addr, v4: v4, v6: v6}
+	for _, proto := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
+		p.Families = append(p.Families, p.family(proto, c.Chain))
+	}
+	return p, nil
+}
+
+// spec is what a plan's families are built from, kept so that Firewall.Plan
+// can rebuild a family for another hook chain.
+type spec struct {
+	cfg    Config
+	addr   netip.Addr // origin.address, the zero Addr when not set
+	v4, v6 []source
+}
+
+// source is one allowed edge address.
+type source struct{ edge, cidr string }
+
+// family builds one family's rule set for the given hook chain.
+func (p *Plan) family(proto iptables.Protocol, hook string) Family {
+	c, addr := p.spec.cfg, p.spec.addr
+	f := Family{Name: "IPv4", Proto: proto, Hook: hook, CreateHook: c.CreateChain}
+	sources, is4 := p.spec.v4, true
+	if proto == iptables.ProtocolIPv6 {
+		f.Name, sources, is4 = "IPv6", p.spec.v6, false
+	}
+	f.Rules = append(f.Rules, Rule{"-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED",
+		"-m", "comment", "--comment", commentReplies, "-j", "RETURN"})
+	// The pin: which inbound connections the edges' rules are about.
+	var iface []string
+	if c.Interface != "" {
+		iface = []string{"-i", c.Interface}
+	}
+	var origDst []string
+	if addr.IsValid() {
+		if addr.Is4() != is4 {
+			if c.Interface == "" && hook == DockerUser {
+				// The port is published on an address of the other
+				// family only: nothing of this family reaches it
+				// through DNAT, and unpinned rules would drop the
+				// containers' own outbound connections.
+				p.Warnings = append(p.Warnings, fmt.Sprintf("%s: no port rules, origin.address %s is of the other family", f.Name, addr))
+				return f
 			}
+		} else {
+			origDst = []string{"--ctorigdst", addr.String()}
 		}
-		for _, port := range c.Ports {
-			ct := []string{"-p", "tcp", "-m", "conntrack", "--ctstate", "NEW"}
-			ct = append(ct, origDst...)
-			ct = append(ct, "--ctorigdstport", strconv.Itoa(port), "--ctdir", "ORIGINAL")
-			for _, s := range fam.sources {
-				r := Rule{"-s", s.cidr}
-				r = append(r, iface...)
-				r = append(r, ct...)
-				r = append(r, "-m", "comment", "--comment", fmt.Sprintf("edgefleet: edge %s port %d", s.edge, port), "-j", "RETURN")
-				f.Rules = append(f.Rules, r)
-			}
+	}
+	for _, port := range c.Ports {
+		P := strconv.Itoa(port)
+		ct := []string{"-p", "tcp", "-m", "conntrack", "--ctstate", "NEW"}
+		ct = append(ct, origDst...)
+		ct = append(ct, "--ctorigdstport", P, "--ctdir", "ORIGINAL")
+		for _, s := range sources {
+			r := Rule{"-s", s.cidr}
+			r = append(r, iface...)
+			r = append(r, ct...)
+			r = append(r, "-m", "comment", "--comment", fmt.Sprintf("edgefleet: edge %s port %d", s.edge, port), "-j", "RETURN")
+			f.Rules = append(f.Rules, r)
+		}
+		if hook == DockerUser {
 			r := append(Rule{}, iface...)
 			r = append(r, ct...)
 			r = append(r, "-m", "comment", "--comment", fmt.Sprintf("edgefleet: others port %d", port), "-j", "DROP")
 			f.Rules = append(f.Rules, r)
+			// The pin keeps the container's own outbound connections out
+			// of the rule above, but it also lets in a stranger that comes
+			// through another interface of the host (a second network, a
+			// VPN) or to another address the port is published on. What
+			// such a connection and an edge's share, and the container's
+			// outbound connection lacks, is Docker's DNAT: every
+			// connection to a published port is DNAT'ed, no outbound one
+			// is.
+			f.Rules = append(f.Rules, Rule{"-p", "tcp", "-m", "conntrack", "--ctstate", "DNAT", "--ctorigdstport", P, "--ctdir", "ORIGINAL",
+				"-m", "comment", "--comment", fmt.Sprintf("edgefleet: others port %d, any interface", port), "-j", "DROP"})
+			continue
 		}
-		p.Families = append(p.Families, f)
+		// INPUT sees no outbound connection, so the DROP needs no pin:
+		// every interface but loopback (the host's own connections).
+		r := Rule{"!", "-i", "lo", "-p", "tcp", "-m", "conntrack", "--ctstate", "NEW", "--ctorigdstport", P, "--ctdir", "ORIGINAL",
+			"-m", "comment", "--comment", fmt.Sprintf("edgefleet: others port %d", port), "-j", "DROP"}
+		f.Rules = append(f.Rules, r)
 	}
-	return p, nil
+	return f
 }
 
 // String prints the plan as iptables commands (the -S form), one family

@@ -266,7 +266,7 @@ func (fw *Firewall) Plan(c Config) (*Plan, error) {
 		switch {
 		case exists[f.Proto] || c.CreateChain:
 		case f.Proto == iptables.ProtocolIPv6 && c.Chain == DockerUser && exists[iptables.ProtocolIPv4]:
-			f.Hook = Input
+			f = p.family(f.Proto, Input)
 			p.Warnings = append(p.Warnings, "IPv6: ip6tables has no DOCKER-USER chain (dockerd runs without ip6tables): IPv6 reaches published ports through docker-proxy, so the IPv6 rules hook into INPUT")
 		case c.Force:
 			p.Warnings = append(p.Warnings, fmt.Sprintf("%s: no %s chain in %s (%s backend): family skipped (forced)", f.Name, c.Chain, binary(fw.backend, f.Proto), fw.backend))

@@ -218,21 +218,27 @@ func readFull(c net.Conn, buf []byte) (int, error) {
 //	Edge ─┐                       ┌─ Host ───────────────────────────────┐
 //	      ├─ ext0 (bridge) ───────┤ DNAT Port → Container; FORWARD →     │── dock0 (bridge) ── Container
 //	Stranger┘                     │ DOCKER-USER; MASQUERADE from dock0   │
+//	Stranger2 ── ext1 (bridge) ───┤                                      │
 //	                              └──────────────────────────────────────┘
 //
 // Edge holds two addresses (Edge, Edge2); the published port listens in
 // Container (an echo server) and Edge listens on the same port number, the
-// destination of the container's own outbound connections.
+// destination of the container's own outbound connections. The port is
+// published as `docker run -p Port:Port` does, on every address of the
+// host: Stranger2 sits behind a second interface of the host (ext1, a
+// private network, a VPN …) and reaches the port at the host's address
+// there (Host2), spoofing nothing.
 type DockerHost struct {
-	Host, Container, Edge, Stranger *Netns
-	ExtIf                           string // the host's external interface
-	Port                            int    // published port, the same inside the container
-	V4, V6                          HostAddrs
+	Host, Container, Edge, Stranger, Stranger2 *Netns
+	ExtIf                                      string // the host's external interface
+	Port                                       int    // published port, the same inside the container
+	V4, V6                                     HostAddrs
 }
 
 // HostAddrs are one family's addresses in a DockerHost.
 type HostAddrs struct {
 	Host, Edge, Edge2, Stranger, Container netip.Addr
+	Host2, Stranger2                       netip.Addr // on the host's second interface, ext1
 }
 
 // Published is the host's published address:port for the family.
@@ -259,23 +265,27 @@ func NewDockerHostBackend(t testing.TB, port int, backend string) *DockerHost {
 	Need(t, "ip", "iptables"+suffix, "ip6tables"+suffix)
 	d := &DockerHost{
 		Host: NewNetns(t, "host"), Container: NewNetns(t, "ctr"),
-		Edge: NewNetns(t, "edge"), Stranger: NewNetns(t, "stranger"),
+		Edge: NewNetns(t, "edge"), Stranger: NewNetns(t, "stranger"), Stranger2: NewNetns(t, "stranger2"),
 		ExtIf: "ext0", Port: port,
 		V4: HostAddrs{Host: netip.MustParseAddr("198.51.100.1"), Edge: netip.MustParseAddr("198.51.100.10"),
 			Edge2: netip.MustParseAddr("198.51.100.11"), Stranger: netip.MustParseAddr("198.51.100.66"),
-			Container: netip.MustParseAddr("172.31.0.2")},
+			Container: netip.MustParseAddr("172.31.0.2"),
+			Host2:     netip.MustParseAddr("203.0.113.1"), Stranger2: netip.MustParseAddr("203.0.113.66")},
 		V6: HostAddrs{Host: netip.MustParseAddr("2001:db8:e::1"), Edge: netip.MustParseAddr("2001:db8:e::10"),
 			Edge2: netip.MustParseAddr("2001:db8:e::11"), Stranger: netip.MustParseAddr("2001:db8:e::66"),
-			Container: netip.MustParseAddr("fd00:d0c::2")},
+			Container: netip.MustParseAddr("fd00:d0c::2"),
+			Host2:     netip.MustParseAddr("2001:db8:f::1"), Stranger2: netip.MustParseAddr("2001:db8:f::66")},
 	}
 	h := d.Host
 	h.Run("sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
-	for _, br := range []string{"ext0", "dock0"} {
+	for _, br := range []string{"ext0", "ext1", "dock0"} {
 		h.Run("ip", "link", "add", br, "type", "bridge")
 		h.Run("ip", "link", "set", br, "up")
 	}
 	h.Run("ip", "addr", "add", "198.51.100.1/24", "dev", "ext0")
 	h.Run("ip", "addr", "add", "2001:db8:e::1/64", "dev", "ext0", "nodad")
+	h.Run("ip", "addr", "add", "203.0.113.1/24", "dev", "ext1")
+	h.Run("ip", "addr", "add", "2001:db8:f::1/64", "dev", "ext1", "nodad")
 	h.Run("ip", "addr", "add", "172.31.0.1/24", "dev", "dock0")
 	h.Run("ip", "addr", "add", "fd00:d0c::1/64", "dev", "dock0", "nodad")
 	for _, p := range []struct {
@@ -287,6 +297,7 @@ func NewDockerHostBackend(t testing.TB, port int, backend string) *DockerHost {
 	}{
 		{d.Edge, "ve", "ext0", []string{"198.51.100.10/24", "198.51.100.11/24", "2001:db8:e::10/64", "2001:db8:e::11/64"}, nil},
 		{d.Stranger, "vs", "ext0", []string{"198.51.100.66/24", "2001:db8:e::66/64"}, nil},
+		{d.Stranger2, "vs2", "ext1", []string{"203.0.113.66/24", "2001:db8:f::66/64"}, nil},
 		{d.Container, "vc", "dock0", []string{"172.31.0.2/24", "fd00:d0c::2/64"}, []string{"172.31.0.1", "fd00:d0c::1"}},
 	} {
 		Veth(t, p.ns, "eth0", h, p.hostIf)
@@ -310,10 +321,6 @@ func NewDockerHostBackend(t testing.TB, port int, backend string) *DockerHost {
 		{"iptables" + suffix, "172.31.0.2", "172.31.0.2:" + P, "172.31.0.0/24"},
 		{"ip6tables" + suffix, "fd00:d0c::2", "[fd00:d0c::2]:" + P, "fd00:d0c::/64"},
 	} {
-		host := d.V4.Host.String()
-		if strings.HasPrefix(fam.cmd, "ip6tables") {
-			host = d.V6.Host.String()
-		}
 		for _, r := range [][]string{
 			{"-N", "DOCKER-USER"},
 			{"-A", "DOCKER-USER", "-j", "RETURN"},
@@ -322,7 +329,9 @@ func NewDockerHostBackend(t testing.TB, port int, backend string) *DockerHost {
 			{"-A", "FORWARD", "-o", "dock0", "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"},
 			{"-A", "FORWARD", "-d", fam.ctr, "!", "-i", "dock0", "-o", "dock0", "-p", "tcp", "--dport", P, "-j", "ACCEPT"},
 			{"-A", "FORWARD", "-i", "dock0", "!", "-o", "dock0", "-j", "ACCEPT"},
-			{"-t", "nat", "-A", "PREROUTING", "-d", host, "-p", "tcp", "--dport", P, "-j", "DNAT", "--to-destination", fam.dst},
+			// -p Port:Port publishes on every local address, as dockerd's
+			// DOCKER nat chain does.
+			{"-t", "nat", "-A", "PREROUTING", "!", "-i", "dock0", "-m", "addrtype", "--dst-type", "LOCAL", "-p", "tcp", "--dport", P, "-j", "DNAT", "--to-destination", fam.dst},
 			{"-t", "nat", "-A", "POSTROUTING", "-s", fam.subnet, "!", "-o", "dock0", "-j", "MASQUERADE"},
 		} {
 			h.Run(fam.cmd, r...)
