@@ -52,14 +52,17 @@ func TestRealDocker(t *testing.T) {
 	b := make([]byte, 3)
 	rand.Read(b)
 	id := hex.EncodeToString(b)
+	hostHooksUnchanged(t)
 
 	// The image: a static binary, no base image to pull.
 	dir := t.TempDir()
 	mustRun(t, []string{"CGO_ENABLED=0"}, goTool(), "build", "-trimpath", "-o", filepath.Join(dir, "tcpecho"), "./testdata/tcpecho")
 	os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM scratch\nCOPY tcpecho /tcpecho\nENTRYPOINT [\"/tcpecho\"]\n"), 0o644)
 	image := "edgefleet-fwtest:" + id
-	mustRun(t, []string{"DOCKER_BUILDKIT=0"}, docker, "build", "-q", "-t", image, dir)
+	// Cleanups are registered before what they undo is made, so a build
+	// or a run that fails halfway leaves nothing either.
 	t.Cleanup(func() { exec.Command(docker, "rmi", "-f", image).Run() })
+	mustRun(t, []string{"DOCKER_BUILDKIT=0"}, docker, "build", "-q", "--force-rm", "-t", image, dir)
 
 	// The outside: host veth ↔ lan bridge ↔ edge, stranger.
 	var sub int
@@ -97,9 +100,9 @@ func TestRealDocker(t *testing.T) {
 	_, portStr, _ := net.SplitHostPort(testbed.FreeAddr(t, "0.0.0.0"))
 	hp, _ := strconv.Atoi(portStr)
 	name := "edgefleet-fwtest-" + id
+	t.Cleanup(func() { exec.Command(docker, "rm", "-f", name).Run() })
 	mustRun(t, nil, docker, "run", "-d", "--name", name,
 		"-p", v4(1)+":"+portStr+":8636", "-p", "["+v6(1)+"]:"+portStr+":8636", image, "serve", "8636")
-	t.Cleanup(func() { exec.Command(docker, "rm", "-f", name).Run() })
 	testbed.Serve(edge.Listen(":" + portStr)) // the container's outbound target
 	pub4, pub6 := net.JoinHostPort(v4(1), portStr), net.JoinHostPort(v6(1), portStr)
 	reach := func(ns *testbed.Netns, src, dst string, timeout time.Duration) error {
@@ -126,16 +129,8 @@ func TestRealDocker(t *testing.T) {
 		}
 	}
 
-	fw, err := Open("auto", DockerUser)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("backend %s", fw.Backend())
-	t.Cleanup(func() {
-		if err := fw.Remove(); err != nil {
-			t.Errorf("remove: %v", err)
-		}
-	})
+	fw := hostTestFirewall(t, id)
+	t.Logf("backend %s, chains %s…", fw.Backend(), fw.prefix)
 	c := DefaultConfig()
 	c.Ports = []int{hp}
 	c.Interface = hostIf
@@ -195,4 +190,57 @@ func TestRealDocker(t *testing.T) {
 	if err := reach(stranger, v4(0x66), pub4, allowed); err != nil {
 		t.Errorf("after remove the stranger reaches the port again: %v", err)
 	}
+}
+
+// hostTestFirewall is the Firewall the real-Docker test uses on the
+// machine's own tables: its generation chains are EFT<id>-<n>, not
+// EDGEFLEET-<n>, so it neither sees nor deletes a real deployment's chains
+// (Remove and Apply's cleanup delete every chain of their prefix), and a
+// second run of the test at the same time is not disturbed either. Its
+// rules are removed when the test ends, however it ends.
+func hostTestFirewall(t *testing.T, id string) *Firewall {
+	t.Helper()
+	fw, err := Open("auto", DockerUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw.prefix = "EFT" + id + "-"
+	t.Cleanup(func() {
+		if err := fw.Remove(); err != nil {
+			t.Errorf("remove: %v", err)
+		}
+	})
+	return fw
+}
+
+// hostHooksUnchanged checks, when the test ends, that the machine's own
+// DOCKER-USER and INPUT chains (both families) hold exactly what they held
+// before it: the test's jumps are gone and nothing else was touched.
+// Lines of other runs of the test (chains EFT…) are left out.
+func hostHooksUnchanged(t *testing.T) {
+	t.Helper()
+	snapshot := func() string {
+		var b strings.Builder
+		for _, cmd := range []string{"iptables", "ip6tables"} {
+			path, err := testbed.Path(cmd)
+			if err != nil {
+				continue
+			}
+			for _, chain := range []string{DockerUser, Input} {
+				out, _ := exec.Command(path, "-w", "-S", chain).CombinedOutput()
+				for _, line := range strings.Split(string(out), "\n") {
+					if !strings.Contains(line, "-j EFT") && !strings.HasPrefix(line, "# Warning") {
+						fmt.Fprintf(&b, "%s %s\n", cmd, line)
+					}
+				}
+			}
+		}
+		return b.String()
+	}
+	before := snapshot()
+	t.Cleanup(func() { // registered first: runs after every other cleanup
+		if after := snapshot(); after != before {
+			t.Errorf("the machine's DOCKER-USER/INPUT chains changed:\n%s", strings.Join(diff(strings.Split(before, "\n"), strings.Split(after, "\n")), "\n"))
+		}
+	})
 }

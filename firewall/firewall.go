@@ -29,6 +29,8 @@ const (
 )
 
 // ChainPrefix names the generation chains: EDGEFLEET-1, EDGEFLEET-2, …
+// A Firewall only ever reads, replaces or deletes chains with its prefix
+// and the jumps to them.
 const ChainPrefix = "EDGEFLEET-"
 
 // Config is what the rule set is built from; cmd/fleet fills it from

@@ -489,3 +489,58 @@ func TestLegacyBackend(t *testing.T) {
 		t.Errorf("rules went into nft too:\n%s", out)
 	}
 }
+
+// TestTestChainsLeaveDeploymentAlone: the firewall the real-Docker test
+// uses on the machine's own tables (hostTestFirewall) must leave a real
+// deployment's EDGEFLEET chain and jump as they were, through apply,
+// check and remove.
+func TestTestChainsLeaveDeploymentAlone(t *testing.T) {
+	t.Parallel()
+	testbed.NeedRoot(t)
+	testbed.Need(t, "ip", "iptables", "ip6tables")
+	ns := testbed.NewNetns(t, "prefix")
+	c := DefaultConfig()
+	c.Ports = []int{port}
+	c.Interface = "eth0"
+	c.CreateChain = true
+	c.Edges = []Edge{{Name: "edge-1", IPv4: "198.51.100.10", IPv6: "2001:db8:e::10"}}
+	apply(t, ns, c) // the deployment: EDGEFLEET-1
+	deployment := map[string]string{}
+	for _, cmd := range []string{"iptables", "ip6tables"} {
+		deployment[cmd] = ns.Run(cmd, "-S", "EDGEFLEET-1")
+	}
+	ns.Do(func() error {
+		fw := hostTestFirewall(t, "abc123")
+		test := c
+		test.Ports = []int{port + 1}
+		p, err := fw.Plan(test)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Chain() != "EFTabc123-1" {
+			t.Errorf("test chain %s, want EFTabc123-1 (its own generations)", p.Chain())
+		}
+		if err := fw.Apply(p); err != nil {
+			t.Fatal(err)
+		}
+		if rep, err := fw.Check(test); err != nil || !rep.InSync() {
+			t.Errorf("test firewall's check: %v\n%s", err, strings.Join(rep.Diff, "\n"))
+		}
+		return fw.Remove()
+	})
+	for _, cmd := range []string{"iptables", "ip6tables"} {
+		if out, err := ns.Try(cmd, "-S", "EDGEFLEET-1"); err != nil || out != deployment[cmd] {
+			t.Errorf("%s: the deployment's chain changed: %v\n%s", cmd, err, out)
+		}
+		if out := ns.Run(cmd, "-S", "DOCKER-USER"); strings.Contains(out, "EFT") || !strings.Contains(out, "-A DOCKER-USER -m comment --comment \"edgefleet: jump\" -j EDGEFLEET-1") {
+			t.Errorf("%s DOCKER-USER after the test firewall's remove:\n%s", cmd, out)
+		}
+	}
+	in(t, ns, func(fw *Firewall) error {
+		rep, err := fw.Check(c)
+		if err == nil && !rep.InSync() {
+			t.Errorf("the deployment is no longer in sync:\n%s", strings.Join(rep.Diff, "\n"))
+		}
+		return err
+	})
+}

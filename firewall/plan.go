@@ -32,11 +32,19 @@ type Plan struct {
 	// Warnings name what Force let through (skipped addresses, no pin …).
 	Warnings []string
 
-	spec spec
+	spec   spec
+	prefix string // of the generation chain; "" is ChainPrefix
 }
 
 // Chain is the generation chain, EDGEFLEET-<generation>.
-func (p *Plan) Chain() string { return ChainPrefix + strconv.Itoa(p.Generation) }
+func (p *Plan) Chain() string { return orDefault(p.prefix) + strconv.Itoa(p.Generation) }
+
+func orDefault(prefix string) string {
+	if prefix == "" {
+		return ChainPrefix
+	}
+	return prefix
+}
 
 // Jump is the rule in the hook chain that sends traffic to chain.
 func Jump(chain string) Rule {

@@ -26,6 +26,10 @@ type Firewall struct {
 	backend string
 	hook    string
 	v4, v6  *iptables.IPTables
+	// prefix of the generation chains; "" is ChainPrefix. Only the test
+	// against the machine's real Docker engine sets another one, so that
+	// it can neither see nor delete the chains of a real deployment.
+	prefix string
 }
 
 // Open connects to backend "nft", "legacy", or "auto": the one whose filter
@@ -166,11 +170,11 @@ func (fw *Firewall) read(proto iptables.Protocol, hook string) (live, error) {
 		if c == hook {
 			l.hookExists = true
 		}
-		if generation(c) > 0 {
+		if fw.generation(c) > 0 {
 			l.chains = append(l.chains, c)
 		}
 	}
-	sort.Slice(l.chains, func(i, j int) bool { return generation(l.chains[i]) < generation(l.chains[j]) })
+	sort.Slice(l.chains, func(i, j int) bool { return fw.generation(l.chains[i]) < fw.generation(l.chains[j]) })
 	for _, h := range hooks {
 		if !slices.Contains(chains, h) {
 			continue
@@ -187,7 +191,7 @@ func (fw *Firewall) read(proto iptables.Protocol, hook string) (live, error) {
 			}
 			n++
 			target := jumpTarget(args)
-			if generation(target) == 0 {
+			if fw.generation(target) == 0 {
 				continue
 			}
 			j := jump{chain: h, pos: n, target: target, args: args[2:], primary: h == hook && n == 1}
@@ -221,8 +225,8 @@ func jumpTarget(args []string) string {
 }
 
 // generation is n for EDGEFLEET-n, 0 for any other chain name.
-func generation(chain string) int {
-	s, ok := strings.CutPrefix(chain, ChainPrefix)
+func (fw *Firewall) generation(chain string) int {
+	s, ok := strings.CutPrefix(chain, orDefault(fw.prefix))
 	if !ok {
 		return 0
 	}
@@ -253,13 +257,14 @@ func (fw *Firewall) Plan(c Config) (*Plan, error) {
 		}
 		exists[proto] = l.hookExists
 		for _, ch := range l.chains {
-			gen = max(gen, generation(ch))
+			gen = max(gen, fw.generation(ch))
 		}
 	}
 	p, err := NewPlan(c, gen+1)
 	if err != nil {
 		return nil, err
 	}
+	p.prefix = fw.prefix
 	var refusals []error
 	var kept []Family
 	for _, f := range p.Families {
@@ -294,6 +299,9 @@ func (fw *Firewall) Plan(c Config) (*Plan, error) {
 // or the new one), then the old jumps and chains are deleted. A missing
 // hook chain is created only when the plan says so (Config.CreateChain).
 func (fw *Firewall) Apply(p *Plan) error {
+	if p.prefix != fw.prefix {
+		return fmt.Errorf("plan for chains %s… applied through a firewall of %s…", orDefault(p.prefix), orDefault(fw.prefix))
+	}
 	chain := p.Chain()
 	for _, f := range p.Families {
 		ipt := fw.tables(f.Proto)
