@@ -424,7 +424,7 @@ func TestShutdown(t *testing.T) {
 		{"drain_timeout closes it", false, 200 * time.Millisecond},
 		// Longer than splice's idle grace: both directions are parked in
 		// splice's epoll set when drain_timeout closes them.
-		{"drain_timeout closes an idle parked one", false, 1500 * time.Millisecond},
+		{"drain_timeout closes an idle parked one", false, 600 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := startOrigin(t, true, echo)
