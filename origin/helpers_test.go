@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -60,6 +61,11 @@ func newHarness(t *testing.T, mod func(*Config)) *harness {
 // startInner starts on the front's table (nil: an echoInner).
 func newHarnessWith(t *testing.T, ip string, startInner func(*PeerTable) string, mod func(*Config)) *harness {
 	t.Helper()
+	if _, checked := leakChecked.LoadOrStore(t, true); !checked {
+		// Registered before the first harness's own cleanup: runs after
+		// every harness of the test has shut down.
+		t.Cleanup(func() { leakChecked.Delete(t); noFrontGoroutines(t) })
+	}
 	h := &harness{t: t, table: NewPeerTable(), reg: prometheus.NewRegistry(), logs: &logBuffer{}}
 	h.cfg = DefaultConfig()
 	if startInner != nil {
@@ -88,15 +94,57 @@ func newHarnessWith(t *testing.T, ip string, startInner func(*PeerTable) string,
 	served := make(chan error, 1)
 	go func() { served <- h.front.Serve(ln) }()
 	t.Cleanup(func() {
+		// Every client of the test has been closed by now (their cleanups
+		// ran first): the connections must end and their entries go
+		// without a forced shutdown.
+		if !t.Failed() {
+			h.settled()
+		}
 		h.front.Shutdown(t.Context())
 		if err := <-served; err != nil {
 			t.Errorf("Serve: %v", err)
+		}
+		if n := h.table.Len(); n != 0 {
+			t.Errorf("%d peer table entries left after shutdown: %v", n, h.table.Peers())
 		}
 		if t.Failed() {
 			t.Logf("front log:\n%s", h.logs.String())
 		}
 	})
 	return h
+}
+
+// leakChecked holds the tests whose goroutine check is registered.
+var leakChecked sync.Map
+
+// noFrontGoroutines fails the test when, after Shutdown, a goroutine is
+// still running the front's code: a session, the accept loop, or a Lookup
+// waiting for a dial that never settles. (splice's idle workers are
+// reused by later connections by design and are not counted.)
+func noFrontGoroutines(t testing.TB) {
+	t.Helper()
+	var stuck []string
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		stuck = stuck[:0]
+		for _, g := range strings.Split(string(buf), "\n\n") {
+			for _, fn := range []string{"origin.(*Front).", "origin.(*session).", "origin.(*PeerTable).Lookup"} {
+				if strings.Contains(g, fn) && !strings.Contains(g, "origin.noFrontGoroutines") {
+					stuck = append(stuck, g)
+					break
+				}
+			}
+		}
+		if len(stuck) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(stuck) > 0 {
+		t.Errorf("%d goroutines of the front left after shutdown:\n%s", len(stuck), strings.Join(stuck, "\n\n"))
+	}
 }
 
 // dialFrom connects to the front from source address ip (any of 127/8).
