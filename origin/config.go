@@ -79,6 +79,9 @@ func (c Config) parse() (parsed, error) {
 	}
 	for _, s := range c.TrustedEdges {
 		pf, err := parsePrefix(s)
+		if errors.Is(err, errShortMapped) {
+			return p, fmt.Errorf("front.trusted_edges: %q is not a CIDR or an IP address (%w)", s, err)
+		}
 		if err != nil {
 			return p, fmt.Errorf("front.trusted_edges: %q is not a CIDR or an IP address", s)
 		}
@@ -99,6 +102,8 @@ func (c Config) parse() (parsed, error) {
 	return p, nil
 }
 
+var errShortMapped = errors.New("an IPv4-mapped prefix needs at least /96")
+
 // parsePrefix accepts "10.0.0.0/8", "2001:db8::/32" and single addresses
 // ("10.1.2.3", "::1") as a one-address prefix.
 func parsePrefix(s string) (netip.Prefix, error) {
@@ -108,7 +113,14 @@ func parsePrefix(s string) (netip.Prefix, error) {
 		if err != nil {
 			return p, err
 		}
-		if p.Addr().Is4In6() && p.Bits() >= 96 {
+		if p.Addr().Is4In6() {
+			// Sources are compared in their IPv4 form, so a mapped
+			// prefix is turned into its IPv4 twin. Shorter than the
+			// mapping itself it would silently become an IPv6 prefix
+			// around ::/8, trusting what the operator never meant.
+			if p.Bits() < 96 {
+				return p, errShortMapped
+			}
 			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
 		}
 		return p.Masked(), nil

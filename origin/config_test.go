@@ -20,6 +20,7 @@ func TestConfigValidate(t *testing.T) {
 		{"bad inner", func(c *Config) { c.Inner = "localhost" }, `front.inner: "localhost" is not host:port`},
 		{"inner without host", func(c *Config) { c.Inner = ":1636" }, `front.inner: ":1636" is not host:port`},
 		{"bad cidr", func(c *Config) { c.TrustedEdges = []string{"10.0.0.0/33"} }, `front.trusted_edges: "10.0.0.0/33" is not a CIDR or an IP address`},
+		{"mapped prefix shorter than the mapping", func(c *Config) { c.TrustedEdges = []string{"::ffff:127.0.0.0/8"} }, `front.trusted_edges: "::ffff:127.0.0.0/8" is not a CIDR or an IP address (an IPv4-mapped prefix needs at least /96)`},
 		{"hostname edge", func(c *Config) { c.TrustedEdges = []string{"edge1.example.net"} }, `front.trusted_edges: "edge1.example.net" is not a CIDR or an IP address`},
 		{"bad untrusted", func(c *Config) { c.Untrusted = "drop" }, `front.untrusted: "drop" is not passthrough or reject`},
 		{"reject without edges", func(c *Config) { c.Untrusted = UntrustedReject }, "front.untrusted: reject with an empty trusted_edges would close every connection"},
