@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -601,4 +602,43 @@ func TestIdleConnectionResumesAndShutsDown(t *testing.T) {
 	}
 	expectClosed(t, c)
 	h.settled()
+}
+
+// TestDualStackListener: a front listening on [::] (what ":8636" gives
+// on Linux) sees an IPv4 edge as ::ffff:127.0.0.2. IPv4 trusted_edges, in
+// either spelling, must still match it, and measured is the IPv4 form.
+func TestDualStackListener(t *testing.T) {
+	if ln, err := net.Listen("tcp", "[::]:0"); err != nil {
+		if testbed.InCI() {
+			t.Fatalf("no dual-stack listener: %v", err)
+		}
+		t.Skipf("no dual-stack listener (%v) — skipped outside CI", err)
+	} else {
+		ln.Close()
+	}
+	for _, trusted := range [][]string{{"127.0.0.0/8"}, {"127.0.0.2"}, {"::ffff:127.0.0.0/104"}, {"::ffff:127.0.0.2"}} {
+		t.Run(strings.Join(trusted, ","), func(t *testing.T) {
+			h := newHarnessWith(t, "::", nil, func(c *Config) { c.TrustedEdges = trusted })
+			_, port, _ := net.SplitHostPort(h.addr)
+			v4 := net.JoinHostPort("127.0.0.1", port)
+
+			c := dialFrom(t, "127.0.0.2", v4)
+			p := roundTrip(t, c, v2Header(t, "192.0.2.1:5", "198.51.100.1:636", "e", ""), payload)
+			if p.Header != HeaderV2 || p.Claimed != "192.0.2.1:5" || p.Measured != c.LocalAddr().String() {
+				t.Fatalf("trusted IPv4 edge through a dual-stack listener: inner saw %+v, want claimed 192.0.2.1:5, measured %s", p, c.LocalAddr())
+			}
+			c.Close()
+
+			if trusted[0] == "127.0.0.0/8" || trusted[0] == "::ffff:127.0.0.0/104" {
+				return // 127.0.0.3 is trusted too
+			}
+			c = dialFrom(t, "127.0.0.3", v4)
+			c.Write(v2Header(t, "192.0.2.66:1", "198.51.100.1:636", "", ""))
+			expectClosed(t, c)
+			eventually(t, "spoof counted", func() bool { return h.metric("edgefleet_origin_spoofed_headers_total", nil) == 1 })
+			if lines := h.logs.lines("spoofed proxy header"); len(lines) != 1 || lines[0]["measured"] != c.LocalAddr().String() {
+				t.Fatalf("spoof log: %v (measured must be the IPv4 form %s)", lines, c.LocalAddr())
+			}
+		})
+	}
 }
