@@ -642,3 +642,55 @@ func TestDualStackListener(t *testing.T) {
 		})
 	}
 }
+
+// TestHeaderTimeoutRealSockets is TestHeaderTimeout over real TCP
+// sockets: a trusted edge that trickles its header a byte at a time (each
+// byte well within the timeout, so only a deadline on the whole header
+// stops it) and a client that sends nothing are both cut off, while a
+// normal client is served meanwhile.
+func TestHeaderTimeoutRealSockets(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	h := newHarness(t, func(c *Config) { c.HeaderTimeout = timeout })
+	hdr := []byte("PROXY TCP4 192.0.2.10 198.51.100.1 50000 636\r\n")
+
+	silent := h.dialFrom("127.0.0.5")
+	trickler := h.dialFrom("127.0.0.2")
+	trickler.SetNoDelay(true)
+	sentAll := make(chan bool, 1)
+	go func() {
+		// 47 bytes, one every 50ms: 2.3s for the whole header.
+		for _, b := range hdr {
+			if _, err := trickler.Write([]byte{b}); err != nil {
+				sentAll <- false
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		sentAll <- true
+	}()
+
+	c := h.dialFrom("127.0.0.2")
+	if p := roundTrip(t, c, v2Header(t, "192.0.2.1:1", "198.51.100.1:636", "", ""), payload); p.Claimed != "192.0.2.1:1" {
+		t.Fatalf("normal client while others stall: %+v", p)
+	}
+	c.Close()
+
+	expectClosed(t, silent)
+	expectClosed(t, trickler)
+	if <-sentAll {
+		t.Fatal("the trickler sent its whole header: header_timeout did not bound the header")
+	}
+	h.settled()
+	if got := h.metric("edgefleet_origin_header_timeouts_total", nil); got != 2 {
+		t.Errorf("header_timeouts_total = %v, want 2", got)
+	}
+	if a, b := h.metric(conns(HeaderNone, ResultTimeout)), h.metric(conns(HeaderV1, ResultTimeout)); a != 1 || b != 1 {
+		t.Errorf("connections_total timeout: none=%v v1=%v, want 1, 1", a, b)
+	}
+	if lines := h.logs.lines("proxy header timeout"); len(lines) != 1 || hostOf(t, lines[0]["measured"].(string)) != "127.0.0.2" {
+		t.Errorf("timeout log lines (only the trickler's, the silent one is not logged): %v", lines)
+	}
+	if n := h.inner.count(); n != 1 {
+		t.Errorf("inner dialled %d times, want 1 (the normal client)", n)
+	}
+}
