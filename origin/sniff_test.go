@@ -108,6 +108,32 @@ func TestSniffAndReadHeader(t *testing.T) {
 		{name: "v2 bad version", in: v2Raw(0x31, 0x11, 12, make([]byte, 12)), kind: kindV2, wantErr: true},
 		{name: "v2 proxy unspec", in: v2Raw(0x21, 0x00, 0, nil), kind: kindV2, wantErr: true},
 		{name: "v2 length too short for family", in: v2Raw(0x21, 0x11, 4, make([]byte, 4)), kind: kindV2, wantErr: true},
+		{name: "v2 tlv header cut short", in: v2Raw(0x21, 0x11, 14, append(make([]byte, 12), 0xE0, 0x00)), kind: kindV2, wantErr: true},
+		{name: "v2 length counts bytes that never come", in: v2Raw(0x21, 0x11, 40, make([]byte, 20)), kind: kindV2, wantErr: true},
+		{
+			name: "v2 empty and noop tlvs", kind: kindV2, in: append(v2Raw(0x21, 0x11, 12+3+4, append(append(make([]byte, 12), 0xE0, 0x00, 0x00), 0x04, 0x00, 0x01, 0xFF)), 'x'),
+			info: headerInfo{header: HeaderV2, claimed: "0.0.0.0:0"}, rest: []byte("x"),
+		},
+		{
+			name: "v2 tlv with control characters is logged as hex", kind: kindV2,
+			in:   v2Raw(0x21, 0x11, 12+3+3, append(make([]byte, 12), 0xE0, 0x00, 0x03, 'a', '\n', 'b')),
+			info: headerInfo{header: HeaderV2, claimed: "0.0.0.0:0", edge: "610a62"},
+		},
+		// v2 IPv6 family carrying an IPv4-mapped source: the IPv4 form.
+		{name: "v2 ipv6 mapped source", in: v2Header(t, "[::ffff:192.0.2.7]:9", "[::ffff:198.51.100.1]:636", "", ""), kind: kindV2, info: headerInfo{header: HeaderV2, claimed: "192.0.2.7:9"}},
+		// LOCAL keeps claimed empty even when it carries addresses.
+		{name: "v2 local with addresses", in: v2Raw(0x20, 0x11, 12, []byte{192, 0, 2, 1, 198, 51, 100, 1, 0, 1, 0, 2}), kind: kindV2, info: headerInfo{header: HeaderLocal}},
+		// LOCAL whose length does not fit its family: the block is skipped.
+		{name: "v2 local short block", in: append(v2Raw(0x20, 0x11, 2, []byte{0, 0}), 'y'), kind: kindV2, info: headerInfo{header: HeaderLocal}, rest: []byte("y")},
+		// Unix-socket and UDP sources are no client address: claimed stays empty.
+		{name: "v2 unix stream", in: v2Raw(0x21, 0x31, 216, make([]byte, 216)), kind: kindV2, info: headerInfo{header: HeaderV2}},
+		{name: "v2 udp over ipv4", in: v2Raw(0x21, 0x12, 12, []byte{192, 0, 2, 1, 198, 51, 100, 1, 0, 1, 0, 2}), kind: kindV2, info: headerInfo{header: HeaderV2}},
+		{name: "v2 undefined family byte", in: v2Raw(0x21, 0x13, 12, make([]byte, 12)), kind: kindV2, wantErr: true},
+		{name: "v1 tcp4 with ipv6 address", in: []byte("PROXY TCP4 2001:db8::1 198.51.100.1 1 2\r\n"), kind: kindV1, wantErr: true},
+		{name: "v1 extra token", in: []byte("PROXY TCP4 192.0.2.1 198.51.100.1 1 2 3\r\n"), kind: kindV1, wantErr: true},
+		{name: "v1 unknown with addresses", in: []byte("PROXY UNKNOWN ffff:f::1 ffff:f::2 65535 65535\r\nz"), kind: kindV1, info: headerInfo{header: HeaderLocal}, rest: []byte("z")},
+		{name: "v1 exactly 107 bytes", in: append(append([]byte("PROXY UNKNOWN "), bytes.Repeat([]byte("f"), 91)...), '\r', '\n'), kind: kindV1, info: headerInfo{header: HeaderLocal}},
+		{name: "v1 108 bytes", in: append(append([]byte("PROXY UNKNOWN "), bytes.Repeat([]byte("f"), 92)...), '\r', '\n'), kind: kindV1, wantErr: true},
 	}
 	for _, tt := range tests {
 		for _, trickle := range []bool{false, true} {
