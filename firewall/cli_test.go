@@ -123,6 +123,10 @@ func TestFleetBinary(t *testing.T) {
 				"has no DOCKER-USER chain: is dockerd running? refusing to create it"},
 			{"bad chain", d.Host, []string{"--config", cfg, "firewall", "--chain", "OUTPUT", "plan"}, 2,
 				`fleet: chain: "OUTPUT" is not DOCKER-USER or INPUT`},
+			{"check without DOCKER-USER", bare, []string{"--config", cfg, "firewall", "check"}, 2,
+				"has no DOCKER-USER chain: is dockerd running? refusing to create it"},
+			{"check with an empty edge list", d.Host, []string{"--config", empty, "firewall", "check"}, 2,
+				"fleet: the edge list is empty"},
 			{"create-chain", bare, []string{"--config", cfg, "firewall", "--create-chain", "apply"}, 0, ""},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
@@ -140,8 +144,16 @@ func TestFleetBinary(t *testing.T) {
 	if out, code := fleet(t, d.Host, bin, "--config", cfg, "firewall", "remove"); code != 0 {
 		t.Fatalf("remove: exit %d\n%s", code, out)
 	}
-	if out := d.Host.Run("iptables", "-S"); strings.Contains(out, "EDGEFLEET") {
-		t.Errorf("after remove:\n%s", out)
+	for _, cmd := range []string{"iptables", "ip6tables"} {
+		if out := d.Host.Run(cmd, "-S"); strings.Contains(out, "EDGEFLEET") || strings.Contains(out, "edgefleet") {
+			t.Errorf("%s after remove:\n%s", cmd, out)
+		}
+	}
+	if out, code := fleet(t, d.Host, bin, "--config", cfg, "firewall", "remove"); code != 0 {
+		t.Errorf("remove with nothing installed: exit %d, want 0\n%s", code, out)
+	}
+	if out, code := fleet(t, d.Host, bin, "--config", cfg, "firewall", "check"); code != 1 || !strings.Contains(out, "+ -I DOCKER-USER 1") {
+		t.Errorf("check after remove: exit %d, want 1 and the missing jump in the diff\n%s", code, out)
 	}
 
 	t.Run("INPUT mode", func(t *testing.T) {
