@@ -2,6 +2,7 @@ package origin
 
 import (
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 )
@@ -68,6 +69,16 @@ func TestTrusts(t *testing.T) {
 	}
 	if p.trusts(nil) {
 		t.Error("trusts(nil) = true")
+	}
+	// A link-local peer carries its zone; trusted_edges cannot name one, so
+	// such a peer is never trusted, even inside fe80::/10: fail closed (the
+	// same fe80:: address on two links is two hosts).
+	ll := parsed{trusted: []netip.Prefix{netip.MustParsePrefix("fe80::/10")}}
+	if ll.trusts(&net.TCPAddr{IP: net.ParseIP("fe80::7"), Port: 1, Zone: "eth0"}) {
+		t.Error("a zoned link-local peer was trusted")
+	}
+	if !ll.trusts(&net.TCPAddr{IP: net.ParseIP("fe80::7"), Port: 1}) {
+		t.Error("fe80::7 without a zone not trusted by fe80::/10")
 	}
 }
 
