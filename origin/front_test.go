@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -587,14 +588,14 @@ func TestIdleConnectionResumesAndShutsDown(t *testing.T) {
 	h := newHarness(t, nil)
 	c := h.dialFrom("127.0.0.2")
 	roundTrip(t, c, v2Header(t, "192.0.2.1:1", "198.51.100.1:636", "", ""), payload)
-	time.Sleep(700 * time.Millisecond) // past splice's idle grace (500ms)
+	parked(t)
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	c.Write([]byte("again"))
 	buf := make([]byte, 5)
 	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "again" {
 		t.Fatalf("after idle: %q, %v", buf, err)
 	}
-	time.Sleep(700 * time.Millisecond)
+	parked(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := h.front.Shutdown(ctx); !errors.Is(err, context.Canceled) {
@@ -693,4 +694,17 @@ func TestHeaderTimeoutRealSockets(t *testing.T) {
 	if n := h.inner.count(); n != 1 {
 		t.Errorf("inner dialled %d times, want 1 (the normal client)", n)
 	}
+}
+
+// parked waits until no goroutine is running a direction of a forwarded
+// connection or a session's handler: the idle connection holds its two
+// sockets and no goroutine, the state the test is about. (Only this
+// test's connection exists: origin's tests do not run in parallel.)
+func parked(t *testing.T) {
+	t.Helper()
+	eventually(t, "both directions parked without a goroutine", func() bool {
+		buf := make([]byte, 1<<20)
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		return !strings.Contains(stacks, "splice.(*flow).run(") && !strings.Contains(stacks, "origin.(*session).run(")
+	})
 }
