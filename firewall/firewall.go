@@ -106,8 +106,13 @@ func (c Config) Validate() error {
 
 func parseAddr(s string) (netip.Addr, error) {
 	a, err := netip.ParseAddr(s)
-	if err != nil || a.Zone() != "" || a.Is4In6() || a.IsUnspecified() {
+	switch {
+	case err != nil || a.Zone() != "":
 		return netip.Addr{}, fmt.Errorf("%q is not an IP address", s)
+	case a.Is4In6():
+		return netip.Addr{}, fmt.Errorf("%q is IPv4-mapped: write it as %s", s, a.Unmap())
+	case a.IsUnspecified():
+		return netip.Addr{}, fmt.Errorf("%q is the unspecified address, not one host (leave origin.address empty for a port published on every address)", s)
 	}
 	return a, nil
 }

@@ -82,7 +82,9 @@ func TestPlanRefusals(t *testing.T) {
 			wantErr: "origin.ports: at least one port is required"},
 		{name: "bad port", edit: func(c *Config) { c.Ports = []int{0} }, wantErr: "origin.ports: 0 is not a TCP port"},
 		{name: "bad chain", edit: func(c *Config) { c.Chain = "FORWARD" }, wantErr: `chain: "FORWARD" is not DOCKER-USER or INPUT`},
-		{name: "bad origin address", edit: func(c *Config) { c.Address = "0.0.0.0" }, wantErr: `origin.address: "0.0.0.0" is not an IP address`},
+		{name: "unspecified origin address", edit: func(c *Config) { c.Address = "0.0.0.0" }, wantErr: `origin.address: "0.0.0.0" is the unspecified address, not one host (leave origin.address empty for a port published on every address)`},
+		{name: "bad origin address", edit: func(c *Config) { c.Address = "192.0.2" }, wantErr: `origin.address: "192.0.2" is not an IP address`},
+		{name: "mapped origin address", edit: func(c *Config) { c.Address = "::ffff:192.0.2.2" }, wantErr: `origin.address: "::ffff:192.0.2.2" is IPv4-mapped: write it as 192.0.2.2`},
 		{name: "edge name with a space", edit: func(c *Config) { c.Edges[0].Name = "edge one" }, wantErr: `edge name "edge one"`},
 		{name: "no pin is fine in INPUT", edit: func(c *Config) { c.Interface = ""; c.Chain = Input }},
 	} {
