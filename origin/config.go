@@ -74,8 +74,14 @@ func (c Config) parse() (parsed, error) {
 			return p, fmt.Errorf("front.listen: %q is not host:port", l)
 		}
 	}
-	if host, port, err := net.SplitHostPort(c.Inner); err != nil || host == "" || port == "" {
+	ihost, iport, err := net.SplitHostPort(c.Inner)
+	if err != nil || ihost == "" || iport == "" {
 		return p, fmt.Errorf("front.inner: %q is not host:port", c.Inner)
+	}
+	for _, l := range c.Listen {
+		if loops(l, ihost, iport) {
+			return p, fmt.Errorf("front.inner: %q is the front's own listen address %q: every connection would be forwarded to itself", c.Inner, l)
+		}
 	}
 	for _, s := range c.TrustedEdges {
 		pf, err := parsePrefix(s)
@@ -100,6 +106,22 @@ func (c Config) parse() (parsed, error) {
 		return p, fmt.Errorf("front.header_timeout: %v must be positive", c.HeaderTimeout)
 	}
 	return p, nil
+}
+
+// loops reports whether forwarding to ihost:iport reaches the listener l
+// itself: same port, and l's host is the same or a wildcard that ihost
+// (a loopback address or "localhost") is covered by.
+func loops(l, ihost, iport string) bool {
+	lhost, lport, _ := net.SplitHostPort(l)
+	if lport != iport {
+		return false
+	}
+	if lhost == ihost {
+		return true
+	}
+	wild := lhost == "" || lhost == "0.0.0.0" || lhost == "::"
+	a, err := netip.ParseAddr(ihost)
+	return wild && (ihost == "localhost" || (err == nil && (a.IsLoopback() || a.IsUnspecified())))
 }
 
 var errShortMapped = errors.New("an IPv4-mapped prefix needs at least /96")
