@@ -272,12 +272,14 @@ func TestBadPDUsGetNoticeOfDisconnection(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		data []byte
+		diag string // in the notice's diagnostic, when set
 	}{
-		{"garbage", []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")},
-		{"oversized before bind", big},
-		{"indefinite length", []byte{0x30, 0x80, 0x02, 0x01, 0x01, 0x42, 0x00, 0x00, 0x00}},
-		{"unknown operation", []byte{0x30, 0x05, 0x02, 0x01, 0x01, 0x5f, 0x00}},
-		{"truncated bind", []byte{0x30, 0x06, 0x02, 0x01, 0x01, 0x60, 0x01, 0x02}},
+		{"garbage", []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), ""},
+		{"oversized before bind", big, "exceeds 262144"},
+		{"indefinite length", []byte{0x30, 0x80, 0x02, 0x01, 0x01, 0x42, 0x00, 0x00, 0x00}, ""},
+		{"unknown operation", []byte{0x30, 0x05, 0x02, 0x01, 0x01, 0x5f, 0x00}, ""},
+		{"truncated bind", []byte{0x30, 0x06, 0x02, 0x01, 0x01, 0x60, 0x01, 0x02}, ""},
+		{"filter nested 65 deep", nestedSearchPDU(2, 65), "nested deeper than 64"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := net.Dial("tcp", h.addr)
@@ -296,11 +298,28 @@ func TestBadPDUsGetNoticeOfDisconnection(t *testing.T) {
 			if err != nil || m.ID != 0 || m.ExtOID != wire.OIDNoticeOfDisconnection || m.ResultCode != wire.ResultProtocolError {
 				t.Fatalf("got %+v %v, want a notice of disconnection with protocolError", m, err)
 			}
+			if !strings.Contains(m.Diagnostic, tc.diag) {
+				t.Errorf("diagnostic %q, want it to name %q", m.Diagnostic, tc.diag)
+			}
 			if _, err := r.Next(); err == nil {
 				t.Fatal("connection still open after the notice")
 			}
 		})
 	}
+	// 64 levels are allowed: the search reaches the server.
+	c64, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c64.Close()
+	c64.Write(nestedSearchPDU(2, 64))
+	c64.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if raw, err := wire.NewReader(c64).Next(); err != nil {
+		t.Fatalf("64-deep filter: %v", err)
+	} else if m, err := wire.Parse(raw); err != nil || m.ID != 2 {
+		t.Fatalf("64-deep filter: got %+v %v, want the server's answer to id 2", m, err)
+	}
+
 	// After a successful bind the cap is max_pdu: a 300 KiB modify passes
 	// the framer (and reaches the server, which answers it).
 	c := h.dial(t)
@@ -309,7 +328,7 @@ func TestBadPDUsGetNoticeOfDisconnection(t *testing.T) {
 	}
 	mod := ldap.NewModifyRequest(alice, nil)
 	mod.Replace("description", []string{strings.Repeat("d", 300<<10)})
-	err := c.Modify(mod)
+	err = c.Modify(mod)
 	if err != nil && !ldap.IsErrorWithCode(err, ldap.LDAPResultInsufficientAccessRights) {
 		t.Fatalf("300 KiB modify after bind: %v", err)
 	}
@@ -433,4 +452,20 @@ func TestConcurrentClients(t *testing.T) {
 	if counts["L1"]+counts["L2"] != clients*rounds || counts["L1"] == 0 || counts["L2"] == 0 {
 		t.Errorf("binds per server %v, want %d shared by L1 and L2", counts, clients*rounds)
 	}
+}
+
+// nestedSearchPDU is an anonymous search of the suffix whose filter is
+// depth levels deep: (!(!…(objectClass=*)…)).
+func nestedSearchPDU(id int32, depth int) []byte {
+	long := func(tag byte, v []byte) []byte {
+		n := len(v)
+		return append([]byte{tag, 0x82, byte(n >> 8), byte(n)}, v...)
+	}
+	f := append([]byte{0x87, byte(len("objectClass"))}, "objectClass"...)
+	for range depth - 1 {
+		f = long(0xa2, f)
+	}
+	body := slices.Concat(long(0x04, []byte(testbed.Suffix)), []byte{0x0a, 0x01, 0x00, 0x0a, 0x01, 0x00, 0x02, 0x01, 0x00,
+		0x02, 0x01, 0x00, 0x01, 0x01, 0x00}, f, long(0x30, nil))
+	return long(0x30, slices.Concat([]byte{0x02, 0x01, byte(id)}, long(wire.TagSearchRequest, body)))
 }
