@@ -15,6 +15,7 @@ import (
 
 	"github.com/edgefleet/edgefleet/internal/splice"
 	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
+	"github.com/edgefleet/edgefleet/origin/ldap/wire"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -200,20 +201,41 @@ func (s *Server) peerOf(c net.Conn) Peer {
 
 func (s *Server) nextID() string { return fmt.Sprintf("core-%d", s.ids.Add(1)) }
 
-// plain joins the client to the default server unchanged.
+// plain joins the client to the default server unchanged. The client
+// side stays as configured: with TLS on, the core terminates LDAPS (and
+// checks pins) before joining, so falling back to plain mode never opens
+// the directory to clients the TLS mode would refuse. Plain mode does not
+// parse LDAP, so it offers no StartTLS: a plain LDAP client gets a Notice
+// of Disconnection (confidentialityRequired).
 func (s *Server) plain(c net.Conn, p Peer) {
 	start := s.now()
+	agent := ""
+	if s.tlsCfg != nil {
+		ss := newSession(s, c, p)
+		if !ss.accept() {
+			c.Close()
+			return
+		}
+		if !ss.isTLS {
+			c.Write(wire.NoticeOfDisconnection(13, "confidentiality required: use LDAPS")) // confidentialityRequired
+			c.Close()
+			s.log.Warn("plain mode: refused a connection without TLS", "id", p.ID, "claimed", p.Claimed, "measured", p.Measured,
+				"edge", p.Edge, "target", s.cfg.DefaultServer)
+			return
+		}
+		c, agent = ss.client, ss.agent
+	}
 	d := net.Dialer{Timeout: 3 * time.Second, KeepAlive: 15 * time.Second}
 	up, err := d.Dial("tcp", s.cfg.DefaultServer)
 	if err != nil {
 		c.Close()
 		s.log.Warn("plain mode: dial default server", "id", p.ID, "claimed", p.Claimed, "measured", p.Measured, "edge", p.Edge,
-			"target", s.cfg.DefaultServer, "err", err)
+			"agent", agent, "target", s.cfg.DefaultServer, "err", err)
 		return
 	}
 	res := splice.Join(c, up)
 	s.log.Info("plain connection", "id", p.ID, "claimed", p.Claimed, "measured", p.Measured, "edge", p.Edge,
-		"target", s.cfg.DefaultServer, "bytes_up", res.Up, "bytes_down", res.Down,
+		"agent", agent, "target", s.cfg.DefaultServer, "bytes_up", res.Up, "bytes_down", res.Down,
 		"duration", s.now().Sub(start), "reason", res.Reason)
 }
 

@@ -179,3 +179,60 @@ func TestProxyMode2LDAPSBackends(t *testing.T) {
 		})
 	}
 }
+
+// Plain mode keeps the client side as configured: with tls.mode mtls an
+// agent still needs LDAPS and a pinned certificate (a mistyped core.name,
+// which falls back to plain mode, must not open the directory to anyone
+// who reaches the core). The decrypted stream goes to default_server.
+func TestPlainModeKeepsTLS(t *testing.T) {
+	sl := testbed.StartSlapds(t, 1, testbed.SlapdConfig{})
+	p := newPKI(t)
+	pins, err := core.ParsePins([]byte(fp(p.agent) + " agent-7\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newPlainHarness(t, "", func(c *core.Config) {
+		c.DefaultServer = sl[0].Addr
+		c.TLSMode = core.TLSMTLS
+		c.TLS = &tls.Config{Certificates: []tls.Certificate{p.server}}
+		c.Pins = pins
+	})
+	if !h.srv.Plain() {
+		t.Fatal("not plain mode")
+	}
+	t.Run("ldaps with a pinned certificate", func(t *testing.T) {
+		c, err := ldap.DialURL("ldaps://"+h.addr, ldap.DialWithTLSConfig(&tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{p.agent}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if err := c.Bind(alice, "alice-pw"); err != nil {
+			t.Fatal(err)
+		}
+		c.Unbind()
+		waitFor(t, "plain connection logged", func() bool { return len(h.logs.lines("plain connection")) == 1 })
+		if l := h.logs.lines("plain connection")[0]; l["agent"] != "agent-7" {
+			t.Errorf("plain connection line: agent %v, want agent-7", l["agent"])
+		}
+	})
+	t.Run("unpinned certificate", func(t *testing.T) {
+		c, err := ldap.DialURL("ldaps://"+h.addr, ldap.DialWithTLSConfig(&tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{p.other}}))
+		if err == nil {
+			err = c.Bind(alice, "alice-pw")
+			c.Close()
+		}
+		if err == nil {
+			t.Fatal("bind with an unpinned certificate succeeded")
+		}
+	})
+	t.Run("plain LDAP", func(t *testing.T) {
+		c, err := ldap.DialURL("ldap://" + h.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if err := c.Bind(alice, "alice-pw"); err == nil {
+			t.Fatal("bind without TLS succeeded")
+		}
+	})
+}
