@@ -405,11 +405,12 @@ func (ss *session) oversized(b *backend, err error) {
 	}
 }
 
-// opsOn lists the operations pending on b in the order they were sent.
+// opsOn lists the operations pending on b (on any backend when b is
+// nil) in the order they were sent.
 func (ss *session) opsOn(b *backend) []*op {
 	var ops []*op
 	for _, o := range ss.pending {
-		if o.be == b {
+		if o.be == b || (b == nil && o.be != nil) {
 			ops = append(ops, o)
 		}
 	}

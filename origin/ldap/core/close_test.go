@@ -1,7 +1,9 @@
 package core_test
 
 import (
+	"fmt"
 	"net"
+	"slices"
 	"testing"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
@@ -52,6 +54,16 @@ func TestClientClosesWhileServerHangs(t *testing.T) {
 			waitFor(t, "the session to start", func() bool { return activeConns(t, h) == 1 })
 			c.Close()
 			waitFor(t, "the session to end after the client closed", func() bool { return activeConns(t, h) == 0 })
+			// The operation left unanswered is logged all the same.
+			var lines []string
+			for _, l := range h.logs.lines("ldap op") {
+				if l["op"] == tc.name {
+					lines = append(lines, fmt.Sprint(l["target"], " ", l["result"]))
+				}
+			}
+			if !slices.Equal(lines, []string{"L1 unanswered"}) {
+				t.Errorf("%s lines: %q, want [\"L1 unanswered\"]", tc.name, lines)
+			}
 		})
 	}
 }

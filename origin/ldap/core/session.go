@@ -118,6 +118,12 @@ func (ss *session) settle(flush ...bool) {
 	close(ss.done)
 	ss.w.Flush()
 	ss.client.Close()
+	// Operations the client will never get an answer to still get their
+	// line (a write's outcome is unknown to everyone from here).
+	for _, o := range ss.opsOn(nil) {
+		delete(ss.pending, o.m.ID)
+		ss.log(o, o.be.name, "unanswered")
+	}
 	for _, b := range slices.Clone(ss.conns) {
 		ss.closeBackend(b)
 	}
