@@ -151,6 +151,9 @@ func (ss *session) dial(name string, ident bool) (*backend, error) {
 		}
 		b.gen = ss.gen
 	}
+	if !ss.addLine(conn) {
+		return nil, errors.New("session ending")
+	}
 	ss.conns = append(ss.conns, b)
 	go ss.readBackend(b)
 	return b, nil
@@ -359,6 +362,10 @@ func (ss *session) backendFailed(b *backend, err error) {
 	if b.closed {
 		return
 	}
+	if ss.isAborted() { // abort closed it: the session ends, the server did not fail
+		ss.ended = true
+		return
+	}
 	ss.closeBackend(b)
 	ss.srv.fail(b.name, err)
 	if ss.primary == b {
@@ -447,6 +454,7 @@ func (ss *session) closeBackend(b *backend) {
 	}
 	b.closed = true
 	b.conn.Close()
+	ss.dropLine(b.conn)
 	ss.conns = slices.DeleteFunc(ss.conns, func(c *backend) bool { return c == b })
 	if ss.primary == b {
 		ss.primary = nil

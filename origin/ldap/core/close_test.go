@@ -1,10 +1,13 @@
 package core_test
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/edgefleet/edgefleet/origin/ldap/wire"
@@ -66,4 +69,66 @@ func TestClientClosesWhileServerHangs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A server that stops reading while the core writes a large request to it
+// holds that write (established I/O has no timeout); a forced shutdown
+// still ends the session and returns.
+func TestShutdownWhileWriteToServerBlocks(t *testing.T) {
+	sl := testbed.StartSlapds(t, 1, testbed.SlapdConfig{})
+	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}}, proxy(nil, []string{"L1"})), nil)
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write(wire.BindRequest(1, alice, []byte("alice-pw")))
+	if raw, err := wire.NewReader(c).Next(); err != nil {
+		t.Fatal(err)
+	} else if m, err := wire.Parse(raw); err != nil || m.ResultCode != wire.ResultSuccess {
+		t.Fatalf("bind: %+v %v", m, err)
+	}
+	sl[0].Freeze()
+	t.Cleanup(sl[0].Kill)
+	// Modifies of 3.5 MiB each, more than the socket buffers between the
+	// core and the frozen slapd hold.
+	go func() {
+		for i := range 6 {
+			if _, err := c.Write(modifyPDU(int32(2+i), alice, 3500<<10)); err != nil {
+				return
+			}
+		}
+	}()
+	time.Sleep(300 * time.Millisecond) // let the core fill the buffers toward slapd
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { h.srv.Shutdown(ctx); close(done) }()
+	waitFor(t, "Shutdown to return", func() bool {
+		select {
+		case <-done:
+			return true
+		default:
+			return false
+		}
+	})
+	if n := activeConns(t, h); n != 0 {
+		t.Errorf("%v connections active after Shutdown", n)
+	}
+	if h.srv.Health().Offline("L1") {
+		t.Error("shutting down marked L1 OFFLINE")
+	}
+}
+
+// modifyPDU replaces the description of dn with size bytes.
+func modifyPDU(id int32, dn string, size int) []byte {
+	long := func(tag byte, v ...[]byte) []byte {
+		b := slices.Concat(v...)
+		n := len(b)
+		return append([]byte{tag, 0x84, byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}, b...)
+	}
+	value := bytes.Repeat([]byte("d"), size)
+	change := long(0x30, []byte{0x0a, 0x01, 0x02}, long(0x30, long(0x04, []byte("description")), long(0x31, long(0x04, value))))
+	op := long(wire.TagModifyRequest, long(0x04, []byte(dn)), long(0x30, change))
+	return long(0x30, []byte{0x02, 0x04, byte(id >> 24), byte(id >> 16), byte(id >> 8), byte(id)}, op)
 }

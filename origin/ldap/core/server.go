@@ -51,7 +51,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	lns      map[net.Listener]struct{}
-	conns    map[net.Conn]struct{}
+	conns    map[net.Conn]*session // nil in plain mode
 	shutdown bool
 	wg       sync.WaitGroup
 }
@@ -70,7 +70,7 @@ func New(cfg Config, file *dlp.File, peers PeerLookup, log *slog.Logger, reg pro
 		reg = prometheus.NewRegistry()
 	}
 	s := &Server{cfg: cfg, log: log, peers: peers, now: cfg.Clock,
-		lns: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}}
+		lns: map[net.Listener]struct{}{}, conns: map[net.Conn]*session{}}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -160,7 +160,11 @@ func (s *Server) HandleConn(c net.Conn) {
 		c.Close()
 		return
 	}
-	s.conns[c] = struct{}{}
+	var ss *session
+	if s.proxy != nil {
+		ss = newSession(s, c, Peer{})
+	}
+	s.conns[c] = ss
 	s.wg.Add(1)
 	s.mu.Unlock()
 	defer func() {
@@ -176,11 +180,12 @@ func (s *Server) HandleConn(c net.Conn) {
 	peer := s.peerOf(c)
 	s.m.active.Inc()
 	defer s.m.active.Dec()
-	if s.proxy == nil {
+	if ss == nil {
 		s.plain(c, peer)
 		return
 	}
-	newSession(s, c, peer).run()
+	ss.peer = peer
+	ss.run()
 }
 
 func (s *Server) peerOf(c net.Conn) Peer {
@@ -256,8 +261,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	s.mu.Lock()
-	for c := range s.conns {
+	for c, ss := range s.conns {
 		c.Close()
+		if ss != nil {
+			ss.abort() // a session may be stuck writing to a server that stopped reading
+		}
 	}
 	s.mu.Unlock()
 	<-done

@@ -58,6 +58,13 @@ type session struct {
 
 	chains     map[string]pagedChain // by the cookie last handed to the client
 	chainOrder []string
+
+	// lines are the backend connections, for abort: a write to a server
+	// that stopped reading holds mu, and only closing its connection
+	// frees it.
+	linesMu sync.Mutex
+	lines   map[net.Conn]struct{}
+	aborted bool
 }
 
 type op struct {
@@ -82,7 +89,7 @@ type op struct {
 
 func newSession(srv *Server, c net.Conn, p Peer) *session {
 	ss := &session{srv: srv, peer: p, client: c, done: make(chan struct{}),
-		resume: make(chan net.Conn, 1), pending: map[int32]*op{}, gen: 1}
+		resume: make(chan net.Conn, 1), pending: map[int32]*op{}, gen: 1, lines: map[net.Conn]struct{}{}}
 	ss.max.Store(PreBindMaxPDU)
 	return ss
 }
@@ -149,6 +156,10 @@ func (ss *session) readClient() {
 		var m *wire.Message
 		if err == nil {
 			m, err = wire.Parse(bytes.Clone(raw))
+		}
+		var pe *wire.ProtocolError
+		if err != nil && !errors.As(err, &pe) {
+			ss.abort() // the client is gone: free a write that holds mu
 		}
 		ss.mu.Lock()
 		if ss.ended {
@@ -374,6 +385,42 @@ func (ss *session) who(kv ...any) []any {
 	p := ss.peer
 	return append([]any{"id", p.ID, "claimed", p.Claimed, "measured", p.Measured, "edge", p.Edge,
 		"agent", ss.agent, "user", ss.user}, kv...)
+}
+
+// abort closes every backend connection without taking mu. The session
+// is ending; settle does the rest under mu.
+func (ss *session) abort() {
+	ss.linesMu.Lock()
+	defer ss.linesMu.Unlock()
+	ss.aborted = true
+	for c := range ss.lines {
+		c.Close()
+	}
+}
+
+func (ss *session) isAborted() bool {
+	ss.linesMu.Lock()
+	defer ss.linesMu.Unlock()
+	return ss.aborted
+}
+
+// addLine registers a backend connection for abort; false (and the
+// connection closed) when the session is already aborting.
+func (ss *session) addLine(c net.Conn) bool {
+	ss.linesMu.Lock()
+	defer ss.linesMu.Unlock()
+	if ss.aborted {
+		c.Close()
+		return false
+	}
+	ss.lines[c] = struct{}{}
+	return true
+}
+
+func (ss *session) dropLine(c net.Conn) {
+	ss.linesMu.Lock()
+	defer ss.linesMu.Unlock()
+	delete(ss.lines, c)
 }
 
 // wake lets the client reader go on (with c as its new stream after
