@@ -38,7 +38,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 0' INT TERM
 
-say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# Bold headings on a terminal only: a log or CI capture stays plain text.
+if [ -t 1 ]; then
+	say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+else
+	say() { printf '\n== %s\n' "$*"; }
+fi
 
 wait_tcp() { # host:port
 	for _ in $(seq 1 100); do
