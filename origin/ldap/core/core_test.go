@@ -332,6 +332,29 @@ func TestBadPDUsGetNoticeOfDisconnection(t *testing.T) {
 	if err != nil && !ldap.IsErrorWithCode(err, ldap.LDAPResultInsufficientAccessRights) {
 		t.Fatalf("300 KiB modify after bind: %v", err)
 	}
+
+	// ... and one beyond max_pdu (4 MiB) gets the notice.
+	raw, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	raw.SetReadDeadline(time.Now().Add(5 * time.Second))
+	r := wire.NewReader(raw)
+	raw.Write(wire.BindRequest(1, alice, []byte("alice-pw")))
+	if pdu, err := r.Next(); err != nil {
+		t.Fatal(err)
+	} else if m, err := wire.Parse(pdu); err != nil || m.ResultCode != wire.ResultSuccess {
+		t.Fatalf("bind: %+v %v", m, err)
+	}
+	raw.Write([]byte{0x30, 0x84, 0x00, 0x40, 0x00, 0x00, 0x02, 0x01, 0x02}) // 4 MiB of content, 6 bytes of header
+	pdu, err := r.Next()
+	if err != nil {
+		t.Fatalf("no notice for a PDU over max_pdu: %v", err)
+	}
+	if m, err := wire.Parse(pdu); err != nil || m.ExtOID != wire.OIDNoticeOfDisconnection || !strings.Contains(m.Diagnostic, "exceeds 4194304") {
+		t.Fatalf("got %+v %v, want a notice naming the 4 MiB cap", m, err)
+	}
 }
 
 // Plain mode: proxy_mode 0 forwards every connection unchanged.
