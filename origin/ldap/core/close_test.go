@@ -3,6 +3,7 @@ package core_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
+	"github.com/edgefleet/edgefleet/origin/ldap/core"
 	"github.com/edgefleet/edgefleet/origin/ldap/wire"
 )
 
@@ -131,4 +133,38 @@ func modifyPDU(id int32, dn string, size int) []byte {
 	change := long(0x30, []byte{0x0a, 0x01, 0x02}, long(0x30, long(0x04, []byte("description")), long(0x31, long(0x04, value))))
 	op := long(wire.TagModifyRequest, long(0x04, []byte(dn)), long(0x30, change))
 	return long(0x30, []byte{0x02, 0x04, byte(id >> 24), byte(id >> 16), byte(id >> 8), byte(id)}, op)
+}
+
+// With TLS on, a client that connects and sends nothing is dropped after
+// the handshake timeout, in DLP and in plain mode.
+func TestSilentClientDropped(t *testing.T) {
+	sl := testbed.StartSlapds(t, 1, testbed.SlapdConfig{})
+	p := newPKI(t)
+	withTLS := func(c *core.Config) {
+		c.TLSMode = core.TLSOn
+		c.TLS = &tls.Config{Certificates: []tls.Certificate{p.server}}
+		c.HandshakeTimeout = 200 * time.Millisecond
+	}
+	for _, tc := range []struct {
+		name string
+		h    func() *harness
+	}{
+		{"dlp", func() *harness {
+			return newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}}, proxy(nil, []string{"L1"})), withTLS)
+		}},
+		{"plain", func() *harness {
+			return newPlainHarness(t, "", func(c *core.Config) { c.DefaultServer = sl[0].Addr; withTLS(c) })
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := tc.h()
+			c, err := net.Dial("tcp", h.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			waitFor(t, "the session to start", func() bool { return activeConns(t, h) == 1 })
+			waitFor(t, "the silent client to be dropped", func() bool { return activeConns(t, h) == 0 })
+		})
+	}
 }

@@ -66,6 +66,9 @@ type Config struct {
 	// MaxPDU caps a client's PDUs after a successful bind (a server's are
 	// capped at MaxBackendPDU, or MaxPDU when larger).
 	MaxPDU int
+	// HandshakeTimeout bounds, with TLS on, the wait for a connection's
+	// first byte and its TLS handshake (LDAPS or StartTLS); 0 is 30 s.
+	HandshakeTimeout time.Duration
 	// Clock drives OFFLINE expiry; nil is time.Now.
 	Clock func() time.Time
 	// DialBackend opens a TCP connection to a backend; nil is a net.Dialer

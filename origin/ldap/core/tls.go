@@ -72,9 +72,14 @@ func (ss *session) accept() bool {
 		ss.rd = wire.NewReader(ss.client)
 		return true
 	}
+	// A client that connects and sends nothing must not hold its
+	// goroutine and descriptor for ever: the first byte is part of the
+	// handshake's time.
+	ss.client.SetReadDeadline(time.Now().Add(ss.srv.handshakeTimeout()))
+	defer ss.client.SetReadDeadline(time.Time{})
 	var first [1]byte
 	if _, err := io.ReadFull(ss.client, first[:]); err != nil {
-		return false // a connection that closes without a byte: a health check
+		return false // a connection that closes without a byte (a health check), or a silent one
 	}
 	if first[0] != 0x16 {
 		ss.rd = wire.NewReader(io.MultiReader(bytes.NewReader(first[:]), ss.client))
@@ -89,7 +94,7 @@ func (ss *session) accept() bool {
 }
 
 func (ss *session) handshake(tc *tls.Conn) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), ss.srv.handshakeTimeout())
 	defer cancel()
 	if err := tc.HandshakeContext(ctx); err != nil {
 		ss.srv.log.Warn("tls handshake", "id", ss.peer.ID, "claimed", ss.peer.Claimed, "measured", ss.peer.Measured,
@@ -129,6 +134,13 @@ func (ss *session) startTLS(o *op) {
 	ss.w.Reset(ss.client)
 	ss.log(o, "", wire.ResultName(wire.ResultSuccess))
 	ss.wake(ss.client)
+}
+
+func (s *Server) handshakeTimeout() time.Duration {
+	if s.cfg.HandshakeTimeout > 0 {
+		return s.cfg.HandshakeTimeout
+	}
+	return 30 * time.Second
 }
 
 // prefixConn is a connection whose first bytes were already read.
