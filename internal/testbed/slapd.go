@@ -240,7 +240,7 @@ func (s *Slapd) stop(sig syscall.Signal) {
 }
 
 // Freeze stops slapd with SIGSTOP: connections stay open and requests
-// are accepted into socket buffers but never answered, until Kill. It
+// are accepted into socket buffers but never answered, until Thaw or Kill. It
 // returns once every thread of slapd is stopped.
 func (s *Slapd) Freeze() {
 	s.mu.Lock()
@@ -254,6 +254,16 @@ func (s *Slapd) Freeze() {
 		if allStopped(pid) {
 			return
 		}
+	}
+}
+
+// Thaw resumes a frozen slapd (SIGCONT): it reads what waited in its
+// socket buffers and answers.
+func (s *Slapd) Thaw() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		s.cmd.Process.Signal(syscall.SIGCONT)
 	}
 }
 
