@@ -115,6 +115,9 @@ func (ss *session) attach(cands []string, ident bool) (*backend, []string, strin
 var errIdentity = errors.New("re-bind")
 
 func (ss *session) dial(name string, ident bool) (*backend, error) {
+	if ss.isAborted() {
+		return nil, errors.New("session ending") // not the server's failure
+	}
 	srv := ss.srv
 	sv := srv.file.Servers[name]
 	ctx, cancel := context.WithTimeout(context.Background(), srv.file.Defaults.ConnectTimeout)
@@ -226,6 +229,9 @@ func (ss *session) readBackend(b *backend) {
 func (ss *session) send(o *op, b *backend) {
 	if b.broken.Load() {
 		ss.lost(b)
+		if ss.ended { // abort broke it: nothing to reroute for
+			return
+		}
 		ss.reroute(o)
 		return
 	}
