@@ -108,8 +108,8 @@ func startCore(cfg coreSection, peers peerTable, mux *http.ServeMux, log *slog.L
 	}
 	srv, err := core.New(ccfg, file, lookup, log, reg)
 	if err != nil {
-		if file != nil {
-			return nil, dlpError(err)
+		if el := dlp.ErrorList(nil); errors.As(err, &el) {
+			return nil, dlpError(err) // the file's servers do not fit the proxy mode
 		}
 		return nil, err
 	}

@@ -49,7 +49,7 @@ func TestDLPFileErrorsExit19(t *testing.T) {
 		{"ssl server in proxy mode 1", `[
   {"object": "LdapServer", "name": "S1", "host": "127.0.0.1", "port": 636, "ssl": 1},
   {"object": "LdapProxy", "name": "ldapConfiguration", "default": ["S1"]}
-]`, []string{`ldap_proxy.json`, `LdapServer "S1"`, `"ssl"`}, 1},
+]`, []string{`ldap_proxy.json:2:76:`, `LdapServer "S1"`, `"ssl"`}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -94,6 +94,42 @@ core:
 				t.Errorf("%d error lines, want %d:\n%s", errLines, tc.errors, out)
 			}
 		})
+	}
+}
+
+// A configuration error that is not the DLP file's is not exit 19, even
+// with a DLP file: here the file has no LdapProxy named core.name (plain
+// mode) and core.default_server is missing.
+func TestPlainModeWithoutDefaultServerIsNotExit19(t *testing.T) {
+	bin := buildOrigin(t)
+	dir := t.TempDir()
+	file := `[
+  {"object": "LdapServer", "name": "L1", "host": "127.0.0.1", "port": 389},
+  {"object": "LdapProxy", "name": "other", "default": ["L1"]}
+]`
+	cfg := `front:
+  listen: ["127.0.0.1:0"]
+  inner: 127.0.0.1:1
+peers_api: ""
+metrics: ""
+core:
+  listen: 127.0.0.1:0
+  config: ldap_proxy.json
+`
+	for name, data := range map[string]string{"ldap_proxy.json": file, "origin.yaml": cfg} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(bin, "--config", "origin.yaml")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() == 0 || ee.ExitCode() == ExitDLP {
+		t.Fatalf("exit: %v, want a failure other than %d\n%s", err, ExitDLP, out)
+	}
+	if !strings.Contains(string(out), "core.default_server") {
+		t.Errorf("output does not name core.default_server:\n%s", out)
 	}
 }
 

@@ -88,10 +88,16 @@ func New(cfg Config, file *dlp.File, peers PeerLookup, log *slog.Logger, reg pro
 			return nil, fmt.Errorf("core.default_server is required in plain mode (proxy_mode 0, no DLP file, or no LdapProxy named %q)", cfg.Name)
 		}
 	} else {
+		// Reported as errors of the file (dlp.ErrorList: exit 19 in cmd/origin).
+		var errs dlp.ErrorList
 		for _, name := range file.ServerOrder {
 			if sv := file.Servers[name]; sv.SSL && cfg.ProxyMode < 2 {
-				return nil, fmt.Errorf("%s: LdapServer %q key \"ssl\": ssl 1 needs core.proxy_mode 2", file.Path, name)
+				errs = append(errs, &dlp.Error{File: file.Path, Line: sv.SSLAt.Line, Col: sv.SSLAt.Col,
+					Object: fmt.Sprintf("LdapServer %q", name), Key: "ssl", Msg: "ssl 1 needs core.proxy_mode 2"})
 			}
+		}
+		if len(errs) > 0 {
+			return nil, errs
 		}
 		s.health = dlp.NewHealth(file.Defaults.OfflineRetryTimeout, s.now)
 		s.router = dlp.NewRouter(file, s.proxy, s.health)

@@ -57,7 +57,14 @@ type Server struct {
 	Host string
 	Port int  // 389
 	SSL  bool // LDAPS toward the server; needs proxy mode 2 (checked by the core)
+
+	// SSLAt is where "ssl" is written, so that the core's proxy-mode check
+	// reports it like any other error of the file.
+	SSLAt Pos
 }
+
+// Pos is a 1-based line and column in a DLP file.
+type Pos struct{ Line, Col int }
 
 // Addr is host:port for net.Dial.
 func (s *Server) Addr() string { return net.JoinHostPort(s.Host, strconv.Itoa(s.Port)) }

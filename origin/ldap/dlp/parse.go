@@ -393,6 +393,7 @@ func (o *obj) server() {
 		s.Port = v
 	}
 	s.SSL = o.flag("ssl", false)
+	s.SSLAt.Line, s.SSLAt.Col = position(o.b.text, keyPos(o.n, "ssl"))
 	o.b.f.Servers[s.Name] = s
 	o.b.f.ServerOrder = append(o.b.f.ServerOrder, s.Name)
 }
