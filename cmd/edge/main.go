@@ -89,7 +89,7 @@ func main() {
 // run serves until a signal stops it; reload re-reads the configuration
 // for SIGHUP. Startup failures exit with one line.
 func run(cfg edgeFile, reload func() (edgeFile, error)) {
-	logw := newLogWriter(os.Stderr)
+	logw := cli.NewLogWriter(os.Stderr)
 	log := cli.Logger(cfg.Log, logw)
 	fatal := func(err error) { logw.Close(); cli.Fatal("edge", err) }
 	reg := prometheus.NewRegistry()

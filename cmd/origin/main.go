@@ -74,20 +74,23 @@ func main() {
 // run starts the front, the HTTP endpoints and the core, and returns when a
 // signal has stopped them. Startup failures exit with one line.
 func run(cfg originFile) error {
-	log := cli.Logger(cfg.Log, os.Stderr)
+	logw := cli.NewLogWriter(os.Stderr)
+	defer logw.Close()
+	log := cli.Logger(cfg.Log, logw)
+	fatal := func(err error) { logw.Close(); cli.Fatal("origin", err) }
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	table := origin.NewPeerTable()
 	front, err := origin.New(cfg.Front, table, log, reg)
 	if err != nil {
-		cli.Fatal("origin", err)
+		fatal(err)
 	}
 	var lns []net.Listener
 	for _, addr := range cfg.Front.Listen {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
-			cli.Fatal("origin", fmt.Errorf("front.listen: %w", err))
+			fatal(fmt.Errorf("front.listen: %w", err))
 		}
 		lns = append(lns, ln)
 	}
@@ -107,7 +110,7 @@ func run(cfg originFile) error {
 		}
 		ln, err := net.Listen("tcp", ep.addr)
 		if err != nil {
-			cli.Fatal("origin", fmt.Errorf("%s: %w", ep.key, err))
+			fatal(fmt.Errorf("%s: %w", ep.key, err))
 		}
 		srv := &http.Server{Handler: ep.h, ReadHeaderTimeout: 10 * time.Second}
 		servers = append(servers, srv)
@@ -133,6 +136,7 @@ func run(cfg originFile) error {
 		if errors.As(err, &ec) {
 			code = ec.ExitCode()
 		}
+		logw.Close()
 		cli.FatalCode("origin", err, code)
 	}
 
@@ -169,6 +173,7 @@ func run(cfg originFile) error {
 		srv.Close()
 	}
 	if failed != nil {
+		logw.Close()
 		os.Exit(1)
 	}
 	return nil
