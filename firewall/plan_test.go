@@ -128,12 +128,9 @@ func TestDiff(t *testing.T) {
 	}
 }
 
-// TestDocsShowGolden keeps docs/firewall.md's rule listing the real one.
+// TestDocsShowGolden keeps README.md's rule listing the real one.
 func TestDocsShowGolden(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join("..", "docs", "firewall.md"))
-	if os.IsNotExist(err) {
-		return // folded into README.md by now
-	}
+	doc, err := os.ReadFile(filepath.Join("..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,6 +139,6 @@ func TestDocsShowGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(doc), "```\n"+string(want)+"```\n") {
-		t.Error("docs/firewall.md does not show testdata/docker.golden verbatim: paste it again")
+		t.Error("README.md does not show testdata/docker.golden verbatim: paste it again")
 	}
 }

@@ -1,5 +1,5 @@
 // Command origin runs the origin: PROXY-sniffing front and LDAP routing core.
-// See docs/origin-front.md (folded into README.md) for its configuration.
+// See README.md ("The origin front") for its configuration.
 package main
 
 import (

@@ -142,16 +142,16 @@ func TestInvalidFiles(t *testing.T) {
 	}
 }
 
-// TestDocExample parses the complete example of docs/dlp.md.
+// TestDocExample parses the complete example of README.md.
 func TestDocExample(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "dlp.md"))
+	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, ok := strings.Cut(string(doc), "```jsonc\n")
 	example, _, ok2 := strings.Cut(rest, "\n```")
 	if !ok || !ok2 {
-		t.Fatal("no ```jsonc block in docs/dlp.md")
+		t.Fatal("no ```jsonc block in README.md")
 	}
 	f, err := dlp.Parse("ldap_proxy.json", []byte(example))
 	if err != nil {
