@@ -23,13 +23,13 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/edgefleet/edgefleet/bench/internal/benchkit"
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/edgefleet/edgefleet/origin/ldap/core"
 	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
@@ -140,8 +140,7 @@ func run(w io.Writer, dur time.Duration, rounds int, clientList string) error {
 			}
 			rates := make([]float64, len(targets))
 			for i, s := range samples {
-				slices.Sort(s)
-				rates[i] = s[len(s)/2]
+				rates[i] = benchkit.Median(s)
 			}
 			fmt.Fprintf(w, "| %s | %d | %.0f | %.0f | %.0f | %.2f× | %.2f× |\n", wl, n, rates[0], rates[1], rates[2],
 				rates[1]/rates[2], rates[1]/rates[0])

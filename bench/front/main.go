@@ -32,25 +32,19 @@
 package main
 
 import (
-	"encoding/binary"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/edgefleet/edgefleet/bench/internal/benchkit"
 	proxyproto "github.com/pires/go-proxyproto"
 	"golang.org/x/sys/unix"
 )
@@ -100,33 +94,17 @@ func main() {
 }
 
 func run() error {
-	dir, err := os.MkdirTemp("", "bench-front-")
+	dir, cleanup, err := benchkit.TempDir("front", *keep)
 	if err != nil {
 		return err
 	}
-	if *keep {
-		fmt.Fprintln(os.Stderr, "bench/front: files in", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
+	defer cleanup()
 	inner, err := startInner()
 	if err != nil {
 		return err
 	}
 	var procs []*exec.Cmd
-	defer func() {
-		for _, p := range procs {
-			p.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { p.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(3 * time.Second):
-				p.Process.Kill()
-				<-done
-			}
-		}
-	}()
+	defer func() { benchkit.Stop(procs) }()
 
 	var targets []*target
 	var origin *target
@@ -159,7 +137,7 @@ func run() error {
 				origin.pid = t.pid
 			}
 		}
-		if err := waitTCP(t.addr, 10*time.Second); err != nil {
+		if err := benchkit.WaitTCP(t.addr, 10*time.Second); err != nil {
 			return fmt.Errorf("%s: %w (see %s)", t.name, err, dir)
 		}
 		targets = append(targets, t)
@@ -171,27 +149,27 @@ func run() error {
 	}
 	for r := range *rounds {
 		for _, t := range targets {
-			cpu0 := cpuTime(t.pid)
-			cr := connRate(t, *clients, *maxConns, *connTime)
-			cpu := cpuTime(t.pid) - cpu0
+			cpu0 := benchkit.CPUTime(t.pid)
+			cr := benchkit.ConnRate(*clients, *maxConns, *connTime, func() error { return benchkit.EchoOnce(t.dial, t.msg('E')) })
+			cpu := benchkit.CPUTime(t.pid) - cpu0
 			x := res[t.name]
-			x.rate = append(x.rate, cr.rate)
-			x.p50 = append(x.p50, cr.p50)
-			x.p99 = append(x.p99, cr.p99)
-			x.failed = append(x.failed, cr.failed)
-			if cr.done > 0 {
-				x.cpuPerConn = append(x.cpuPerConn, cpu.Seconds()*1e6/float64(cr.done))
+			x.rate = append(x.rate, cr.Rate)
+			x.p50 = append(x.p50, cr.P50)
+			x.p99 = append(x.p99, cr.P99)
+			x.failed = append(x.failed, cr.Failed)
+			if cr.OK > 0 {
+				x.cpuPerConn = append(x.cpuPerConn, cpu.Seconds()*1e6/float64(cr.OK))
 			}
-			progress("round %d %-15s %6.0f conn/s  p50 %v  p99 %v  failed %d  cpu %v", r+1, t.name, cr.rate, cr.p50, cr.p99, cr.failed, cpu)
+			progress("round %d %-15s %6.0f conn/s  p50 %v  p99 %v  failed %d  cpu %v", r+1, t.name, cr.Rate, cr.P50, cr.P99, cr.Failed, cpu)
 			time.Sleep(500 * time.Millisecond) // let closes settle
 		}
 		for _, t := range targets {
-			cpu0 := cpuTime(t.pid)
-			tp, err := throughput(t, *streamSize)
+			cpu0 := benchkit.CPUTime(t.pid)
+			tp, err := benchkit.Throughput(t.dial, t.msg(), *streamSize)
 			if err != nil {
 				return fmt.Errorf("%s: throughput: %w", t.name, err)
 			}
-			cpu := cpuTime(t.pid) - cpu0
+			cpu := benchkit.CPUTime(t.pid) - cpu0
 			x := res[t.name]
 			x.tput = append(x.tput, tp)
 			x.cpuPerGiB = append(x.cpuPerGiB, cpu.Seconds()/(float64(*streamSize)/(1<<30)))
@@ -212,11 +190,7 @@ func run() error {
 
 	report := table(targets, res)
 	fmt.Print(report)
-	if *out != "" {
-		if err := os.MkdirAll(filepath.Dir(*out), 0o755); err == nil {
-			os.WriteFile(*out, []byte(report), 0o644)
-		}
-	}
+	benchkit.WriteReport(*out, report)
 	return nil
 }
 
@@ -226,102 +200,18 @@ func progress(format string, args ...any) {
 
 // --- the inner service --------------------------------------------------
 
-// startInner serves the inner service on loopback. The first byte decides:
-// 'S' is a sink that answers the byte count at EOF; anything else is
-// echoed and the connection held until the client closes. It never sees a
+// startInner serves benchkit.SinkOrEcho on loopback. It never sees a
 // PROXY header: the front and HAProxy strip it.
 func startInner() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				if errors.Is(err, net.ErrClosed) {
-					return
-				}
-				time.Sleep(10 * time.Millisecond) // EMFILE and the like
-				continue
-			}
-			go innerConn(c)
-		}
-	}()
-	return ln.Addr().String(), nil
-}
-
-var sinkBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
-
-func innerConn(c net.Conn) {
-	defer c.Close()
-	var first [1]byte
-	if _, err := io.ReadFull(c, first[:]); err != nil {
-		return
-	}
-	if first[0] != 'S' {
-		c.Write(first[:])
-		io.Copy(io.Discard, c)
-		return
-	}
-	bp := sinkBufs.Get().(*[]byte)
-	defer sinkBufs.Put(bp)
-	var n int64
-	for {
-		m, err := c.Read(*bp)
-		n += int64(m)
-		if err != nil {
-			break
-		}
-	}
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], uint64(n))
-	c.Write(b[:])
+	return benchkit.Serve(func(c net.Conn) { benchkit.SinkOrEcho(c, c) })
 }
 
 // --- the proxies --------------------------------------------------------
 
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
-func start(dir, name, bin string, args ...string) (*exec.Cmd, error) {
-	path, err := lookPath(bin)
-	if err != nil {
-		return nil, err
-	}
-	logf, err := os.Create(filepath.Join(dir, name+".log"))
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(path, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	return cmd, cmd.Start()
-}
-
-// lookPath also looks in the sbin directories a non-root PATH may lack.
-func lookPath(b string) (string, error) {
-	if p, err := exec.LookPath(b); err == nil {
-		return p, nil
-	}
-	for _, d := range []string{"/usr/sbin", "/sbin", "/usr/local/sbin"} {
-		if p, err := exec.LookPath(filepath.Join(d, b)); err == nil {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%s not found (make build; make deps)", b)
-}
-
 // startOrigin runs the origin with the front only; it logs one JSON line
 // per connection to a file, as in production.
 func startOrigin(dir, inner string) (string, *exec.Cmd, error) {
-	addr, err := freeAddr()
+	addr, err := benchkit.FreeAddr()
 	if err != nil {
 		return "", nil, err
 	}
@@ -336,11 +226,11 @@ log:
 core:
   enabled: false
 `, addr, inner, edgeIP)
-	path := filepath.Join(dir, "origin.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+	path, err := benchkit.WriteConfig(dir, "origin.yaml", cfg)
+	if err != nil {
 		return "", nil, err
 	}
-	cmd, err := start(dir, "origin", *originBin, "--config", path)
+	cmd, err := benchkit.Start(dir, "origin", *originBin, "--config", path)
 	return addr, cmd, err
 }
 
@@ -348,7 +238,7 @@ core:
 // splicing, and logging one line per connection (option tcplog) to a file,
 // like the front.
 func startHAProxy(dir, inner string) (string, *exec.Cmd, error) {
-	addr, err := freeAddr()
+	addr, err := benchkit.FreeAddr()
 	if err != nil {
 		return "", nil, err
 	}
@@ -369,27 +259,12 @@ listen front
     bind %s accept-proxy
     server inner %s
 `, addr, inner)
-	path := filepath.Join(dir, "haproxy.cfg")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+	path, err := benchkit.WriteConfig(dir, "haproxy.cfg", cfg)
+	if err != nil {
 		return "", nil, err
 	}
-	cmd, err := start(dir, "haproxy", *haproxyBin, "-db", "-f", path)
+	cmd, err := benchkit.Start(dir, "haproxy", *haproxyBin, "-db", "-f", path)
 	return addr, cmd, err
-}
-
-func waitTCP(addr string, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	for {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not accepting after %v: %w", addr, within, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // --- the clients ----------------------------------------------------------
@@ -429,108 +304,21 @@ func header() []byte {
 	return b
 }
 
-func dial(t *target) (net.Conn, error) {
+// dial connects to the target, from edgeIP when it is a proxy.
+func (t *target) dial() (net.Conn, error) {
 	if t.pid == 0 {
 		return net.DialTimeout("tcp", t.addr, 5*time.Second)
 	}
 	return edgeDialer.Dial("tcp", t.addr)
 }
 
-// throughput sends n bytes through t to the sink and returns bytes per
-// second, from the connect to the sink's answer.
-func throughput(t *target, n int64) (float64, error) {
-	buf := make([]byte, 1<<20)
-	rng := rand.NewChaCha8([32]byte{7})
-	rng.Read(buf)
-	t0 := time.Now()
-	c, err := dial(t)
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Minute))
-	first := []byte{'S'}
+// msg is what a client sends first: a PROXY v2 header if the target
+// wants one, then the given bytes.
+func (t *target) msg(b ...byte) []byte {
 	if t.header {
-		first = append(header(), 'S')
+		return append(header(), b...)
 	}
-	if _, err := c.Write(first); err != nil {
-		return 0, err
-	}
-	for sent := int64(1); sent < n; {
-		m, err := c.Write(buf[:min(int64(len(buf)), n-sent)])
-		sent += int64(m)
-		if err != nil {
-			return 0, err
-		}
-	}
-	c.(*net.TCPConn).CloseWrite()
-	var b [8]byte
-	if _, err := io.ReadFull(c, b[:]); err != nil {
-		return 0, fmt.Errorf("sink answer: %w", err)
-	}
-	if got := int64(binary.BigEndian.Uint64(b[:])); got != n-1 {
-		return 0, fmt.Errorf("sink received %d bytes, want %d", got, n-1)
-	}
-	return float64(n) / time.Since(t0).Seconds(), nil
-}
-
-type rateResult struct {
-	rate     float64
-	done     int
-	p50, p99 time.Duration
-	failed   int
-}
-
-// connRate runs clients loops of connect, (header and) 1-byte echo, close
-// until max connections or d have passed.
-func connRate(t *target, clients, max int, d time.Duration) rateResult {
-	var issued, failed atomic.Int64
-	deadline := time.Now().Add(d)
-	lats := make([][]time.Duration, clients)
-	var wg sync.WaitGroup
-	t0 := time.Now()
-	for i := range clients {
-		wg.Go(func() {
-			for issued.Add(1) <= int64(max) && time.Now().Before(deadline) {
-				s := time.Now()
-				if err := echoOnce(t); err != nil {
-					failed.Add(1)
-					continue
-				}
-				lats[i] = append(lats[i], time.Since(s))
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(t0)
-	all := slices.Concat(lats...)
-	slices.Sort(all)
-	r := rateResult{failed: int(failed.Load()), done: len(all)}
-	if len(all) > 0 {
-		r.rate = float64(len(all)) / elapsed.Seconds()
-		r.p50 = all[len(all)/2]
-		r.p99 = all[len(all)*99/100]
-	}
-	return r
-}
-
-func echoOnce(t *target) error {
-	c, err := dial(t)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	msg := []byte{'E'}
-	if t.header {
-		msg = append(header(), 'E')
-	}
-	if _, err := c.Write(msg); err != nil {
-		return err
-	}
-	var r [1]byte
-	_, err = io.ReadFull(c, r[:])
-	return err
+	return b
 }
 
 // idleCost opens n forwarded connections through t, each echoing one
@@ -538,111 +326,23 @@ func echoOnce(t *target) error {
 // (KiB) and file descriptors per connection.
 func idleCost(t *target, n int) (ok int, rssKiB, fds float64) {
 	time.Sleep(2 * time.Second)
-	rss0, fd0 := procStats(t.pid)
-	conns := make([]net.Conn, n)
-	var wg sync.WaitGroup
-	var opened, next atomic.Int64
-	for range 32 {
-		wg.Go(func() {
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(n) {
-					return
-				}
-				c, err := dial(t)
-				if err != nil {
-					continue
-				}
-				c.SetDeadline(time.Now().Add(10 * time.Second))
-				msg := []byte{'E'}
-				if t.header {
-					msg = append(header(), 'E')
-				}
-				var b [1]byte
-				if _, err := c.Write(msg); err != nil {
-					c.Close()
-					continue
-				}
-				if _, err := io.ReadFull(c, b[:]); err != nil {
-					c.Close()
-					continue
-				}
-				c.SetDeadline(time.Time{})
-				conns[i] = c
-				opened.Add(1)
-			}
-		})
-	}
-	wg.Wait()
+	rss0, fd0 := benchkit.ProcStats(t.pid)
+	conns, ok := benchkit.Hold(n, t.dial, func() []byte { return t.msg('E') })
 	time.Sleep(2 * time.Second)
-	rss1, fd1 := procStats(t.pid)
-	ok = int(opened.Load())
-	for _, c := range conns {
-		if c != nil {
-			c.Close()
-		}
-	}
-	for range 100 { // let the proxy let go of them before going on
-		if _, fd := procStats(t.pid); fd <= fd0+16 {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	rss1, fd1 := benchkit.ProcStats(t.pid)
+	benchkit.CloseAll(conns)
+	benchkit.WaitFDs(t.pid, fd0+16) // let the proxy let go of them before going on
 	if ok == 0 {
 		return 0, 0, 0
 	}
 	return ok, float64(rss1-rss0) / float64(ok), float64(fd1-fd0) / float64(ok)
 }
 
-// procStats returns VmRSS in KiB and the number of open file descriptors.
-func procStats(pid int) (rssKiB int64, fds int64) {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			rssKiB, _ = strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-		}
-	}
-	ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	return rssKiB, int64(len(ents))
-}
-
-// cpuTime is the user+system CPU time pid has used (0 for pid 0).
-func cpuTime(pid int) time.Duration {
-	if pid == 0 {
-		return 0
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the parenthesised command name; utime and stime are
-	// the 14th and 15th fields of the whole line.
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	const hz = 100 // USER_HZ on Linux
-	return time.Duration(ut+st) * time.Second / hz
-}
-
 // --- the report ---------------------------------------------------------
-
-func median[T int | float64 | time.Duration](xs []T) T {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
 
 func table(targets []*target, res map[string]*result) string {
 	var b strings.Builder
-	host, _ := os.Hostname()
-	fmt.Fprintf(&b, "\n### Origin front benchmark (%s, %s, %d CPUs, load %s)\n\n", time.Now().UTC().Format(time.RFC3339), host, runtime.NumCPU(), loadavg())
+	b.WriteString(benchkit.Heading("Origin front benchmark"))
 	fmt.Fprintf(&b, "Short connections: %d clients, ≤ %d conns or %v per target and round; single stream %d MiB; median of %d rounds; idle: %d connections held. "+
 		"Proxy CPU is user+system time of the proxy process. Both proxies log one line per connection to a file.\n\n",
 		*clients, *maxConns, *connTime, *streamSize>>20, *rounds, *idleConns)
@@ -650,10 +350,10 @@ func table(targets []*target, res map[string]*result) string {
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	ref := res["haproxy"]
 	ratio := func(x, r []float64) string {
-		if r == nil || median(r) == 0 {
+		if r == nil || benchkit.Median(r) == 0 {
 			return "–"
 		}
-		return fmt.Sprintf("%.2f", median(x)/median(r))
+		return fmt.Sprintf("%.2f", benchkit.Median(x)/benchkit.Median(r))
 	}
 	for _, t := range targets {
 		x := res[t.name]
@@ -663,8 +363,8 @@ func table(targets []*target, res map[string]*result) string {
 		}
 		cpuConn, cpuGiB := "–", "–"
 		if t.pid != 0 {
-			cpuConn = fmt.Sprintf("%.0f", median(x.cpuPerConn))
-			cpuGiB = fmt.Sprintf("%.2f", median(x.cpuPerGiB))
+			cpuConn = fmt.Sprintf("%.0f", benchkit.Median(x.cpuPerConn))
+			cpuGiB = fmt.Sprintf("%.2f", benchkit.Median(x.cpuPerGiB))
 		}
 		idleRSS, idleFDs := "–", "–"
 		if x.idleOK > 0 {
@@ -674,18 +374,9 @@ func table(targets []*target, res map[string]*result) string {
 			}
 		}
 		fmt.Fprintf(&b, "| %s | %.0f | %s | %v | %v | %d | %s | %.0f | %s | %s | %s | %s |\n",
-			t.name, median(x.rate), ratio(x.rate, refRate), median(x.p50).Round(time.Microsecond), median(x.p99).Round(time.Microsecond),
-			slices.Max(append(x.failed, 0)), cpuConn, median(x.tput)/(1<<20), ratio(x.tput, refTput), cpuGiB, idleRSS, idleFDs)
+			t.name, benchkit.Median(x.rate), ratio(x.rate, refRate), benchkit.Median(x.p50).Round(time.Microsecond), benchkit.Median(x.p99).Round(time.Microsecond),
+			slices.Max(append(x.failed, 0)), cpuConn, benchkit.Median(x.tput)/(1<<20), ratio(x.tput, refTput), cpuGiB, idleRSS, idleFDs)
 	}
 	b.WriteString("\n")
 	return b.String()
-}
-
-func loadavg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }

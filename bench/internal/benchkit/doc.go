@@ -1,0 +1,11 @@
+// Package benchkit holds what the benchmark programs under bench/ share:
+// starting and stopping the proxies they compare, reading a process's
+// RSS, file descriptors and CPU time from /proc, the loopback sink/echo
+// service and the client loops that measure throughput, connection rate
+// and idle cost, and the pieces of the Markdown report. Standard library
+// only, Linux only.
+//
+//	dir, cleanup, err := benchkit.TempDir("edge", *keep)
+//	cmd, err := benchkit.Start(dir, "haproxy", "haproxy", "-db", "-f", cfg)
+//	cr := benchkit.ConnRate(32, 15000, 3*time.Second, func() error { return benchkit.EchoOnce(dial, []byte{'E'}) })
+package benchkit

@@ -1,0 +1,91 @@
+package benchkit
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// TempDir makes the directory for the configs and logs of bench/name.
+// cleanup removes it unless keep is set, in which case its path is
+// printed to stderr.
+func TempDir(name string, keep bool) (dir string, cleanup func(), err error) {
+	dir, err = os.MkdirTemp("", "bench-"+name+"-")
+	if err != nil {
+		return "", nil, err
+	}
+	if keep {
+		fmt.Fprintln(os.Stderr, "bench/"+name+": files in", dir)
+		return dir, func() {}, nil
+	}
+	return dir, func() { os.RemoveAll(dir) }, nil
+}
+
+// WriteConfig writes body to dir/name and returns its path.
+func WriteConfig(dir, name, body string) (string, error) {
+	path := filepath.Join(dir, name)
+	return path, os.WriteFile(path, []byte(body), 0o600)
+}
+
+// Start runs bin with args, its stdout and stderr going to dir/name.log;
+// the process dies with this one.
+func Start(dir, name, bin string, args ...string) (*exec.Cmd, error) {
+	path, err := LookPath(bin)
+	if err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd, cmd.Start()
+}
+
+// Stop sends each started process SIGTERM and kills it if it has not
+// exited within 3 seconds.
+func Stop(cmds []*exec.Cmd) {
+	for _, p := range cmds {
+		p.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { p.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(3 * time.Second):
+			p.Process.Kill()
+			<-done
+		}
+	}
+}
+
+// LookPath also looks in the sbin directories a non-root PATH may lack.
+func LookPath(b string) (string, error) {
+	if p, err := exec.LookPath(b); err == nil {
+		return p, nil
+	}
+	for _, d := range []string{"/usr/sbin", "/sbin", "/usr/local/sbin"} {
+		if p, err := exec.LookPath(filepath.Join(d, b)); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s not found (make build; make deps)", b)
+}
+
+// RaiseNofile lifts the soft RLIMIT_NOFILE to the hard limit (at most
+// 20,000 on these machines) and returns the new soft limit; processes
+// started later inherit it.
+func RaiseNofile() uint64 {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return 0
+	}
+	rl.Cur = rl.Max
+	syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
+	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl)
+	return rl.Cur
+}
