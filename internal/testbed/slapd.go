@@ -74,14 +74,14 @@ type Slapd struct {
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
-	out  *syncBuffer
+	out  *Buffer
 }
 
 // NewSlapd writes the configuration into dir (which must exist), loads the
 // data and starts slapd on a free loopback port. It needs no test, so
 // benchmarks use it too; Close stops it.
 func NewSlapd(dir string, cfg SlapdConfig) (*Slapd, error) {
-	s := &Slapd{Dir: dir, out: &syncBuffer{}}
+	s := &Slapd{Dir: dir, out: &Buffer{}}
 	port, err := LowPort("127.0.0.1")
 	if err != nil {
 		return nil, err

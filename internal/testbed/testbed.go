@@ -12,13 +12,11 @@
 package testbed
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -102,7 +100,7 @@ func Path(b string) (string, error) {
 // Proc is a running peer.
 type Proc struct {
 	Cmd *exec.Cmd
-	out *syncBuffer
+	out *Buffer
 }
 
 // Output is what the process wrote so far (stdout and stderr).
@@ -138,7 +136,7 @@ func StartCmd(t testing.TB, cmd *exec.Cmd) *Proc {
 			cmd.Path = p
 		}
 	}
-	out := &syncBuffer{}
+	out := &Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -190,21 +188,4 @@ func WriteFile(t testing.TB, dir, name, content string) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

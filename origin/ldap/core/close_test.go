@@ -61,7 +61,7 @@ func TestClientClosesWhileServerHangs(t *testing.T) {
 			waitFor(t, "the session to end after the client closed", func() bool { return activeConns(t, h) == 0 })
 			// The operation left unanswered is logged all the same.
 			var lines []string
-			for _, l := range h.logs.lines("ldap op") {
+			for _, l := range h.logs.JSONLines("ldap op") {
 				if l["op"] == tc.name {
 					lines = append(lines, fmt.Sprint(l["target"], " ", l["result"]))
 				}

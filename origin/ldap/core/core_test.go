@@ -254,7 +254,7 @@ func TestLdapUtils(t *testing.T) {
 		t.Fatalf("ldapsearch: %v\n%s", err, out)
 	}
 	waitFor(t, "unbind logged", func() bool { return len(h.targets("unbind")) == 2 })
-	for _, l := range h.logs.lines("ldap op") {
+	for _, l := range h.logs.JSONLines("ldap op") {
 		for _, k := range []string{"claimed", "measured", "edge", "agent", "user", "op", "target", "result", "duration"} {
 			if _, ok := l[k]; !ok {
 				t.Errorf("log line without %q: %v", k, l)
@@ -382,7 +382,7 @@ func TestPlainMode(t *testing.T) {
 			if n := bindSearchUnbind(t, h, alice, "alice-pw"); n != 3 {
 				t.Fatalf("%d entries", n)
 			}
-			waitFor(t, "plain connection logged", func() bool { return len(h.logs.lines("plain connection")) == 1 })
+			waitFor(t, "plain connection logged", func() bool { return len(h.logs.JSONLines("plain connection")) == 1 })
 		})
 	}
 }

@@ -26,7 +26,7 @@ func TestAgentBehindEdge(t *testing.T) {
 	sl := testbed.StartSlapds(t, 1, testbed.SlapdConfig{})
 	p := newPKI(t)
 	pins, _ := core.ParsePins([]byte(fp(p.agent) + " agent-7\n"))
-	logs := &logBuf{}
+	logs := &testbed.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	listen := func(addr string) net.Listener {
 		ln, err := net.Listen("tcp", addr)
@@ -105,7 +105,7 @@ func TestAgentBehindEdge(t *testing.T) {
 	c.Close()
 
 	var line map[string]any
-	for _, l := range logs.lines("ldap op") {
+	for _, l := range logs.JSONLines("ldap op") {
 		if l["op"] == "search" {
 			line = l
 		}

@@ -71,7 +71,7 @@ func TestSearchFailoverMidStream(t *testing.T) {
 			t.Errorf("%s received %d times", dn, k)
 		}
 	}
-	fo := h.logs.lines("failover")
+	fo := h.logs.JSONLines("failover")
 	if len(fo) != 1 || fo[0]["from"] != "L1" || fo[0]["target"] != "L2" {
 		t.Fatalf("failover lines %v: the kill did not hit the running search", fo)
 	}
@@ -440,7 +440,7 @@ func TestPagedSearchFailover(t *testing.T) {
 					t.Fatalf("%s received %d times", dn, k)
 				}
 			}
-			if len(h.logs.lines("paged search restarted")) == 0 {
+			if len(h.logs.JSONLines("paged search restarted")) == 0 {
 				t.Error("no paged search was restarted")
 			}
 		})

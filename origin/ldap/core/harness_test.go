@@ -1,10 +1,7 @@
 package core_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
@@ -21,64 +18,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// clock is an injected clock for OFFLINE expiry.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-// logBuf collects the core's JSON log lines.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) lines(msg string) []map[string]any {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(l.b.Bytes()))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var m map[string]any
-		if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // harness is a core on loopback with a counting backend dialer.
 type harness struct {
 	t     *testing.T
 	srv   *core.Server
 	addr  string
-	logs  *logBuf
-	clock *clock
+	logs  *testbed.Buffer
+	clock *testbed.Clock
 	reg   *prometheus.Registry
 
 	mu    sync.Mutex
@@ -119,7 +65,7 @@ func newHarness(t *testing.T, file string, mod func(*core.Config)) *harness {
 			t.Fatalf("dlp file:\n%s\n%v", file, err)
 		}
 	}
-	h := &harness{t: t, logs: &logBuf{}, clock: &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)},
+	h := &harness{t: t, logs: &testbed.Buffer{}, clock: testbed.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
 		dials: map[string]int{}, reg: prometheus.NewRegistry()}
 	cfg := core.DefaultConfig()
 	cfg.Clock = h.clock.Now
@@ -165,7 +111,7 @@ func (h *harness) dialCount(addr string) int {
 // targets lists the target of every logged operation op, in order.
 func (h *harness) targets(op string) []string {
 	var out []string
-	for _, l := range h.logs.lines("ldap op") {
+	for _, l := range h.logs.JSONLines("ldap op") {
 		if l["op"] == op {
 			out = append(out, fmt.Sprint(l["target"]))
 		}

@@ -135,7 +135,7 @@ func TestTLSAndPins(t *testing.T) {
 		}
 	})
 	var agents []string
-	for _, l := range h.logs.lines("ldap op") {
+	for _, l := range h.logs.JSONLines("ldap op") {
 		if l["op"] == "bind" && l["result"] == "success" {
 			agents = append(agents, l["agent"].(string))
 		}
@@ -210,8 +210,8 @@ func TestPlainModeKeepsTLS(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.Unbind()
-		waitFor(t, "plain connection logged", func() bool { return len(h.logs.lines("plain connection")) == 1 })
-		if l := h.logs.lines("plain connection")[0]; l["agent"] != "agent-7" {
+		waitFor(t, "plain connection logged", func() bool { return len(h.logs.JSONLines("plain connection")) == 1 })
+		if l := h.logs.JSONLines("plain connection")[0]; l["agent"] != "agent-7" {
 			t.Errorf("plain connection line: agent %v, want agent-7", l["agent"])
 		}
 	})

@@ -7,28 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
 )
 
-// clock is the injected time source.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)} }
-
-func (c *clock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+// newClock is the injected time source of a test.
+func newClock() *testbed.Clock { return testbed.NewClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)) }
 
 // world is a DLP file, its router and a set of servers that are up or
 // down, with a count of connect attempts per server. connect does what the
@@ -37,7 +21,7 @@ func (c *clock) advance(d time.Duration) {
 type world struct {
 	t        *testing.T
 	f        *dlp.File
-	clock    *clock
+	clock    *testbed.Clock
 	health   *dlp.Health
 	router   *dlp.Router
 	down     map[string]bool
@@ -54,7 +38,7 @@ func newWorld(t *testing.T, file string, down ...string) *world {
 	for _, d := range down {
 		w.down[d] = true
 	}
-	w.health = dlp.NewHealth(f.Defaults.OfflineRetryTimeout, w.clock.now)
+	w.health = dlp.NewHealth(f.Defaults.OfflineRetryTimeout, w.clock.Now)
 	w.router = dlp.NewRouter(f, f.Proxies[0], w.health)
 	return w
 }
@@ -134,7 +118,7 @@ func TestSeed000GeneralOperationForwardingExample(t *testing.T) {
 			}
 			// Search and unbind use the connection's target: no selection.
 			// Second connection, a little later: LDAP3 is ignored, not tried.
-			w.clock.advance(5 * time.Second)
+			w.clock.Advance(5 * time.Second)
 			target, sel = w.bind("CN=Admin, O=PQR") // the same DN, written differently
 			if !slices.Equal(sel.Candidates, []string{"LDAP1"}) || target != "LDAP1" {
 				t.Fatalf("second bind: candidates %v target %q", sel.Candidates, target)
@@ -166,7 +150,7 @@ func TestSeed000RoundRobinAndFailoverExample(t *testing.T) {
 		if sel.Candidates[0] != wantStart[i] || target != wantTarget[i] {
 			t.Errorf("bind #%d: candidates %v, target %q; want start %s, target %s", i+1, sel.Candidates, target, wantStart[i], wantTarget[i])
 		}
-		w.clock.advance(31 * time.Second) // "longer than the OfflineRetryTime"
+		w.clock.Advance(31 * time.Second) // "longer than the OfflineRetryTime"
 	}
 	if w.attempts["L3"] != 1 {
 		t.Errorf("L3 attempts = %d, want 1 (bind #3)", w.attempts["L3"])
@@ -185,7 +169,7 @@ func TestRoundRobinSkipsOfflineWithoutTrying(t *testing.T) {
 	for range 7 {
 		target, _ := w.bind("cn=a,o=pqr")
 		got = append(got, target)
-		w.clock.advance(time.Second)
+		w.clock.Advance(time.Second)
 	}
 	// RR starts: 1 2 3(fails→1) 1 2 3(OFFLINE→1) 1
 	if want := []string{"LDAP1", "LDAP2", "LDAP1", "LDAP1", "LDAP2", "LDAP1", "LDAP1"}; !slices.Equal(got, want) {
@@ -238,7 +222,7 @@ func TestSeed000OfflineRetryTimeout(t *testing.T) {
 		{1 * time.Second, []string{"LDAP3", "LDAP1"}, 3}, // and selectable after it
 		{10 * time.Second, []string{"LDAP1"}, 3},         // failed once more
 	} {
-		w.clock.advance(step.advance)
+		w.clock.Advance(step.advance)
 		_, sel := w.bind("cn=x,o=pqr")
 		if !slices.Equal(sel.Candidates, step.want) || w.attempts["LDAP3"] != step.attempts3 {
 			t.Fatalf("after +%v: candidates %v, LDAP3 attempts %d; want %v, %d", step.advance, sel.Candidates, w.attempts["LDAP3"], step.want, step.attempts3)
@@ -246,12 +230,12 @@ func TestSeed000OfflineRetryTimeout(t *testing.T) {
 	}
 	// LDAP3 comes back: the next real retry succeeds and it stays selectable.
 	w.down["LDAP3"] = false
-	w.clock.advance(60 * time.Second)
+	w.clock.Advance(60 * time.Second)
 	for range 3 {
 		if target, _ := w.bind("cn=x,o=pqr"); target != "LDAP3" {
 			t.Fatalf("LDAP3 back up, target %q", target)
 		}
-		w.clock.advance(time.Hour)
+		w.clock.Advance(time.Hour)
 	}
 }
 
@@ -272,7 +256,7 @@ func TestSeed000SelectableIsNotARetry(t *testing.T) {
 	// Long after the retry time LDAP2 is selectable (in the list) yet never
 	// contacted, because LDAP1, the primary, takes every bind.
 	for _, d := range []time.Duration{61 * time.Second, 10 * time.Minute, 5 * time.Hour} {
-		w.clock.advance(d)
+		w.clock.Advance(d)
 		target, sel := w.bind("cn=a,o=pqr")
 		if target != "LDAP1" || !slices.Equal(sel.Candidates, []string{"LDAP1", "LDAP2"}) || w.attempts["LDAP2"] != 1 {
 			t.Fatalf("+%v: target %q candidates %v LDAP2 attempts %d", d, target, sel.Candidates, w.attempts["LDAP2"])
@@ -305,12 +289,12 @@ func TestSeed000AllServersOffline(t *testing.T) {
 		t.Fatalf("target %q with both down", target)
 	}
 	w.down["LDAP1"], w.down["LDAP2"] = false, false // physically up again
-	w.clock.advance(30 * time.Second)
+	w.clock.Advance(30 * time.Second)
 	target, sel := w.bind("cn=a,o=pqr")
 	if target != "" || len(sel.Candidates) != 0 || sel.Candidates == nil || sel.Rule.Name != "X" {
 		t.Fatalf("before the retry time: target %q candidates %#v", target, sel.Candidates)
 	}
-	w.clock.advance(30 * time.Second)
+	w.clock.Advance(30 * time.Second)
 	if target, _ := w.bind("cn=a,o=pqr"); target == "" {
 		t.Fatal("not selectable after the retry time")
 	}
@@ -471,17 +455,17 @@ func TestRoundRobinPointerPerRule(t *testing.T) {
 
 func TestHealth(t *testing.T) {
 	c := newClock()
-	h := dlp.NewHealth(time.Minute, c.now)
+	h := dlp.NewHealth(time.Minute, c.Now)
 	if h.Offline("S") || !h.LastFailure("S").IsZero() {
 		t.Fatal("unknown server OFFLINE")
 	}
 	h.Fail("S")
-	failed := c.now()
-	c.advance(time.Minute - time.Nanosecond)
+	failed := c.Now()
+	c.Advance(time.Minute - time.Nanosecond)
 	if !h.Offline("S") || !h.LastFailure("S").Equal(failed) {
 		t.Fatal("not OFFLINE inside the retry time")
 	}
-	c.advance(time.Nanosecond)
+	c.Advance(time.Nanosecond)
 	if h.Offline("S") {
 		t.Fatal("OFFLINE at the retry time")
 	}
@@ -492,7 +476,7 @@ func TestHealth(t *testing.T) {
 	if !h.LastFailure("S").IsZero() {
 		t.Fatal("success did not clear the failure")
 	}
-	zero := dlp.NewHealth(0, c.now)
+	zero := dlp.NewHealth(0, c.Now)
 	zero.Fail("S")
 	if zero.Offline("S") {
 		t.Fatal("OfflineRetryTimeout 0 still marks OFFLINE")
