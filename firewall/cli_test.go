@@ -3,7 +3,6 @@ package firewall
 import (
 	"errors"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -55,12 +54,7 @@ func TestFleetBinary(t *testing.T) {
 	d := dockerHost(t)
 	bin := fleetBinary(t)
 	dir := t.TempDir()
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		os.WriteFile(p, []byte(body), 0o600)
-		return p
-	}
-	cfg := write("fleet.yaml", strings.ReplaceAll(fleetYAML, "PORT", "8636"))
+	cfg := testbed.WriteFile(t, dir, "fleet.yaml", strings.ReplaceAll(fleetYAML, "PORT", "8636"))
 
 	out, code := fleet(t, d.Host, bin, "--config", cfg, "firewall", "plan")
 	want, err := NewPlan(hostConfig(d, false), 1)
@@ -74,18 +68,7 @@ func TestFleetBinary(t *testing.T) {
 	if out, code := fleet(t, d.Host, bin, "--config", cfg, "firewall", "apply"); code != 0 {
 		t.Fatalf("apply: exit %d\n%s", code, out)
 	}
-	for _, f := range families {
-		a := f.addr(d)
-		if err := inbound(d, d.Edge, a.Edge.String(), a, allowed); err != nil {
-			t.Errorf("%s: edge: %v", f.name, err)
-		}
-		if err := inbound(d, d.Stranger, a.Stranger.String(), a, dropped); !isTimeout(err) {
-			t.Errorf("%s: stranger: err = %v, want dropped", f.name, err)
-		}
-		if err := outbound(d, a, allowed); err != nil {
-			t.Errorf("%s: container outbound: %v", f.name, err)
-		}
-	}
+	assertEdgeOnly(t, d)
 	if out, code := fleet(t, d.Host, bin, "--config", cfg, "firewall", "check"); code != 0 || !strings.Contains(out, "in sync: IPv4: EDGEFLEET-1, IPv6: EDGEFLEET-1") {
 		t.Errorf("check after apply: exit %d\n%s", code, out)
 	}
@@ -104,9 +87,9 @@ func TestFleetBinary(t *testing.T) {
 
 	t.Run("refusals", func(t *testing.T) {
 		bare := testbed.NewNetns(t, "bare") // no Docker: no DOCKER-USER
-		empty := write("empty.yaml", "origin:\n  ports: [8636]\n  interface: ext0\n")
-		badAddr := write("bad.yaml", strings.ReplaceAll(strings.ReplaceAll(fleetYAML, "PORT", "8636"), "198.51.100.10", "198.51.100.300"))
-		unknown := write("unknown.yaml", strings.ReplaceAll(fleetYAML, "PORT", "8636")+"edgez: []\n")
+		empty := testbed.WriteFile(t, dir, "empty.yaml", "origin:\n  ports: [8636]\n  interface: ext0\n")
+		badAddr := testbed.WriteFile(t, dir, "bad.yaml", strings.ReplaceAll(strings.ReplaceAll(fleetYAML, "PORT", "8636"), "198.51.100.10", "198.51.100.300"))
+		unknown := testbed.WriteFile(t, dir, "unknown.yaml", strings.ReplaceAll(fleetYAML, "PORT", "8636")+"edgez: []\n")
 		for _, tc := range []struct {
 			name string
 			ns   *testbed.Netns
@@ -159,7 +142,7 @@ func TestFleetBinary(t *testing.T) {
 	t.Run("INPUT mode", func(t *testing.T) {
 		// The host's own listening port, no DNAT: an origin not in Docker.
 		testbed.Serve(d.Host.Listen(":9636"))
-		in := write("input.yaml", strings.ReplaceAll(fleetYAML, "PORT", "9636"))
+		in := testbed.WriteFile(t, dir, "input.yaml", strings.ReplaceAll(fleetYAML, "PORT", "9636"))
 		if out, code := fleet(t, d.Host, bin, "--config", in, "firewall", "--chain", "INPUT", "apply"); code != 0 {
 			t.Fatalf("apply: exit %d\n%s", code, out)
 		}

@@ -97,6 +97,25 @@ func outbound(d *testbed.DockerHost, a testbed.HostAddrs, timeout time.Duration)
 	return d.Container.Echo("", net.JoinHostPort(a.Edge.String(), strconv.Itoa(d.Port)), timeout)
 }
 
+// assertEdgeOnly checks, in both families, that the edge reaches the
+// published port, a stranger is dropped and the container still reaches
+// the edge.
+func assertEdgeOnly(t *testing.T, d *testbed.DockerHost) {
+	t.Helper()
+	for _, f := range families {
+		a := f.addr(d)
+		if err := inbound(d, d.Edge, a.Edge.String(), a, allowed); err != nil {
+			t.Errorf("%s: edge: %v", f.name, err)
+		}
+		if err := inbound(d, d.Stranger, a.Stranger.String(), a, dropped); !isTimeout(err) {
+			t.Errorf("%s: stranger: err = %v, want dropped", f.name, err)
+		}
+		if err := outbound(d, a, allowed); err != nil {
+			t.Errorf("%s: container outbound: %v", f.name, err)
+		}
+	}
+}
+
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
@@ -477,18 +496,7 @@ func TestLegacyBackend(t *testing.T) {
 	if backend != BackendLegacy {
 		t.Fatalf("detected backend %q, want legacy", backend)
 	}
-	for _, f := range families {
-		a := f.addr(d)
-		if err := inbound(d, d.Edge, a.Edge.String(), a, allowed); err != nil {
-			t.Errorf("%s: edge: %v", f.name, err)
-		}
-		if err := inbound(d, d.Stranger, a.Stranger.String(), a, dropped); !isTimeout(err) {
-			t.Errorf("%s: stranger: err = %v, want dropped", f.name, err)
-		}
-		if err := outbound(d, a, allowed); err != nil {
-			t.Errorf("%s: container outbound: %v", f.name, err)
-		}
-	}
+	assertEdgeOnly(t, d)
 	if out := d.Host.Run("iptables-nft", "-S"); strings.Contains(out, "EDGEFLEET") {
 		t.Errorf("rules went into nft too:\n%s", out)
 	}
