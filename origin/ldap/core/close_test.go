@@ -79,17 +79,8 @@ func TestClientClosesWhileServerHangs(t *testing.T) {
 func TestShutdownWhileWriteToServerBlocks(t *testing.T) {
 	sl := testbed.StartSlapds(t, 1, testbed.SlapdConfig{})
 	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}}, proxy(nil, []string{"L1"})), nil)
-	c, err := net.Dial("tcp", h.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, _ := h.rawBind(t, 1)
 	defer c.Close()
-	c.Write(wire.BindRequest(1, alice, []byte("alice-pw")))
-	if raw, err := wire.NewReader(c).Next(); err != nil {
-		t.Fatal(err)
-	} else if m, err := wire.Parse(raw); err != nil || m.ResultCode != wire.ResultSuccess {
-		t.Fatalf("bind: %+v %v", m, err)
-	}
 	sl[0].Freeze()
 	t.Cleanup(sl[0].Kill)
 	// Modifies of 3.5 MiB each, more than the socket buffers between the

@@ -334,19 +334,9 @@ func TestBadPDUsGetNoticeOfDisconnection(t *testing.T) {
 	}
 
 	// ... and one beyond max_pdu (4 MiB) gets the notice.
-	raw, err := net.Dial("tcp", h.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw, r := h.rawBind(t, 1)
 	defer raw.Close()
 	raw.SetReadDeadline(time.Now().Add(5 * time.Second))
-	r := wire.NewReader(raw)
-	raw.Write(wire.BindRequest(1, alice, []byte("alice-pw")))
-	if pdu, err := r.Next(); err != nil {
-		t.Fatal(err)
-	} else if m, err := wire.Parse(pdu); err != nil || m.ResultCode != wire.ResultSuccess {
-		t.Fatalf("bind: %+v %v", m, err)
-	}
 	raw.Write([]byte{0x30, 0x84, 0x00, 0x40, 0x00, 0x00, 0x02, 0x01, 0x02}) // 4 MiB of content, 6 bytes of header
 	pdu, err := r.Next()
 	if err != nil {

@@ -231,19 +231,9 @@ func TestAbandon(t *testing.T) {
 	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}, {"L2", sl[1].Addr, false}},
 		rule("ALICE", "(user="+alice+")", []string{"L2"}, ""),
 		proxy([]string{"ALICE"}, []string{"L1"})), nil)
-	c, err := net.Dial("tcp", h.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, rd := h.rawBind(t, 7)
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
-	rd := wire.NewReader(c)
-	c.Write(wire.BindRequest(7, alice, []byte("alice-pw")))
-	if raw, err := rd.Next(); err != nil {
-		t.Fatal(err)
-	} else if m, _ := wire.Parse(raw); m.ID != 7 || m.ResultCode != 0 {
-		t.Fatalf("bind answer %+v", m)
-	}
 	// L2 is frozen while the search is sent and abandoned, so that the
 	// search is still in flight when the core handles the abandon (the core
 	// handles a client's PDUs in order; a running slapd might finish 3,000

@@ -14,9 +14,32 @@ import (
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/edgefleet/edgefleet/origin/ldap/core"
 	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
+	"github.com/edgefleet/edgefleet/origin/ldap/wire"
 	"github.com/go-ldap/ldap/v3"
 	"github.com/prometheus/client_golang/prometheus"
 )
+
+// rawBind connects to the core without a client library and binds as
+// alice with message id; the connection it returns has no deadline.
+func (h *harness) rawBind(t *testing.T, id int32) (net.Conn, *wire.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	r := wire.NewReader(c)
+	c.Write(wire.BindRequest(id, alice, []byte("alice-pw")))
+	if raw, err := r.Next(); err != nil {
+		c.Close()
+		t.Fatal(err)
+	} else if m, err := wire.Parse(raw); err != nil || m.ID != id || m.ResultCode != wire.ResultSuccess {
+		c.Close()
+		t.Fatalf("bind: %+v %v", m, err)
+	}
+	c.SetDeadline(time.Time{})
+	return c, r
+}
 
 // harness is a core on loopback with a counting backend dialer.
 type harness struct {
