@@ -104,6 +104,21 @@ func countEntries(t *testing.T, s *testbed.Slapd, name string) int {
 	return len(res.Entries)
 }
 
+// aliceFailsOver starts two slapds and a core that sends alice to L1,
+// failing over to L2, and returns a client bound as alice.
+func aliceFailsOver(t *testing.T, cfg testbed.SlapdConfig) ([]*testbed.Slapd, *harness, *ldap.Conn) {
+	t.Helper()
+	sl := testbed.StartSlapds(t, 2, cfg)
+	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}, {"L2", sl[1].Addr, false}},
+		rule("ALICE", "(user="+alice+")", []string{"L1", "L2"}, ""),
+		proxy([]string{"ALICE"}, nil)), nil)
+	c := h.dial(t)
+	if err := c.Bind(alice, "alice-pw"); err != nil {
+		t.Fatal(err)
+	}
+	return sl, h, c
+}
+
 func addRequest(name string) *ldap.AddRequest {
 	a := ldap.NewAddRequest("uid="+name+",ou=writes,"+testbed.Suffix, nil)
 	a.Attribute("objectClass", []string{"inetOrgPerson"})
@@ -116,14 +131,7 @@ func addRequest(name string) *ldap.AddRequest {
 // A write fully sent when its server broke has an unknown outcome: 52,
 // never sent twice. A write that could not be sent fails over like a read.
 func TestWriteFailover(t *testing.T) {
-	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{})
-	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}, {"L2", sl[1].Addr, false}},
-		rule("ALICE", "(user="+alice+")", []string{"L1", "L2"}, ""),
-		proxy([]string{"ALICE"}, nil)), nil)
-	c := h.dial(t)
-	if err := c.Bind(alice, "alice-pw"); err != nil {
-		t.Fatal(err)
-	}
+	sl, h, c := aliceFailsOver(t, testbed.SlapdConfig{})
 
 	// In flight: L1 freezes, the add is sent and waits, L1 dies.
 	sl[0].Freeze()
@@ -313,14 +321,7 @@ func waitRecvQueue(t *testing.T, addr string) {
 // request reaches the dead connection before the core has read its end,
 // the read is replayed instead: either way the client does not notice.)
 func TestIdleBackendLost(t *testing.T) {
-	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{})
-	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}, {"L2", sl[1].Addr, false}},
-		rule("ALICE", "(user="+alice+")", []string{"L1", "L2"}, ""),
-		proxy([]string{"ALICE"}, nil)), nil)
-	c := h.dial(t)
-	if err := c.Bind(alice, "alice-pw"); err != nil {
-		t.Fatal(err)
-	}
+	sl, h, c := aliceFailsOver(t, testbed.SlapdConfig{})
 	sl[0].Stop()
 	who, err := c.WhoAmI(nil)
 	if err != nil || !strings.EqualFold(who.AuthzID, "dn:"+alice) {
@@ -378,14 +379,7 @@ func TestPagedSearchFailover(t *testing.T) {
 		{"with a page in flight", func(s *testbed.Slapd) { s.Freeze() }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{LDIF: testbed.DirectoryLDIF(n)})
-			h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}, {"L2", sl[1].Addr, false}},
-				rule("ALICE", "(user="+alice+")", []string{"L1", "L2"}, ""),
-				proxy([]string{"ALICE"}, nil)), nil)
-			c := h.dial(t)
-			if err := c.Bind(alice, "alice-pw"); err != nil {
-				t.Fatal(err)
-			}
+			sl, h, c := aliceFailsOver(t, testbed.SlapdConfig{LDIF: testbed.DirectoryLDIF(n)})
 			paging := ldap.NewControlPaging(500)
 			req := ldap.NewSearchRequest("ou=bulk,"+testbed.Suffix, ldap.ScopeWholeSubtree, ldap.NeverDerefAliases,
 				0, 0, false, "(objectClass=*)", []string{"1.1"}, []ldap.Control{paging})
