@@ -2,7 +2,6 @@ package core_test
 
 import (
 	"net"
-	"sync"
 	"testing"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
@@ -20,38 +19,23 @@ func badServer(t *testing.T, answer func(id int32) []byte, hangUp bool) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
+	testbed.ServeConns(t, ln, func(c net.Conn) {
+		r := wire.NewReader(c)
+		raw, err := r.Next()
+		if err != nil {
+			return
+		}
+		m, err := wire.Parse(raw)
+		if err != nil {
+			return
+		}
+		c.Write(answer(m.ID))
+		for !hangUp {
+			if _, err := r.Next(); err != nil {
 				return
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				r := wire.NewReader(c)
-				raw, err := r.Next()
-				if err != nil {
-					return
-				}
-				m, err := wire.Parse(raw)
-				if err != nil {
-					return
-				}
-				c.Write(answer(m.ID))
-				for !hangUp {
-					if _, err := r.Next(); err != nil {
-						return
-					}
-				}
-			}()
 		}
-	}()
+	})
 	return ln.Addr().String()
 }
 

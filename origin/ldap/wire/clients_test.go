@@ -34,7 +34,6 @@ type recorder struct {
 	mu   sync.Mutex
 	msgs []*wire.Message
 	errs []error
-	wg   sync.WaitGroup
 }
 
 func newRecorder(t *testing.T) *recorder {
@@ -43,29 +42,11 @@ func newRecorder(t *testing.T) *recorder {
 		t.Fatal(err)
 	}
 	r := &recorder{t: t, ln: ln}
-	r.wg.Add(1)
-	go r.serve()
-	t.Cleanup(func() { ln.Close(); r.wg.Wait() })
+	testbed.ServeConns(t, ln, r.handle)
 	return r
 }
 
 func (r *recorder) url() string { return "ldap://" + r.ln.Addr().String() }
-
-func (r *recorder) serve() {
-	defer r.wg.Done()
-	for {
-		c, err := r.ln.Accept()
-		if err != nil {
-			return
-		}
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			defer c.Close()
-			r.handle(c)
-		}()
-	}
-}
 
 func (r *recorder) handle(c net.Conn) {
 	rd := wire.NewReader(c)

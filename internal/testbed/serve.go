@@ -1,0 +1,32 @@
+package testbed
+
+import (
+	"net"
+	"sync"
+	"testing"
+)
+
+// ServeConns accepts on ln and runs handle for each connection in its
+// own goroutine, closing the connection when handle returns: a scripted
+// peer (a misbehaving server, a recorder). t.Cleanup closes ln and waits
+// for the handlers, so none outlives the test.
+func ServeConns(t testing.TB, ln net.Listener, handle func(net.Conn)) {
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				handle(c)
+			}()
+		}
+	}()
+}
