@@ -78,6 +78,20 @@ func (p *pki) write(t *testing.T, name, typ string, der []byte) {
 
 func (p *pki) path(name string) string { return filepath.Join(p.dir, name) }
 
+// bindLDAPS connects to addr over ldaps with cert as the client
+// certificate and binds as alice, then unbinds.
+func (p *pki) bindLDAPS(addr string, cert tls.Certificate) error {
+	c, err := ldap.DialURL("ldaps://"+addr, ldap.DialWithTLSConfig(&tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{cert}}))
+	if err != nil {
+		return err
+	}
+	if err := c.Bind(alice, "alice-pw"); err != nil {
+		c.Close()
+		return err
+	}
+	return c.Unbind()
+}
+
 func fp(c tls.Certificate) string {
 	sum := sha256.Sum256(c.Certificate[0])
 	return hex.EncodeToString(sum[:])
@@ -101,12 +115,7 @@ func TestTLSAndPins(t *testing.T) {
 	})
 
 	t.Run("ldaps", func(t *testing.T) {
-		c, err := ldap.DialURL("ldaps://"+h.addr, ldap.DialWithTLSConfig(&tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{p.agent}}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		if err := c.Bind(alice, "alice-pw"); err != nil {
+		if err := p.bindLDAPS(h.addr, p.agent); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -119,12 +128,7 @@ func TestTLSAndPins(t *testing.T) {
 		}
 	})
 	t.Run("unpinned certificate", func(t *testing.T) {
-		c, err := ldap.DialURL("ldaps://"+h.addr, ldap.DialWithTLSConfig(&tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{p.other}}))
-		if err == nil {
-			err = c.Bind(alice, "alice-pw")
-			c.Close()
-		}
-		if err == nil {
+		if err := p.bindLDAPS(h.addr, p.other); err == nil {
 			t.Fatal("an unpinned client certificate was accepted")
 		}
 	})
@@ -201,27 +205,16 @@ func TestPlainModeKeepsTLS(t *testing.T) {
 		t.Fatal("not plain mode")
 	}
 	t.Run("ldaps with a pinned certificate", func(t *testing.T) {
-		c, err := ldap.DialURL("ldaps://"+h.addr, ldap.DialWithTLSConfig(&tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{p.agent}}))
-		if err != nil {
+		if err := p.bindLDAPS(h.addr, p.agent); err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
-		if err := c.Bind(alice, "alice-pw"); err != nil {
-			t.Fatal(err)
-		}
-		c.Unbind()
 		waitFor(t, "plain connection logged", func() bool { return len(h.logs.JSONLines("plain connection")) == 1 })
 		if l := h.logs.JSONLines("plain connection")[0]; l["agent"] != "agent-7" {
 			t.Errorf("plain connection line: agent %v, want agent-7", l["agent"])
 		}
 	})
 	t.Run("unpinned certificate", func(t *testing.T) {
-		c, err := ldap.DialURL("ldaps://"+h.addr, ldap.DialWithTLSConfig(&tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{p.other}}))
-		if err == nil {
-			err = c.Bind(alice, "alice-pw")
-			c.Close()
-		}
-		if err == nil {
+		if err := p.bindLDAPS(h.addr, p.other); err == nil {
 			t.Fatal("bind with an unpinned certificate succeeded")
 		}
 	})
