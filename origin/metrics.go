@@ -21,14 +21,19 @@ const (
 
 type metrics struct {
 	conns    *prometheus.CounterVec
+	okConns  [4]prometheus.Counter // conns{header, "ok"}, indexed like headers
 	spoofed  prometheus.Counter
 	timeouts prometheus.Counter
 	active   prometheus.Gauge
 	entries  prometheus.GaugeFunc
 }
 
+// headers are the values of the header label, in the order of
+// metrics.okConns.
+var headers = [4]string{HeaderV2, HeaderV1, HeaderLocal, HeaderNone}
+
 func newMetrics(table *PeerTable) *metrics {
-	return &metrics{
+	m := &metrics{
 		conns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgefleet_origin_connections_total",
 			Help: "Connections accepted by the origin front, by header seen and outcome.",
@@ -50,6 +55,21 @@ func newMetrics(table *PeerTable) *metrics {
 			Help: "Entries in the peer table (one per open inner connection).",
 		}, func() float64 { return float64(table.Len()) }),
 	}
+	for i, h := range headers {
+		m.okConns[i] = m.conns.WithLabelValues(h, ResultOK)
+	}
+	return m
+}
+
+// ok is the counter of forwarded connections with header h, resolved once
+// rather than looked up by label for every connection.
+func (m *metrics) ok(h string) prometheus.Counter {
+	for i, v := range headers {
+		if v == h {
+			return m.okConns[i]
+		}
+	}
+	return m.conns.WithLabelValues(h, ResultOK)
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {

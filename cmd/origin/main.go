@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 )
 
 // drainTimeout is how long SIGTERM/SIGINT waits for open connections before
@@ -88,7 +89,7 @@ func run(cfg originFile) error {
 	}
 	var lns []net.Listener
 	for _, addr := range cfg.Front.Listen {
-		ln, err := net.Listen("tcp", addr)
+		ln, err := frontListen(addr)
 		if err != nil {
 			fatal(fmt.Errorf("front.listen: %w", err))
 		}
@@ -177,4 +178,40 @@ func run(cfg originFile) error {
 		os.Exit(1)
 	}
 	return nil
+}
+
+// Go's default keepalive for accepted connections: idle and interval 15s,
+// 9 probes.
+const (
+	keepaliveSecs  = 15
+	keepaliveCount = 9
+)
+
+// frontListen listens for the front with Go's default keepalive set once
+// on the listening socket, which accepted sockets inherit, instead of
+// four setsockopt calls on each accepted connection.
+func frontListen(addr string) (net.Listener, error) {
+	lc := net.ListenConfig{
+		KeepAlive: -1,
+		Control: func(network, address string, c syscall.RawConn) error {
+			var serr error
+			err := c.Control(func(fd uintptr) {
+				for _, o := range [][3]int{
+					{unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1},
+					{unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, keepaliveSecs},
+					{unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, keepaliveSecs},
+					{unix.IPPROTO_TCP, unix.TCP_KEEPCNT, keepaliveCount},
+				} {
+					if serr = unix.SetsockoptInt(int(fd), o[0], o[1], o[2]); serr != nil {
+						return
+					}
+				}
+			})
+			if err == nil {
+				err = serr
+			}
+			return err
+		},
+	}
+	return lc.Listen(context.Background(), "tcp", addr)
 }

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"net"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestFrontListenKeepalive checks that a connection accepted on
+// frontListen's listener has Go's default keepalive, inherited from the
+// listening socket rather than set per connection.
+func TestFrontListenKeepalive(t *testing.T) {
+	ln, err := frontListen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	raw, err := c.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name       string
+		level, opt int
+		want       int
+	}{
+		{"SO_KEEPALIVE", unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1},
+		{"TCP_KEEPIDLE", unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, keepaliveSecs},
+		{"TCP_KEEPINTVL", unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, keepaliveSecs},
+		{"TCP_KEEPCNT", unix.IPPROTO_TCP, unix.TCP_KEEPCNT, keepaliveCount},
+		{"TCP_NODELAY", unix.IPPROTO_TCP, unix.TCP_NODELAY, 1},
+	} {
+		var got int
+		var gerr error
+		if err := raw.Control(func(fd uintptr) { got, gerr = unix.GetsockoptInt(int(fd), tt.level, tt.opt) }); err != nil {
+			t.Fatal(err)
+		}
+		if gerr != nil {
+			t.Fatalf("%s: %v", tt.name, gerr)
+		}
+		if got != tt.want {
+			t.Errorf("%s = %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
