@@ -309,10 +309,12 @@ func (s *session) closed(res splice.Result, port int, token uint64) {
 	f := s.f
 	f.table.remove(port, token)
 	if res.Up != 0 || res.Down != 0 {
-		f.log.Info("connection closed",
-			"id", s.id, "claimed", s.claimed, "measured", s.measured, "edge", s.edge,
-			"header", s.header, "inner_port", port, "bytes_up", res.Up, "bytes_down", res.Down,
-			"duration", f.now().Sub(s.start), "reason", res.Reason)
+		// Typed attributes: no value boxed into an interface.
+		f.log.LogAttrs(context.Background(), slog.LevelInfo, "connection closed",
+			slog.String("id", s.id), slog.String("claimed", s.claimed), slog.String("measured", s.measured),
+			slog.String("edge", s.edge), slog.String("header", s.header), slog.Int("inner_port", port),
+			slog.Int64("bytes_up", res.Up), slog.Int64("bytes_down", res.Down),
+			slog.Duration("duration", f.now().Sub(s.start)), slog.String("reason", res.Reason))
 	}
 	s.end()
 }

@@ -271,19 +271,21 @@ func (e *Edge) closed(rc *conn, id, origin string, start time.Time, res splice.R
 	if res.Up == 0 && res.Down == 0 {
 		return // silent: a connection that carried nothing writes no line
 	}
-	attrs := []any{
-		"id", id,
-		"client", rc.client.RemoteAddr().String(),
-		"origin", origin,
-		"bytes_up", res.Up,
-		"bytes_down", res.Down,
-		"duration", time.Since(start).Round(time.Millisecond),
-		"reason", reason,
-	}
+	// Typed attributes: no value boxed into an interface.
+	attrs := make([]slog.Attr, 0, 8)
+	attrs = append(attrs,
+		slog.String("id", id),
+		slog.String("client", rc.client.RemoteAddr().String()),
+		slog.String("origin", origin),
+		slog.Int64("bytes_up", res.Up),
+		slog.Int64("bytes_down", res.Down),
+		slog.Duration("duration", time.Since(start).Round(time.Millisecond)),
+		slog.String("reason", reason),
+	)
 	if res.Err != nil && reason != ResultDrain {
-		attrs = append(attrs, "err", res.Err)
+		attrs = append(attrs, slog.Any("err", res.Err))
 	}
-	e.log.Info("connection closed", attrs...)
+	e.log.LogAttrs(context.Background(), slog.LevelInfo, "connection closed", attrs...)
 }
 
 // done forgets rc and wakes Shutdown when it was the last one.
