@@ -100,8 +100,9 @@ func (f *Front) now() time.Time {
 	return time.Now()
 }
 
-// Serve accepts connections on ln and handles each in its own goroutine
-// until Shutdown, when it returns nil. The accept loop never reads.
+// Serve accepts connections on ln and handles each in a goroutine of its
+// own (an idle one reused when there is one) until Shutdown, when it
+// returns nil. The accept loop never reads.
 func (f *Front) Serve(ln net.Listener) error {
 	f.mu.Lock()
 	if f.closing {
