@@ -129,29 +129,8 @@ func burst(dst, src syscall.RawConn) (n int64, eof bool, rerr, werr error) {
 			return n, m == 0 && serr == nil, nil, nil
 		}
 		// Drain the pipe into dst, waiting for dst to be writable as needed.
-		rem := int(m)
-		var werr2 error
-		err = dst.Write(func(fd uintptr) bool {
-			for rem > 0 {
-				w, e := unix.Splice(p.r, nil, int(fd), nil, rem, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
-				if e == unix.EINTR {
-					continue
-				}
-				if e == unix.EAGAIN {
-					return false
-				}
-				if e != nil {
-					werr2 = os.NewSyscallError("splice", e)
-					return true
-				}
-				rem -= int(w)
-				n += w
-			}
-			return true
-		})
-		if err == nil {
-			err = werr2
-		}
+		w, err := drain(dst, p, m)
+		n += w
 		if err != nil {
 			// The pipe may still hold bytes: it cannot go back to the pool.
 			p.close()
