@@ -89,7 +89,7 @@ func TestStream1GiBBothWays(t *testing.T) {
 	same(t, "client to origin", <-clientSent, <-originGot, size)
 	same(t, "origin to client", <-originSent, clientGot, size)
 
-	line := e.logs.waitLines(t, "connection closed", 1)[0]
+	line := e.waitLines(t, "connection closed", 1)[0]
 	if line["bytes_up"] != float64(size) || line["bytes_down"] != float64(size) || line["reason"] != ResultEOF {
 		t.Fatalf("log line %v", line)
 	}
@@ -139,7 +139,7 @@ func TestHalfClose(t *testing.T) {
 			}
 			same(t, "client to origin", clientSent, <-originGot, size)
 			same(t, "origin to client", <-originSent, clientGot, size)
-			line := e.logs.waitLines(t, "connection closed", 1)[0]
+			line := e.waitLines(t, "connection closed", 1)[0]
 			if line["reason"] != ResultEOF {
 				t.Fatalf("log line %v", line)
 			}
@@ -172,7 +172,7 @@ func TestProxyHeader(t *testing.T) {
 			if b := <-first; string(b) != "hello" {
 				t.Fatalf("payload after the header = %q", b)
 			}
-			line := e.logs.waitLines(t, "connection closed", 1)[0]
+			line := e.waitLines(t, "connection closed", 1)[0]
 			if line["client"] != c.LocalAddr().String() || line["origin"] != o.addr {
 				t.Fatalf("log line %v", line)
 			}
@@ -233,6 +233,7 @@ func TestUniqueIDs(t *testing.T) {
 // TestOriginDown covers origins that refuse, black-hole, or are all down.
 func TestOriginDown(t *testing.T) {
 	const timeout = 300 * time.Millisecond
+	refusedAddr := func(t testing.TB) string { return testbed.FreeAddr(t, "127.0.0.1") }
 	for _, tc := range []struct {
 		name    string
 		first   func(t testing.TB) string
@@ -277,7 +278,7 @@ func TestOriginDown(t *testing.T) {
 				if v := e.value(t, "edgefleet_edge_origin_up", "origin", second); v != 0 {
 					t.Fatalf("origin_up{%s} = %v", second, v)
 				}
-				if n := len(e.logs.lines(t, "connection closed")); n != 0 {
+				if n := len(e.logs.JSONLines("connection closed")); n != 0 {
 					t.Fatalf("%d connection lines for a connection that carried nothing", n)
 				}
 				return
@@ -285,10 +286,10 @@ func TestOriginDown(t *testing.T) {
 			if got != "ping" {
 				t.Fatalf("echo through the second origin = %q", got)
 			}
-			if line := e.logs.waitLines(t, "connection closed", 1)[0]; line["origin"] != second {
+			if line := e.waitLines(t, "connection closed", 1)[0]; line["origin"] != second {
 				t.Fatalf("relayed to %v, want %v", line["origin"], second)
 			}
-			if off := e.logs.lines(t, "origin offline"); len(off) != 1 || off[0]["origin"] != first {
+			if off := e.logs.JSONLines("origin offline"); len(off) != 1 || off[0]["origin"] != first {
 				t.Fatalf("origin offline lines: %v", off)
 			}
 			// The OFFLINE origin is not tried again: the next connection goes
@@ -312,18 +313,18 @@ func TestOriginDown(t *testing.T) {
 // one is tried.
 func TestOfflineRetry(t *testing.T) {
 	const retry = time.Minute
-	clock := newFakeClock()
-	aAddr := refusedAddr(t)
+	clock := testbed.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	aAddr := testbed.FreeAddr(t, "127.0.0.1")
 	b := startOrigin(t, true, echo)
 	e := startEdge(t, Config{Origins: []string{aAddr, b.addr}, OfflineRetry: retry},
 		func(e *Edge) { e.now = clock.Now })
 	via := func() string {
 		t.Helper()
-		n := len(e.logs.lines(t, "connection closed"))
+		n := len(e.logs.JSONLines("connection closed"))
 		if got := roundTrip(t, e.addr, "x"); got != "x" {
 			t.Fatalf("echo = %q", got)
 		}
-		return e.logs.waitLines(t, "connection closed", n+1)[n]["origin"].(string)
+		return e.waitLines(t, "connection closed", n+1)[n]["origin"].(string)
 	}
 
 	if got := via(); got != b.addr { // A refused: OFFLINE from now
@@ -471,7 +472,7 @@ func TestShutdown(t *testing.T) {
 					t.Fatalf("connection still open after drain_timeout: read %d", n)
 				}
 			}
-			if line := e.logs.waitLines(t, "connection closed", 1)[0]; line["reason"] != want {
+			if line := e.waitLines(t, "connection closed", 1)[0]; line["reason"] != want {
 				t.Fatalf("reason %v, want %s", line["reason"], want)
 			}
 		})
@@ -508,7 +509,7 @@ func TestZeroByteSilent(t *testing.T) {
 	}
 	e.waitValue(t, 3, "edgefleet_edge_connections_total", "result", ResultEmpty)
 	roundTrip(t, e.addr, "x")
-	lines := e.logs.waitLines(t, "connection closed", 1)
+	lines := e.waitLines(t, "connection closed", 1)
 	if len(lines) != 1 || lines[0]["bytes_up"] != float64(1) {
 		t.Fatalf("log lines %v, want only the one that carried a byte", lines)
 	}

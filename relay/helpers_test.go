@@ -2,17 +2,16 @@ package relay
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/pires/go-proxyproto"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -24,7 +23,7 @@ type testEdge struct {
 	*Edge
 	addr string
 	reg  *prometheus.Registry
-	logs *logBuffer
+	logs *testbed.Buffer
 }
 
 func startEdge(t *testing.T, cfg Config, tweak ...func(*Edge)) *testEdge {
@@ -51,7 +50,7 @@ func startEdge(t *testing.T, cfg Config, tweak ...func(*Edge)) *testEdge {
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = def.DrainTimeout
 	}
-	logs := &logBuffer{}
+	logs := &testbed.Buffer{}
 	reg := prometheus.NewRegistry()
 	e, err := New(cfg, slog.New(slog.NewJSONHandler(logs, nil)), reg)
 	if err != nil {
@@ -153,50 +152,17 @@ func (te *testEdge) waitValue(t *testing.T, want float64, name string, labels ..
 
 func fmtFloat(f float64) string { b, _ := json.Marshal(f); return string(b) }
 
-// logBuffer collects JSON log lines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// lines returns the decoded lines whose msg is msg.
-func (l *logBuffer) lines(t *testing.T, msg string) []map[string]any {
-	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(l.b.String()), "\n") {
-		if line == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		if m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 // waitLines waits until n lines with msg were logged and returns them.
-func (l *logBuffer) waitLines(t *testing.T, msg string, n int) []map[string]any {
+func (te *testEdge) waitLines(t *testing.T, msg string, n int) []map[string]any {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		got := l.lines(t, msg)
+		got := te.logs.JSONLines(msg)
 		if len(got) >= n {
 			return got
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d %q log lines, want %d; log:\n%s", len(got), msg, n, l.b.String())
+			t.Fatalf("%d %q log lines, want %d; log:\n%s", len(got), msg, n, te.logs.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -233,32 +199,17 @@ func startOrigin(t *testing.T, withHeader bool, handle func(c originConn)) *test
 
 func serveOrigin(t *testing.T, ln net.Listener, withHeader bool, handle func(c originConn)) *testOrigin {
 	o := &testOrigin{ln: ln, addr: ln.Addr().String(), headers: make(chan *proxyproto.Header, 100)}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
+	testbed.ServeConns(t, ln, func(c net.Conn) {
+		oc := originConn{c.(*net.TCPConn), bufio.NewReaderSize(c, 64<<10)}
+		if withHeader {
+			h, err := proxyproto.Read(oc.r)
 			if err != nil {
 				return
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				oc := originConn{c.(*net.TCPConn), bufio.NewReaderSize(c, 64<<10)}
-				if withHeader {
-					h, err := proxyproto.Read(oc.r)
-					if err != nil {
-						return
-					}
-					o.headers <- h
-				}
-				handle(oc)
-			}()
+			o.headers <- h
 		}
-	}()
+		handle(oc)
+	})
 	return o
 }
 
@@ -266,38 +217,6 @@ func serveOrigin(t *testing.T, ln net.Listener, withHeader bool, handle func(c o
 func echo(c originConn) {
 	io.Copy(c.tcp, c.r)
 	c.CloseWrite()
-}
-
-// refusedAddr is a loopback address where nothing listens.
-func refusedAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := ln.Addr().String()
-	ln.Close()
-	return a
-}
-
-// fakeClock is the OFFLINE clock of a test.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
 }
 
 // roundTrip connects through the edge, sends msg, half-closes and returns

@@ -40,7 +40,7 @@ frontend fe
 	}
 	body, _ := io.ReadAll(resp.Body)
 	c.Close()
-	line := e.logs.waitLines(t, "connection closed", 1)[0]
+	line := e.waitLines(t, "connection closed", 1)[0]
 	want := c.LocalAddr().String() + " " + line["id"].(string) + " " + e.addr
 	if resp.StatusCode != 200 || string(body) != want {
 		t.Fatalf("HAProxy saw %q (status %d), want %q", body, resp.StatusCode, want)
