@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/edgefleet/edgefleet/relay"
 )
 
@@ -23,7 +24,7 @@ func TestThroughOurEdge(t *testing.T) {
 			cfg.Name = "edge-ams-1"
 			cfg.Origins = []string{h.addr}
 			cfg.ProxyProtocol = version
-			edgeLogs := &logBuffer{}
+			edgeLogs := &testbed.Buffer{}
 			edge, err := relay.New(cfg, slog.New(slog.NewJSONHandler(edgeLogs, nil)), nil)
 			if err != nil {
 				t.Fatal(err)
@@ -43,8 +44,8 @@ func TestThroughOurEdge(t *testing.T) {
 			p := roundTrip(t, c, nil, payload)
 			c.Close()
 			h.settled()
-			eventually(t, "the edge's close line", func() bool { return len(edgeLogs.lines("connection closed")) == 1 })
-			edgeLine := edgeLogs.lines("connection closed")[0]
+			eventually(t, "the edge's close line", func() bool { return len(edgeLogs.JSONLines("connection closed")) == 1 })
+			edgeLine := edgeLogs.JSONLines("connection closed")[0]
 
 			if p.Claimed != c.LocalAddr().String() || hostOf(t, p.Measured) != "127.0.0.1" {
 				t.Fatalf("inner saw claimed %q measured %q; want claimed %s, measured the edge (127.0.0.1:*)", p.Claimed, p.Measured, c.LocalAddr())
@@ -60,7 +61,7 @@ func TestThroughOurEdge(t *testing.T) {
 			if version == relay.ProxyV2 && p.ID == "" {
 				t.Fatal("the edge sent no unique id")
 			}
-			lines := h.logs.lines("connection closed")
+			lines := h.logs.JSONLines("connection closed")
 			if len(lines) != 1 || lines[0]["id"] != p.ID || lines[0]["claimed"] != p.Claimed || lines[0]["edge"] != p.Edge {
 				t.Fatalf("front's close line %v does not match %+v", lines, p)
 			}

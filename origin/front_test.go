@@ -65,7 +65,7 @@ func TestForward(t *testing.T) {
 			h.settled()
 
 			var line map[string]any
-			for _, l := range h.logs.lines("connection closed") {
+			for _, l := range h.logs.JSONLines("connection closed") {
 				if l["inner_port"] == float64(p.InnerPort) {
 					line = l
 				}
@@ -120,11 +120,11 @@ func TestSpoofedHeaders(t *testing.T) {
 	if n := h.inner.count(); n != 0 {
 		t.Errorf("inner was dialled %d times for spoofed headers", n)
 	}
-	lines := h.logs.lines("spoofed proxy header")
+	lines := h.logs.JSONLines("spoofed proxy header")
 	if len(lines) != 3 || hostOf(t, lines[0]["measured"].(string)) != "127.0.0.3" || lines[0]["reason"] != ResultSpoofed {
 		t.Errorf("spoof log lines: %v", lines)
 	}
-	if len(h.logs.lines("connection closed")) != 0 {
+	if len(h.logs.JSONLines("connection closed")) != 0 {
 		t.Error("a spoofed connection was logged as forwarded")
 	}
 }
@@ -142,7 +142,7 @@ func TestSpoofLogIsRateLimited(t *testing.T) {
 	if got := h.metric("edgefleet_origin_spoofed_headers_total", nil); got != n {
 		t.Fatalf("spoofed_headers_total = %v, want %d (every one counted)", got, n)
 	}
-	if got := len(h.logs.lines("spoofed proxy header")); got != refusalLogBurst {
+	if got := len(h.logs.JSONLines("spoofed proxy header")); got != refusalLogBurst {
 		t.Fatalf("%d log lines for %d spoofs within one window, want %d", got, n, refusalLogBurst)
 	}
 }
@@ -187,7 +187,7 @@ func TestRequireHeader(t *testing.T) {
 	if got := h.metric(conns(HeaderNone, ResultNoHeader)); got != 1 {
 		t.Errorf("connections_total{none,no-header} = %v, want 1", got)
 	}
-	if lines := h.logs.lines("proxy header required"); len(lines) != 1 {
+	if lines := h.logs.JSONLines("proxy header required"); len(lines) != 1 {
 		t.Errorf("log lines: %v", lines)
 	}
 }
@@ -230,7 +230,7 @@ func TestBadHeaders(t *testing.T) {
 	if n := h.inner.count(); n != 0 {
 		t.Errorf("inner dialled %d times for bad headers", n)
 	}
-	if got := len(h.logs.lines("bad proxy header")); got != refusalLogBurst {
+	if got := len(h.logs.JSONLines("bad proxy header")); got != refusalLogBurst {
 		t.Errorf("%d bad-header log lines, want %d (rate limited)", got, refusalLogBurst)
 	}
 }
@@ -306,7 +306,7 @@ func TestHeaderTimeout(t *testing.T) {
 				cfg.TrustedEdges = []string{"127.0.0.2"}
 				cfg.Inner = "127.0.0.1:1" // never dialled
 				reg := prometheus.NewRegistry()
-				logs := &logBuffer{}
+				logs := &testbed.Buffer{}
 				f, err := New(cfg, NewPeerTable(), slog.New(slog.NewJSONHandler(logs, nil)), reg)
 				if err != nil {
 					t.Fatal(err)
@@ -342,7 +342,7 @@ func TestHeaderTimeout(t *testing.T) {
 				if got := metricValue(t, reg, "edgefleet_origin_connections_total", map[string]string{"header": tt.header, "result": ResultTimeout}); got != 1 {
 					t.Errorf("connections_total{%s,timeout} = %v", tt.header, got)
 				}
-				if got := len(logs.lines("proxy header timeout")); got != boolInt(tt.logged) {
+				if got := len(logs.JSONLines("proxy header timeout")); got != boolInt(tt.logged) {
 					t.Errorf("%d log lines, want %d:\n%s", got, boolInt(tt.logged), logs.String())
 				}
 			})
@@ -406,7 +406,7 @@ func TestSilentConnectionsDoNotBlockOthers(t *testing.T) {
 	if got := h.metric("edgefleet_origin_header_timeouts_total", nil); got != 0 {
 		t.Errorf("header_timeouts_total = %v", got)
 	}
-	if got := len(h.logs.lines("connection closed")); got != 50 {
+	if got := len(h.logs.JSONLines("connection closed")); got != 50 {
 		t.Errorf("%d close lines, want 50 (silent connections leave none)", got)
 	}
 }
@@ -458,7 +458,7 @@ func TestInnerDown(t *testing.T) {
 	if got := h.metric(conns(HeaderV2, ResultInnerError)); got != 1 {
 		t.Fatalf("connections_total{v2,inner-error} = %v", got)
 	}
-	if lines := h.logs.lines("dial inner failed"); len(lines) != 1 || lines[0]["level"] != "ERROR" {
+	if lines := h.logs.JSONLines("dial inner failed"); len(lines) != 1 || lines[0]["level"] != "ERROR" {
 		t.Fatalf("log: %v", h.logs.String())
 	}
 }
@@ -575,7 +575,7 @@ func TestBulkBothWaysWithHalfClose(t *testing.T) {
 	}
 	c.Close()
 	h.settled()
-	lines := h.logs.lines("connection closed")
+	lines := h.logs.JSONLines("connection closed")
 	if len(lines) != 1 || lines[0]["bytes_up"] != float64(len(up)) || lines[0]["bytes_down"] != float64(len(down)) || lines[0]["reason"] != "eof" {
 		t.Fatalf("close line %v", lines)
 	}
@@ -637,7 +637,7 @@ func TestDualStackListener(t *testing.T) {
 			c.Write(v2Header(t, "192.0.2.66:1", "198.51.100.1:636", "", ""))
 			expectClosed(t, c)
 			eventually(t, "spoof counted", func() bool { return h.metric("edgefleet_origin_spoofed_headers_total", nil) == 1 })
-			if lines := h.logs.lines("spoofed proxy header"); len(lines) != 1 || lines[0]["measured"] != c.LocalAddr().String() {
+			if lines := h.logs.JSONLines("spoofed proxy header"); len(lines) != 1 || lines[0]["measured"] != c.LocalAddr().String() {
 				t.Fatalf("spoof log: %v (measured must be the IPv4 form %s)", lines, c.LocalAddr())
 			}
 		})
@@ -688,7 +688,7 @@ func TestHeaderTimeoutRealSockets(t *testing.T) {
 	if a, b := h.metric(conns(HeaderNone, ResultTimeout)), h.metric(conns(HeaderV1, ResultTimeout)); a != 1 || b != 1 {
 		t.Errorf("connections_total timeout: none=%v v1=%v, want 1, 1", a, b)
 	}
-	if lines := h.logs.lines("proxy header timeout"); len(lines) != 1 || hostOf(t, lines[0]["measured"].(string)) != "127.0.0.2" {
+	if lines := h.logs.JSONLines("proxy header timeout"); len(lines) != 1 || hostOf(t, lines[0]["measured"].(string)) != "127.0.0.2" {
 		t.Errorf("timeout log lines (only the trickler's, the silent one is not logged): %v", lines)
 	}
 	if n := h.inner.count(); n != 1 {

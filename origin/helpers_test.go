@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -25,7 +26,7 @@ type harness struct {
 	front *Front
 	table *PeerTable
 	reg   *prometheus.Registry
-	logs  *logBuffer
+	logs  *testbed.Buffer
 	addr  string // the front's address
 	inner *echoInner
 	clock *testClock
@@ -66,7 +67,7 @@ func newHarnessWith(t *testing.T, ip string, startInner func(*PeerTable) string,
 		// every harness of the test has shut down.
 		t.Cleanup(func() { leakChecked.Delete(t); noFrontGoroutines(t) })
 	}
-	h := &harness{t: t, table: NewPeerTable(), reg: prometheus.NewRegistry(), logs: &logBuffer{}}
+	h := &harness{t: t, table: NewPeerTable(), reg: prometheus.NewRegistry(), logs: &testbed.Buffer{}}
 	h.cfg = DefaultConfig()
 	if startInner != nil {
 		h.cfg.Inner = startInner(h.table)
@@ -327,36 +328,6 @@ func value(m *dto.Metric) float64 {
 
 func conns(header, result string) (string, map[string]string) {
 	return "edgefleet_origin_connections_total", map[string]string{"header": header, "result": result}
-}
-
-// logBuffer collects JSON log lines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// lines returns the decoded log lines whose msg is msg.
-func (l *logBuffer) lines(msg string) []map[string]any {
-	var out []map[string]any
-	for _, s := range strings.Split(strings.TrimSpace(l.String()), "\n") {
-		var m map[string]any
-		if json.Unmarshal([]byte(s), &m) == nil && m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
 }
 
 func hostOf(t testing.TB, addr string) string {

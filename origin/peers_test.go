@@ -88,13 +88,13 @@ backend be_untrusted
 	if got := h.metric(conns(HeaderV2, ResultSpoofed)); got != 1 {
 		t.Errorf("connections_total{v2,spoofed} = %v", got)
 	}
-	if lines := h.logs.lines("spoofed proxy header"); len(lines) != 1 || hostOf(t, lines[0]["measured"].(string)) != "127.0.0.3" {
+	if lines := h.logs.JSONLines("spoofed proxy header"); len(lines) != 1 || hostOf(t, lines[0]["measured"].(string)) != "127.0.0.3" {
 		t.Errorf("spoof log lines: %v", lines)
 	}
 
 	// Health checks: LOCAL header, no payload, counted and never logged.
 	eventually(t, "a LOCAL health check", func() bool { return h.metric(conns(HeaderLocal, ResultOK)) >= 1 })
-	for _, l := range h.logs.lines("connection closed") {
+	for _, l := range h.logs.JSONLines("connection closed") {
 		if l["header"] != HeaderV2 || l["claimed"] == "" {
 			t.Errorf("unexpected close line %v", l)
 		}
