@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"net"
 	"testing"
+
+	"github.com/edgefleet/edgefleet/internal/testbed"
 )
 
 // BenchmarkShortConnection measures one short connection through the
@@ -16,23 +18,13 @@ func BenchmarkShortConnection(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer inner.Close()
-	go func() {
-		for {
-			c, err := inner.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				var one [1]byte
-				if _, err := io.ReadFull(c, one[:]); err == nil {
-					c.Write(one[:])
-					io.Copy(io.Discard, c)
-				}
-			}()
+	testbed.ServeConns(b, inner, func(c net.Conn) {
+		var one [1]byte
+		if _, err := io.ReadFull(c, one[:]); err == nil {
+			c.Write(one[:])
+			io.Copy(io.Discard, c)
 		}
-	}()
+	})
 	cfg := DefaultConfig()
 	cfg.Inner = inner.Addr().String()
 	cfg.TrustedEdges = []string{"127.0.0.2"}

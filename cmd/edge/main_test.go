@@ -152,25 +152,15 @@ func echoOrigin(t *testing.T, tag string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				r := bufio.NewReader(c)
-				if _, err := proxyproto.Read(r); err != nil {
-					return
-				}
-				io.WriteString(c, tag)
-				io.Copy(c, r)
-				c.(*net.TCPConn).CloseWrite()
-			}()
+	testbed.ServeConns(t, ln, func(c net.Conn) {
+		r := bufio.NewReader(c)
+		if _, err := proxyproto.Read(r); err != nil {
+			return
 		}
-	}()
+		io.WriteString(c, tag)
+		io.Copy(c, r)
+		c.(*net.TCPConn).CloseWrite()
+	})
 	return ln.Addr().String()
 }
 

@@ -44,27 +44,17 @@ func TestFrontBinary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer inner.Close()
-	go func() {
-		for {
-			c, err := inner.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				c.Read(make([]byte, 512)) // the client speaks first
-				port := c.RemoteAddr().(*net.TCPAddr).Port
-				resp, err := http.Get("http://" + peersAPI + "/peers/" + strconv.Itoa(port))
-				if err != nil {
-					fmt.Fprintf(c, "error: %v", err)
-					return
-				}
-				io.Copy(c, resp.Body)
-				resp.Body.Close()
-			}()
+	testbed.ServeConns(t, inner, func(c net.Conn) {
+		c.Read(make([]byte, 512)) // the client speaks first
+		port := c.RemoteAddr().(*net.TCPAddr).Port
+		resp, err := http.Get("http://" + peersAPI + "/peers/" + strconv.Itoa(port))
+		if err != nil {
+			fmt.Fprintf(c, "error: %v", err)
+			return
 		}
-	}()
+		io.Copy(c, resp.Body)
+		resp.Body.Close()
+	})
 
 	dir := t.TempDir()
 	cfg := testbed.WriteFile(t, dir, "origin.yaml", fmt.Sprintf(`front:
