@@ -251,16 +251,7 @@ func TestZeroByteConnections(t *testing.T) {
 
 	// A LOCAL header then close, to an inner that sends nothing: no line.
 	silentInner, _ := net.Listen("tcp", "127.0.0.1:0")
-	defer silentInner.Close()
-	go func() {
-		for {
-			c, err := silentInner.Accept()
-			if err != nil {
-				return
-			}
-			go func() { buf := make([]byte, 1); c.Read(buf); c.Close() }()
-		}
-	}()
+	testbed.ServeConns(t, silentInner, func(c net.Conn) { c.Read(make([]byte, 1)) })
 	quiet := newHarness(t, func(c *Config) { c.Inner = silentInner.Addr().String() })
 	c := quiet.dialFrom("127.0.0.2")
 	c.Write(v2Raw(0x20, 0x00, 0, nil))

@@ -193,32 +193,22 @@ func startTLSInner(t *testing.T, table *PeerTable) *tlsInner {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
 	in := &tlsInner{
 		addr:   ln.Addr().String(),
 		caPEM:  pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		result: make(chan tlsResult, 16),
 	}
 	conf := &tls.Config{Certificates: []tls.Certificate{cert}}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				p, ok := table.Lookup(c.RemoteAddr().(*net.TCPAddr).Port)
-				tc := tls.Server(c, conf)
-				tc.SetDeadline(time.Now().Add(10 * time.Second))
-				err := tc.Handshake()
-				in.result <- tlsResult{peer: p, found: ok, version: tc.ConnectionState().Version, err: err}
-				if err == nil {
-					io.Copy(tc, tc)
-				}
-			}()
+	testbed.ServeConns(t, ln, func(c net.Conn) {
+		p, ok := table.Lookup(c.RemoteAddr().(*net.TCPAddr).Port)
+		tc := tls.Server(c, conf)
+		tc.SetDeadline(time.Now().Add(10 * time.Second))
+		err := tc.Handshake()
+		in.result <- tlsResult{peer: p, found: ok, version: tc.ConnectionState().Version, err: err}
+		if err == nil {
+			io.Copy(tc, tc)
 		}
-	}()
+	})
 	return in
 }
 
