@@ -22,10 +22,11 @@ deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 		echo "deps: installing $$missing"; \
-		export DEBIAN_FRONTEND=noninteractive; \
-		apt-get install -y -q --no-install-recommends $$missing >/tmp/edgefleet-apt.log 2>&1 || \
-		{ apt-get update -q >>/tmp/edgefleet-apt.log 2>&1 && apt-get install -y -q --no-install-recommends $$missing >>/tmp/edgefleet-apt.log 2>&1; } || \
-		{ tail -20 /tmp/edgefleet-apt.log; exit 1; }; \
+		export DEBIAN_FRONTEND=noninteractive; log=$$(mktemp); \
+		apt-get install -y -q --no-install-recommends $$missing >$$log 2>&1 || \
+		{ apt-get update -q >>$$log 2>&1 && apt-get install -y -q --no-install-recommends $$missing >>$$log 2>&1; } || \
+		{ tail -20 $$log; rm -f $$log; exit 1; }; \
+		rm -f $$log; \
 	fi
 	@$(GO) mod download
 
