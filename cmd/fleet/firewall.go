@@ -55,8 +55,8 @@ IPv6, through the iptables backend dockerd uses.`,
 				p, err = firewall.NewPlan(c, 1)
 			} else {
 				var fw *firewall.Firewall
-				if fw, err = firewall.Open(fl.backend, c.Chain); err != nil {
-					return exitError{1, err}
+				if fw, err = openFirewall(fl.backend, c.Chain); err != nil {
+					return err
 				}
 				p, err = fw.Plan(c)
 			}
@@ -78,9 +78,9 @@ IPv6, through the iptables backend dockerd uses.`,
 			if err != nil {
 				return err
 			}
-			fw, err := firewall.Open(fl.backend, c.Chain)
+			fw, err := openFirewall(fl.backend, c.Chain)
 			if err != nil {
-				return exitError{1, err}
+				return err
 			}
 			p, err := fw.Plan(c)
 			if err != nil {
@@ -108,9 +108,9 @@ IPv6, through the iptables backend dockerd uses.`,
 			if err != nil {
 				return err
 			}
-			fw, err := firewall.Open(fl.backend, c.Chain)
+			fw, err := openFirewall(fl.backend, c.Chain)
 			if err != nil {
-				return exitError{1, err}
+				return err
 			}
 			rep, err := fw.Check(c)
 			if err != nil {
@@ -130,9 +130,9 @@ IPv6, through the iptables backend dockerd uses.`,
 		Short: "delete every jump and EDGEFLEET chain (the origin ports are open again)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fw, err := firewall.Open(fl.backend, fl.chain)
+			fw, err := openFirewall(fl.backend, fl.chain)
 			if err != nil {
-				return exitError{1, err}
+				return err
 			}
 			if err := fw.Remove(); err != nil {
 				return exitError{1, err}
@@ -153,9 +153,9 @@ IPv6, through the iptables backend dockerd uses.`,
 			if fl.interval <= 0 {
 				return fmt.Errorf("--interval: %v is not positive", fl.interval)
 			}
-			fw, err := firewall.Open(fl.backend, c.Chain)
+			fw, err := openFirewall(fl.backend, c.Chain)
 			if err != nil {
-				return exitError{1, err}
+				return err
 			}
 			// Refusals no wait can cure (an empty edge list, a bad address)
 			// stop here; a missing hook chain (dockerd not up yet) is waited
@@ -201,4 +201,20 @@ func firewallConfig(inv deploy.Config, fl firewallFlags) firewall.Config {
 		c.Edges = append(c.Edges, firewall.Edge{Name: e.Name, IPv4: e.IPv4, IPv6: e.IPv6})
 	}
 	return c
+}
+
+// openFirewall opens the iptables backend: a --backend value that is not
+// one of the three is a bad configuration (exit 2); a backend that cannot be
+// used (no binary) is a failure (exit 1).
+func openFirewall(backend, chain string) (*firewall.Firewall, error) {
+	switch backend {
+	case "", "auto", firewall.BackendNFT, firewall.BackendLegacy:
+	default:
+		return nil, exitError{2, fmt.Errorf("--backend %q: want nft, legacy or auto", backend)}
+	}
+	fw, err := firewall.Open(backend, chain)
+	if err != nil {
+		return nil, exitError{1, err}
+	}
+	return fw, nil
 }

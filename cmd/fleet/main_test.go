@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -53,5 +54,21 @@ log: {format: json}
 				t.Fatalf("loaded %+v", f)
 			}
 		})
+	}
+}
+
+// TestBadBackendIsConfigError: a --backend that is not nft, legacy or auto
+// is a bad configuration (exit 2), never mistaken for a rule diff (exit 1).
+func TestBadBackendIsConfigError(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fleet.yaml")
+	os.WriteFile(path, []byte("name: ldap.example.net\norigin: {interface: eth0}\nedges: [{name: e1, ipv4: 203.0.113.10}]\n"), 0o600)
+	for _, sub := range []string{"plan", "apply", "check", "remove"} {
+		cmd := newRoot()
+		cmd.SetArgs([]string{"--config", path, "firewall", sub, "--backend", "bogus"})
+		err := cmd.Execute()
+		var ee exitError
+		if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), `--backend "bogus"`) {
+			t.Errorf("%s: err = %v, want exit 2 naming --backend", sub, err)
+		}
 	}
 }
