@@ -79,18 +79,7 @@ backend be_untrusted
 		c.Close()
 	}
 
-	c := dialFrom(t, clientIP, untrusted)
-	c.Write(payload)
-	expectClosed(t, c)
-	eventually(t, "spoofed header counted", func() bool {
-		return h.metric("edgefleet_origin_spoofed_headers_total", nil) == 1
-	})
-	if got := h.metric(conns(HeaderV2, ResultSpoofed)); got != 1 {
-		t.Errorf("connections_total{v2,spoofed} = %v", got)
-	}
-	if lines := h.logs.JSONLines("spoofed proxy header"); len(lines) != 1 || hostOf(t, lines[0]["measured"].(string)) != "127.0.0.3" {
-		t.Errorf("spoof log lines: %v", lines)
-	}
+	expectSpoof(t, h, untrusted, HeaderV2)
 
 	// Health checks: LOCAL header, no payload, counted and never logged.
 	eventually(t, "a LOCAL health check", func() bool { return h.metric(conns(HeaderLocal, ResultOK)) >= 1 })
@@ -119,15 +108,7 @@ server { listen %s; proxy_pass %s; proxy_protocol on; proxy_bind 127.0.0.3; }
 		c.Close()
 	}
 
-	c := dialFrom(t, clientIP, untrusted)
-	c.Write(payload)
-	expectClosed(t, c)
-	eventually(t, "spoofed header counted", func() bool {
-		return h.metric("edgefleet_origin_spoofed_headers_total", nil) == 1
-	})
-	if got := h.metric(conns(HeaderV1, ResultSpoofed)); got != 1 {
-		t.Errorf("connections_total{v1,spoofed} = %v", got)
-	}
+	expectSpoof(t, h, untrusted, HeaderV1)
 	h.settled()
 }
 
@@ -264,4 +245,24 @@ func TestTLSClientWithoutHeader(t *testing.T) {
 		}
 	})
 	h.settled()
+}
+
+// expectSpoof sends a payload through the real proxy listening on
+// untrusted (which binds 127.0.0.3, outside trusted_edges) and checks the
+// front treats its header as a spoof: closed, counted once in both
+// metrics, one refusal line with the measured source.
+func expectSpoof(t *testing.T, h *harness, untrusted, header string) {
+	t.Helper()
+	c := dialFrom(t, clientIP, untrusted)
+	c.Write(payload)
+	expectClosed(t, c)
+	eventually(t, "spoofed header counted", func() bool {
+		return h.metric("edgefleet_origin_spoofed_headers_total", nil) == 1
+	})
+	if got := h.metric(conns(header, ResultSpoofed)); got != 1 {
+		t.Errorf("connections_total{%s,spoofed} = %v", header, got)
+	}
+	if lines := h.logs.JSONLines("spoofed proxy header"); len(lines) != 1 || hostOf(t, lines[0]["measured"].(string)) != "127.0.0.3" {
+		t.Errorf("spoof log lines: %v", lines)
+	}
 }

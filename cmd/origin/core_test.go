@@ -23,6 +23,30 @@ func buildOrigin(t *testing.T) string {
 	return bin
 }
 
+// runWithDLP runs the origin binary with a minimal configuration whose core
+// reads the DLP file dlp, and returns what it printed.
+func runWithDLP(t *testing.T, bin, dlp string) ([]byte, error) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := `front:
+  listen: ["127.0.0.1:0"]
+  inner: 127.0.0.1:1
+peers_api: ""
+metrics: ""
+core:
+  listen: 127.0.0.1:0
+  config: ldap_proxy.json
+`
+	for name, data := range map[string]string{"ldap_proxy.json": dlp, "origin.yaml": cfg} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(bin, "--config", "origin.yaml")
+	cmd.Dir = dir
+	return cmd.CombinedOutput()
+}
+
 // A DLP file with errors stops the origin with exit code 19 and one line
 // per error naming file, line, column, object and key.
 func TestDLPFileErrorsExit19(t *testing.T) {
@@ -52,25 +76,7 @@ func TestDLPFileErrorsExit19(t *testing.T) {
 ]`, []string{`ldap_proxy.json:2:76:`, `LdapServer "S1"`, `"ssl"`}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			if err := os.WriteFile(filepath.Join(dir, "ldap_proxy.json"), []byte(tc.file), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			cfg := `front:
-  listen: ["127.0.0.1:0"]
-  inner: 127.0.0.1:1
-peers_api: ""
-metrics: ""
-core:
-  listen: 127.0.0.1:0
-  config: ldap_proxy.json
-`
-			if err := os.WriteFile(filepath.Join(dir, "origin.yaml"), []byte(cfg), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			cmd := exec.Command(bin, "--config", "origin.yaml")
-			cmd.Dir = dir
-			out, err := cmd.CombinedOutput()
+			out, err := runWithDLP(t, bin, tc.file)
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.ExitCode() != ExitDLP {
 				t.Fatalf("exit: %v, want %d\n%s", err, ExitDLP, out)
@@ -102,28 +108,11 @@ core:
 // mode) and core.default_server is missing.
 func TestPlainModeWithoutDefaultServerIsNotExit19(t *testing.T) {
 	bin := buildOrigin(t)
-	dir := t.TempDir()
 	file := `[
   {"object": "LdapServer", "name": "L1", "host": "127.0.0.1", "port": 389},
   {"object": "LdapProxy", "name": "other", "default": ["L1"]}
 ]`
-	cfg := `front:
-  listen: ["127.0.0.1:0"]
-  inner: 127.0.0.1:1
-peers_api: ""
-metrics: ""
-core:
-  listen: 127.0.0.1:0
-  config: ldap_proxy.json
-`
-	for name, data := range map[string]string{"ldap_proxy.json": file, "origin.yaml": cfg} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cmd := exec.Command(bin, "--config", "origin.yaml")
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
+	out, err := runWithDLP(t, bin, file)
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() == 0 || ee.ExitCode() == ExitDLP {
 		t.Fatalf("exit: %v, want a failure other than %d\n%s", err, ExitDLP, out)
