@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,20 +19,10 @@ import (
 	proxyproto "github.com/pires/go-proxyproto"
 )
 
-// frontBinary builds this command for the front's tests.
-func frontBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "origin")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // TestFrontBinary runs the origin binary with the core disabled and an
 // inner service that finds its peers over the peers API, out of process.
 func TestFrontBinary(t *testing.T) {
-	bin := frontBinary(t)
+	bin := buildOrigin(t)
 	front := testbed.FreeAddr(t, "127.0.0.1")
 	peersAPI := testbed.FreeAddr(t, "127.0.0.1")
 	metrics := testbed.FreeAddr(t, "127.0.0.1")
@@ -135,7 +124,7 @@ core:
 // TestFrontBadConfig: a bad front: section exits 2 with one line naming
 // the key.
 func TestFrontBadConfig(t *testing.T) {
-	bin := frontBinary(t)
+	bin := buildOrigin(t)
 	for _, tc := range []struct {
 		name, yaml string
 		env        []string
