@@ -104,3 +104,11 @@ func main() {
 		cli.FatalCode("fleet", err, code)
 	}
 }
+
+// statePath is fleet.state.json beside the inventory.
+func statePath(inventory string) string {
+	if inventory == "" {
+		return deploy.StateFile
+	}
+	return filepath.Join(filepath.Dir(inventory), deploy.StateFile)
+}
