@@ -16,7 +16,7 @@ import (
 // the core (mTLS) to slapd succeeds with all three times from one socket.
 func TestProbeThroughEdge(t *testing.T) {
 	o := stack.Start(t)
-	edge := o.Edge(t, "edge-1")
+	edge := o.Edge(t, "edge-1").Addr
 	r := probe.Probe(context.Background(), edge, o.AgentTLS(), 5*time.Second)
 	if !r.OK || r.Error != "" {
 		t.Fatalf("probe through a working edge: %+v", r)
@@ -34,9 +34,9 @@ func TestProbeThroughEdge(t *testing.T) {
 // longer than its budget.
 func TestProbeFailures(t *testing.T) {
 	o := stack.Start(t)
-	edge := o.Edge(t, "edge-1")
+	edge := o.Edge(t, "edge-1").Addr
 	gone := stack.Start(t)
-	orphan := gone.Edge(t, "edge-orphan")
+	orphan := gone.Edge(t, "edge-orphan").Addr
 	gone.StopFront()
 
 	rogue := o.AgentTLS()

@@ -7,13 +7,20 @@ import (
 )
 
 // Delay returns a loopback address that relays every connection to target
-// after holding each chunk of bytes for d in each direction: a farther
-// edge, since this kernel has no netem. A round trip through it costs 2d
-// more; the connect itself is local (the TCP handshake with the relay is
-// immediate), as for a far host whose SYN-ACK is answered nearby.
-func Delay(t testing.TB, target string, d time.Duration) string {
+// holding each chunk of bytes for rtt/2 in each direction: a farther edge,
+// since this kernel has no netem. Every round trip through it costs rtt
+// more; the TCP connect itself is answered by the relay at once.
+func Delay(t testing.TB, target string, rtt time.Duration) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return DelayAt(t, "127.0.0.1:0", target, rtt)
+}
+
+// DelayAt is Delay listening on listen (ip:port), e.g. one address of an
+// A set whose edges share a port.
+func DelayAt(t testing.TB, listen, target string, rtt time.Duration) string {
+	t.Helper()
+	d := rtt / 2
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		t.Fatal(err)
 	}

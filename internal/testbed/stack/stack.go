@@ -3,7 +3,7 @@
 // origin front and the LDAP core with mTLS, routing to a real slapd.
 //
 //	o := stack.Start(t)                 // slapd, core (mtls), front
-//	edge := o.Edge(t, "edge-1")         // an edge dialing the front
+//	edge := o.Edge(t, "edge-1")         // an edge dialing the front; edge.Addr
 //	conf := o.AgentTLS()                // the agent's client TLS config
 //	o.StopFront()                       // the origin is gone; edges still accept
 //
@@ -102,15 +102,31 @@ func (o *Origin) AgentTLS() *tls.Config {
 	return &tls.Config{RootCAs: o.PKI.Pool, Certificates: []tls.Certificate{o.PKI.Agent}, ServerName: testbed.ServerName}
 }
 
-// Edge starts one of our edges, named name, relaying to the front with a
-// PROXY v2 header, and returns the address it accepts on.
-func (o *Origin) Edge(t testing.TB, name string) string {
-	t.Helper()
-	return EdgeTo(t, name, o.Front)
+// Edge is one of our edges, running until Stop or the end of the test.
+type Edge struct {
+	Name, Addr string
+	relay      *relay.Edge
 }
 
-// EdgeTo starts an edge named name relaying to origin (host:port).
-func EdgeTo(t testing.TB, name, origin string) string {
+// Stop shuts the edge down: its address refuses from now on.
+func (e *Edge) Stop() { shutdown(e.relay.Shutdown) }
+
+// Edge starts one of our edges, named name, relaying to the front with a
+// PROXY v2 header, on a free loopback port.
+func (o *Origin) Edge(t testing.TB, name string) *Edge {
+	t.Helper()
+	return EdgeTo(t, name, "127.0.0.1:0", o.Front)
+}
+
+// EdgeAt is Edge accepting on listen (ip:port), e.g. one address of an A
+// set whose edges share a port.
+func (o *Origin) EdgeAt(t testing.TB, name, listen string) *Edge {
+	t.Helper()
+	return EdgeTo(t, name, listen, o.Front)
+}
+
+// EdgeTo starts an edge named name on listen relaying to origin (host:port).
+func EdgeTo(t testing.TB, name, listen, origin string) *Edge {
 	t.Helper()
 	cfg := relay.DefaultConfig()
 	cfg.Name = name
@@ -120,10 +136,13 @@ func EdgeTo(t testing.TB, name, origin string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := listen(t)
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		t.Fatal(err)
+	}
 	go e.Serve(ln)
 	t.Cleanup(func() { shutdown(e.Shutdown) })
-	return ln.Addr().String()
+	return &Edge{Name: name, Addr: ln.Addr().String(), relay: e}
 }
 
 func listen(t testing.TB) net.Listener {
