@@ -28,7 +28,7 @@ type fleet struct {
 	o     *stack.Origin
 	named *testbed.Named
 	port  int
-	addrs []string              // ip:port, in the order asked
+	addrs []string               // ip:port, in the order asked
 	edges map[string]*stack.Edge // by ip:port, the kinds edge and orphan
 }
 

@@ -139,7 +139,7 @@ func TestStateNoChoice(t *testing.T) {
 	os.WriteFile(notDir, []byte("x"), 0o600)
 	for _, tc := range []struct {
 		name, state, want string
-		setup            func(path string)
+		setup             func(path string)
 	}{
 		{"corrupt", filepath.Join(dir, "corrupt.json"), "corrupt", func(p string) { os.WriteFile(p, []byte(`{"name": `), 0o600) }},
 		{"unreadable", filepath.Join(dir, "a-dir"), "is a directory", func(p string) { os.Mkdir(p, 0o700) }},
