@@ -71,6 +71,8 @@ type DNSPlan struct {
 	Name          string // FQDN
 	Before, After []netip.Addr
 	Changes       []Change
+
+	beforeTTL uint32 // the highest TTL of the live records
 }
 
 // PlanDNS computes the UPDATEs that make live hold exactly the addresses
@@ -78,7 +80,7 @@ type DNSPlan struct {
 // the inventory (from the state file), for the plan's reader. A plan that
 // would leave the name without any address is refused.
 func PlanDNS(name string, live RRSet, edges []Edge, ttl uint32, gone map[netip.Addr]string) (DNSPlan, error) {
-	p := DNSPlan{Name: dns.Fqdn(name), Before: live.Addrs()}
+	p := DNSPlan{Name: dns.Fqdn(name), Before: live.Addrs(), beforeTTL: max(live.TTLA, live.TTLAAAA)}
 	want := map[netip.Addr]string{}
 	for _, e := range edges {
 		for _, a := range e.Addrs() {
