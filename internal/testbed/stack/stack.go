@@ -43,6 +43,14 @@ type Origin struct {
 // 127.0.0.1, all stopped when the test ends.
 func Start(t testing.TB) *Origin {
 	t.Helper()
+	return StartOn(t, listen(t), "127.0.0.1")
+}
+
+// StartOn is Start with the front accepting on frontLn (a listener of a
+// network namespace, say) and honouring PROXY headers from trusted
+// (addresses or CIDRs).
+func StartOn(t testing.TB, frontLn net.Listener, trusted ...string) *Origin {
+	t.Helper()
 	sl := testbed.StartSlapds(t, 1, testbed.SlapdConfig{})[0]
 	o := &Origin{PKI: testbed.NewPKI(t), Slapd: sl, Logs: &testbed.Buffer{}}
 	log := slog.New(slog.NewJSONHandler(o.Logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -75,12 +83,11 @@ func Start(t testing.TB) *Origin {
 
 	fc := origin.DefaultConfig()
 	fc.Inner = o.Core
-	fc.TrustedEdges = []string{"127.0.0.1"}
+	fc.TrustedEdges = trusted
 	o.front, err = origin.New(fc, table, log.With("part", "front"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	frontLn := listen(t)
 	o.Front = frontLn.Addr().String()
 	go o.front.Serve(frontLn)
 	t.Cleanup(func() {
