@@ -133,6 +133,14 @@ edges:
 `, named.Addr, o.PKI.Path("ca.pem"), o.PKI.Path("agent.pem"), o.PKI.Path("agent.key"), testbed.ServerName,
 		edges["e1"], edges["e1"], edges["e2"], edges["e2"]))
 
+	// A corrupt state file stops apply before anything changes.
+	sp := testbed.WriteFile(t, dir, deploy.StateFile, "{\"version\":1,")
+	oneLineFailure(t, "corrupt state", fleetRun(t, orig, "--config", inv, "apply", "--chain", "INPUT"), 1, "state "+sp+": ")
+	if rules := orig.Run("iptables", "-S"); strings.Contains(rules, "EDGEFLEET") {
+		t.Fatalf("apply with a corrupt state changed the firewall:\n%s", rules)
+	}
+	os.Remove(sp)
+
 	r := fleetRun(t, orig, "--config", inv, "apply", "--chain", "INPUT", "--slack", "1s")
 	if r.code != 0 {
 		t.Fatalf("first apply: exit %d\n%s%s", r.code, r.stdout, r.stderr)
@@ -241,6 +249,14 @@ edges:
 			time.Sleep(50 * time.Millisecond)
 		}
 	}()
+
+	// A dry run changes nothing, fleet.yaml included.
+	before, _ := os.ReadFile(inv)
+	r = fleetRun(t, orig, "--config", inv, "rotate", "--chain", "INPUT", "--out", "e1", "--in", "e3="+edges["e3"], "--dry-run")
+	if after, _ := os.ReadFile(inv); r.code != 0 || string(after) != string(before) || !strings.Contains(r.stdout, "step 4/6 dns: would remove A "+edges["e1"]+" (e1)") {
+		t.Fatalf("rotate --dry-run: exit %d\n%s%s\nfleet.yaml:\n%s", r.code, r.stdout, r.stderr, after)
+	}
+	t.Logf("fleet rotate --dry-run:\n%s", r.stdout)
 
 	args := []string{"--config", inv, "rotate", "--chain", "INPUT", "--out", "e1", "--in", "e3=" + edges["e3"], "--slack", "1s", "--progress", "200ms"}
 	// First run: killed in the middle of the TTL wait.
