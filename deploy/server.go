@@ -200,7 +200,7 @@ func (s *Server) update(w dns.ResponseWriter, r *dns.Msg) *dns.Msg {
 	m := new(dns.Msg).SetReply(r)
 	t := r.IsTsig()
 	refuse := func(rcode int, why string) *dns.Msg {
-		s.log.Warn("dns update refused", "result", dns.RcodeToString[rcode], "err", why, "agent", w.RemoteAddr().String())
+		s.log.Warn("dns update refused", "result", dns.RcodeToString[rcode], "err", why, "client", w.RemoteAddr().String())
 		m.Rcode = rcode
 		return m
 	}
@@ -246,7 +246,7 @@ func (s *Server) update(w dns.ResponseWriter, r *dns.Msg) *dns.Msg {
 		return refuse(dns.RcodeServerFailure, err.Error())
 	}
 	s.zone = z
-	s.log.Info("dns update applied", "op", "update", "result", "success", "serial", z.SOA().Serial, "agent", w.RemoteAddr().String())
+	s.log.Info("dns update applied", "op", "update", "result", "success", "serial", z.SOA().Serial, "client", w.RemoteAddr().String())
 	return m
 }
 

@@ -68,6 +68,14 @@ func Status(ctx context.Context, cfg Config, st *State, live RRSet, fw Firewall,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// Connections first: the probe's own must not count.
+			if it.e.Metrics != "" && conns != nil {
+				if n, err := conns(ctx, it.e.Metrics); err == nil {
+					rows[i].Active = strconv.Itoa(n)
+				} else {
+					rows[i].Active = "?"
+				}
+			}
 			if len(addrs) > 0 && probe != nil {
 				r := probe(ctx, net.JoinHostPort(addrs[0].String(), strconv.Itoa(cfg.Probe.Port)))
 				if r.OK {
@@ -77,13 +85,6 @@ func Status(ctx context.Context, cfg Config, st *State, live RRSet, fw Firewall,
 					if rows[i].State != StateDraining {
 						rows[i].State = StateFailed
 					}
-				}
-			}
-			if it.e.Metrics != "" && conns != nil {
-				if n, err := conns(ctx, it.e.Metrics); err == nil {
-					rows[i].Active = strconv.Itoa(n)
-				} else {
-					rows[i].Active = "?"
 				}
 			}
 		}()

@@ -358,6 +358,27 @@ edges:
 	if _, ok := rows["e1"]; ok {
 		t.Errorf("status still lists e1:\n%s", r.stdout)
 	}
+
+	// Removing an edge: e2 leaves fleet.yaml; apply drains and drops it.
+	head, _, _ := strings.Cut(string(yml), "edges:")
+	os.WriteFile(inv, []byte(head+"edges:\n  - {name: e3, ipv4: "+edges["e3"]+"}\n"), 0o600)
+	r = fleetRun(t, orig, "--config", inv, "apply", "--chain", "INPUT", "--slack", "1s", "--progress", "1s")
+	t.Logf("fleet apply without e2:\n%s", r.stdout)
+	if r.code != 0 || !strings.Contains(r.stdout, "step 4/6 dns: remove A "+edges["e2"]+" (e2), read back") || !strings.Contains(r.stdout, "step 6/6 firewall: applied, allowing e3\n") {
+		t.Errorf("removing e2: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	// Adding an edge: e1 comes back.
+	os.WriteFile(inv, []byte(head+"edges:\n  - {name: e3, ipv4: "+edges["e3"]+"}\n  - {name: e1, ipv4: "+edges["e1"]+", metrics: \""+edges["e1"]+":9101\"}\n"), 0o600)
+	r = fleetRun(t, orig, "--config", inv, "apply", "--chain", "INPUT")
+	t.Logf("fleet apply with e1 added:\n%s", r.stdout)
+	if r.code != 0 || !strings.Contains(r.stdout, "step 2/6 probe: e1 "+edges["e1"]+":636 ok") || !strings.Contains(r.stdout, "step 3/6 dns: add A "+edges["e1"]+" (e1), read back") {
+		t.Errorf("adding e1: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if set, _ := resolve(); len(set) != 2 {
+		t.Errorf("after adding e1, DNS answers %q", set)
+	}
+	r = fleetRun(t, orig, "--config", inv, "status", "--chain", "INPUT")
+	t.Logf("fleet status:\n%s", r.stdout)
 }
 
 // fleetProc is a fleet run in the background whose output is read line by
