@@ -20,6 +20,8 @@ type DNSClient interface {
 	Apply(ctx context.Context, c Change) error
 }
 
+var _ DNSClient = (*Publisher)(nil)
+
 // Firewall is the origin host's firewall as convergence sees it.
 type Firewall interface {
 	// Allow makes the live rules let in exactly these edges; it changes

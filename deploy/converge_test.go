@@ -281,3 +281,55 @@ func TestConvergeNoMetrics(t *testing.T) {
 		t.Fatalf("output:\n%s", c.Out.(*testbed.Buffer).String())
 	}
 }
+
+// TestReconcile: the state's view of each edge from the inventory and the
+// live DNS set.
+func TestReconcile(t *testing.T) {
+	st := NewState()
+	st.Edges["e1"] = &EdgeState{IPv4: "192.0.2.1", State: StateActive}
+	st.Edges["gone"] = &EdgeState{IPv4: "192.0.2.9", State: StateActive}
+	st.Edges["never"] = &EdgeState{IPv4: "192.0.2.8", State: StateFailed}
+	cfg := validConfig()
+	// e1 is re-addressed; e2 is published; e3 is new.
+	cfg.Edges = []Edge{{Name: "e1", IPv4: "192.0.2.11"}, e2, e3}
+	live := RRSet{A: addrs("192.0.2.1", "192.0.2.2", "192.0.2.9")}
+	Reconcile(cfg, st, live)
+	want := map[string]string{"e1": StateNew, "e1.old": StateDraining, "e2": StateActive, "e3": StateNew, "gone": StateDraining}
+	if len(st.Edges) != len(want) {
+		t.Fatalf("state: %s", st.Marshal())
+	}
+	for name, state := range want {
+		if s := st.Edges[name]; s == nil || s.State != state {
+			t.Errorf("%s: %+v, want %s", name, s, state)
+		}
+	}
+	if st.Edges["e1.old"].IPv4 != "192.0.2.1" || st.Edges["e1"].IPv4 != "192.0.2.11" {
+		t.Errorf("re-addressed e1: %s", st.Marshal())
+	}
+}
+
+type fakeAllowed map[netip.Addr]bool
+
+func (f fakeAllowed) Allow([]Edge) (bool, error)             { return false, nil }
+func (f fakeAllowed) Allowed() (map[netip.Addr]bool, error) { return f, nil }
+
+// TestStatus: one row per inventory edge and per draining edge, each
+// column from its source.
+func TestStatus(t *testing.T) {
+	cfg := validConfig()
+	cfg.Edges = []Edge{e2, e3, {Name: "e4", IPv4: "192.0.2.4"}}
+	st := NewState()
+	st.Edges["e1"] = &EdgeState{IPv4: "192.0.2.1", Metrics: "192.0.2.1:9101", State: StateDraining}
+	live := RRSet{A: addrs("192.0.2.2", "192.0.2.3")}
+	fw := fakeAllowed{netip.MustParseAddr("192.0.2.1"): true, netip.MustParseAddr("192.0.2.2"): true, netip.MustParseAddr("192.0.2.3"): true, netip.MustParseAddr("2001:db8::3"): true}
+	probe := func(_ context.Context, addr string) ProbeResult {
+		if addr == "192.0.2.4:636" {
+			return ProbeResult{Error: "tcp connect 192.0.2.4:636: connection refused"}
+		}
+		return ProbeResult{OK: true, HandshakeMS: 3.25}
+	}
+	conns := func(context.Context, string) (int, error) { return 2, nil }
+	var b strings.Builder
+	PrintStatus(&b, Status(context.Background(), cfg, st, live, fw, probe, conns))
+	golden(t, "status", b.String())
+}

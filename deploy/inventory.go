@@ -1,13 +1,19 @@
-// Package deploy holds the fleet's inventory (fleet.yaml) and, in later
-// files, DNS publishing, rendering, push and rotation.
+// Package deploy is the operator's side of the fleet: the inventory
+// (fleet.yaml) as the desired state, DNS publishing of the edges as the
+// A/AAAA set of one name (RFC 2136 + TSIG), an embedded authoritative DNS
+// server, and the convergence that brings DNS and the origin's firewall to
+// the inventory in one safe order, resumable through a state file.
 //
-//	cfg := deploy.DefaultConfig()
-//	// cmd/fleet fills cfg from fleet.yaml with cli.Load
-//	if err := cfg.Validate(); err != nil { … }
-//	for _, e := range cfg.Edges { … e.IPv4, e.IPv6 … }
+//	cfg := deploy.DefaultConfig()          // cmd/fleet fills it from fleet.yaml
+//	err := cfg.ValidateDNS()
+//	pub, err := deploy.NewPublisher(cfg)   // reads and updates the name's RRsets
+//	plan, err := deploy.PlanDNS(cfg.Name, live, cfg.Edges, ttl, nil)
+//	c := &deploy.Converger{Config: cfg, StatePath: p, DNS: pub, Firewall: fw, Probe: probe}
+//	err = c.Run(ctx)                       // the six steps of DESIGN.md §8
 //
 // The package never reads fleet.yaml itself: cmd/fleet does, with the
-// strict loader, into the plain Config below.
+// strict loader, into the plain Config below; the probe, the firewall, the
+// metrics scrape and the clock are injected.
 package deploy
 
 import (

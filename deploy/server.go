@@ -17,10 +17,9 @@ import (
 type ServerConfig struct {
 	Zone     string // the zone served
 	ZoneFile string // where the zone is kept across restarts
-	Listen   string // host:port, UDP and TCP
-	// NS is the zone's name server ("ns1.<zone>" when empty); its address
-	// record is the listen address when that is one host.
-	NS string
+	// NS is the zone's name server ("ns1.<zone>" when empty); NSAddr, when
+	// set, is its address record in a new zone.
+	NS, NSAddr string
 	// KeyName, Algorithm and Secret (base64): the TSIG key updates must be
 	// signed with.
 	KeyName, Algorithm, Secret string
@@ -39,14 +38,43 @@ type Server struct {
 	zone *Zone
 
 	udp, tcp *dns.Server
-	// Addr is the address it listens on (the port chosen when Listen's is 0).
+	// Addr is the address it serves on, once Serve is called.
 	Addr string
+}
+
+var _ dns.Handler = (*Server)(nil)
+
+// Validate reports what the server cannot run with.
+func (c ServerConfig) Validate() error {
+	var errs []error
+	if !isDomain(c.Zone) {
+		errs = append(errs, fmt.Errorf("zone: %q is not a domain name", c.Zone))
+	}
+	if c.ZoneFile == "" {
+		errs = append(errs, errors.New("zone file: required"))
+	}
+	if c.KeyName == "" || c.Secret == "" {
+		errs = append(errs, errors.New("dns.tsig: a key name and secret are required to accept updates"))
+	}
+	for _, n := range c.Names {
+		if !isDomain(n) || !inZone(n, c.Zone) {
+			errs = append(errs, fmt.Errorf("name: %q is not inside zone %q", n, c.Zone))
+		}
+	}
+	if c.NSAddr != "" && net.ParseIP(c.NSAddr) == nil {
+		errs = append(errs, fmt.Errorf("ns address: %q is not an IP address", c.NSAddr))
+	}
+	return errors.Join(errs...)
 }
 
 // NewServer loads the zone file, or creates the zone (SOA and NS) and
 // writes it when the file does not exist. A zone file that does not parse
 // is an error naming it.
 func NewServer(cfg ServerConfig) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.Names = slices.Clone(cfg.Names)
 	s := &Server{cfg: cfg, log: cfg.Log}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -63,11 +91,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	b, err := os.ReadFile(cfg.ZoneFile)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		host, _, _ := net.SplitHostPort(cfg.Listen)
-		if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
-			host = ""
-		}
-		if s.zone, err = NewZone(s.cfg.Zone, s.cfg.NS, host); err != nil {
+		if s.zone, err = NewZone(s.cfg.Zone, s.cfg.NS, cfg.NSAddr); err != nil {
 			return nil, err
 		}
 		if err := WriteFileAtomic(cfg.ZoneFile, s.zone.Marshal(), 0o644); err != nil {
@@ -83,17 +107,23 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	return s, nil
 }
 
-// Start listens on UDP and TCP and serves until Close.
-func (s *Server) Start() error {
-	pc, err := net.ListenPacket("udp", s.cfg.Listen)
+// Listen opens the UDP and TCP sockets of addr (the TCP one on the port
+// the UDP one got, for a port 0).
+func Listen(addr string) (net.PacketConn, net.Listener, error) {
+	pc, err := net.ListenPacket("udp", addr)
 	if err != nil {
-		return fmt.Errorf("dns serve: %w", err)
+		return nil, nil, fmt.Errorf("dns serve: %w", err)
 	}
 	ln, err := net.Listen("tcp", pc.LocalAddr().String())
 	if err != nil {
 		pc.Close()
-		return fmt.Errorf("dns serve: %w", err)
+		return nil, nil, fmt.Errorf("dns serve: %w", err)
 	}
+	return pc, ln, nil
+}
+
+// Serve answers on pc (UDP) and ln (TCP) until Close; it returns at once.
+func (s *Server) Serve(pc net.PacketConn, ln net.Listener) {
 	s.Addr = pc.LocalAddr().String()
 	secret := map[string]string{s.cfg.KeyName: s.cfg.Secret}
 	s.udp = &dns.Server{PacketConn: pc, Handler: s, TsigSecret: secret, MsgAcceptFunc: acceptMsg}
@@ -102,7 +132,6 @@ func (s *Server) Start() error {
 		go srv.ActivateAndServe()
 	}
 	s.log.Info("dns server started", "addr", s.Addr, "zone", s.cfg.Zone, "serial", s.serial())
-	return nil
 }
 
 // acceptMsg is miekg/dns's default filter with UPDATE let in: one zone
