@@ -310,7 +310,7 @@ func TestReconcile(t *testing.T) {
 
 type fakeAllowed map[netip.Addr]bool
 
-func (f fakeAllowed) Allow([]Edge) (bool, error)             { return false, nil }
+func (f fakeAllowed) Allow([]Edge) (bool, error)            { return false, nil }
 func (f fakeAllowed) Allowed() (map[netip.Addr]bool, error) { return f, nil }
 
 // TestStatus: one row per inventory edge and per draining edge, each
