@@ -17,6 +17,8 @@ import (
 // (*Publisher).
 type DNSClient interface {
 	Read(ctx context.Context) (RRSet, error)
+	// Check proves the key may update the name, changing nothing.
+	Check(ctx context.Context) error
 	Apply(ctx context.Context, c Change) error
 }
 
@@ -177,6 +179,13 @@ func (c *Converger) Run(ctx context.Context) error {
 			return nil
 		}
 		return st.Save(c.StatePath)
+	}
+	// A key the server refuses would stop the run at step 3, after the
+	// firewall changed: find out before.
+	if len(plan.Changes) > 0 && !c.DryRun {
+		if err := c.DNS.Check(ctx); err != nil {
+			return err
+		}
 	}
 	if err := save(); err != nil {
 		return err

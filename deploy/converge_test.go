@@ -22,6 +22,8 @@ type fakeWorld struct {
 	probe   map[string]ProbeResult
 	conns   []int // successive answers of the metrics endpoint
 	clock   *testbed.Clock
+	// checkErr is what the server answers a key check.
+	checkErr error
 }
 
 func (w *fakeWorld) log(format string, args ...any) {
@@ -35,6 +37,8 @@ func (d fakeDNS) Read(context.Context) (RRSet, error) {
 	s.A, s.AAAA = slices.Clone(s.A), slices.Clone(s.AAAA)
 	return s, nil
 }
+
+func (d fakeDNS) Check(context.Context) error { return d.w.checkErr }
 
 func (d fakeDNS) Apply(_ context.Context, c Change) error {
 	switch c.Op {
@@ -332,4 +336,19 @@ func TestStatus(t *testing.T) {
 	var b strings.Builder
 	PrintStatus(&b, Status(context.Background(), cfg, st, live, fw, probe, conns))
 	golden(t, "status", b.String())
+}
+
+// TestConvergeRefusedKey: a key the DNS server refuses stops the run
+// before the firewall or anything else changes.
+func TestConvergeRefusedKey(t *testing.T) {
+	w, conv := world(t)
+	conv(e1, e2).Run(context.Background())
+	w.checkErr = errors.New("dns: check update rights on 192.0.2.53:53 for ldap.example.net.: REFUSED")
+	c := conv(e2, e3)
+	if err := c.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "REFUSED") {
+		t.Fatalf("err = %v", err)
+	}
+	if len(w.events) != 0 {
+		t.Fatalf("a refused key still changed %q", w.events)
+	}
 }

@@ -221,11 +221,15 @@ func (c Config) Validate() error {
 		if e.IPv4 != "" {
 			if a, err := netip.ParseAddr(e.IPv4); err != nil || !a.Is4() {
 				bad(key+".ipv4", "%q is not an IPv4 address", e.IPv4)
+			} else if a.IsUnspecified() || a.IsMulticast() {
+				bad(key+".ipv4", "%s is not the address of one host", a)
 			}
 		}
 		if e.IPv6 != "" {
 			if a, err := netip.ParseAddr(e.IPv6); err != nil || !a.Is6() || a.Is4In6() || a.Zone() != "" {
 				bad(key+".ipv6", "%q is not an IPv6 address", e.IPv6)
+			} else if a.IsUnspecified() || a.IsMulticast() {
+				bad(key+".ipv6", "%s is not the address of one host", a)
 			}
 		}
 		for fam, a := range map[string]string{"ipv4": e.IPv4, "ipv6": e.IPv6} {

@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -269,6 +270,9 @@ func (s *Server) update(w dns.ResponseWriter, r *dns.Msg) *dns.Msg {
 		if rcode, why := s.apply(z, rr); rcode != dns.RcodeSuccess {
 			return refuse(rcode, why)
 		}
+	}
+	if bytes.Equal(z.Marshal(), s.zone.Marshal()) {
+		return m // nothing changed (a no-op delete): no new serial
 	}
 	z.SOA().Serial++
 	if err := WriteFileAtomic(s.cfg.ZoneFile, z.Marshal(), 0o644); err != nil {
