@@ -268,7 +268,7 @@ edges:
 
 	// Second run: resumes; e1's session is used, then closed, while it drains.
 	second := startFleet(t, orig, args...)
-	second.waitLine(t, "step 5/6 drain: e1 has 1 active connections")
+	second.waitLine(t, "step 5/6 drain: e1 has ") // 1 (the session) or more active connections
 	if _, err := sess.WhoAmI(nil); err != nil {
 		t.Errorf("e1's session broke while e1 drained: %v", err)
 	}
