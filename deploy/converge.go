@@ -156,6 +156,13 @@ func Reconcile(cfg Config, st *State, live RRSet) {
 // that is interrupted resumes where it stopped.
 func (c *Converger) Run(ctx context.Context) error {
 	cfg := c.Config
+	if !c.DryRun {
+		unlock, err := LockState(c.StatePath)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
 	st, err := LoadState(c.StatePath)
 	if err != nil {
 		return err

@@ -352,3 +352,23 @@ func TestConvergeRefusedKey(t *testing.T) {
 		t.Fatalf("a refused key still changed %q", w.events)
 	}
 }
+
+// TestConvergeReaddress: an edge whose address changes is published on the
+// new one first; the old one drains as "<name>.old" and is then dropped.
+func TestConvergeReaddress(t *testing.T) {
+	w, conv := world(t)
+	conv(e1, e2).Run(context.Background())
+	moved := e1
+	moved.IPv4 = "192.0.2.11"
+	w.conns = []int{0}
+	if err := conv(moved, e2).Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"firewall e1 e1.old e2", "probe 192.0.2.11:636", "dns add A 192.0.2.11 (e1)", "dns remove A 192.0.2.1 (e1.old)",
+		"conns 192.0.2.1:9101 = 0", "firewall e1 e2",
+	}
+	if !slices.Equal(w.events, want) {
+		t.Fatalf("events:\n%s\nwant:\n%s", strings.Join(w.events, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -91,6 +91,17 @@ type Edge struct {
 	Metrics string `mapstructure:"metrics"`
 }
 
+// String is the edge as --in takes it: name=ipv4[,ipv6].
+func (e Edge) String() string {
+	var a []string
+	for _, s := range []string{e.IPv4, e.IPv6} {
+		if s != "" {
+			a = append(a, s)
+		}
+	}
+	return e.Name + "=" + strings.Join(a, ",")
+}
+
 // Addrs are the edge's addresses, IPv4 first; unparsable ones are left
 // out (Validate reports them).
 func (e Edge) Addrs() []netip.Addr {

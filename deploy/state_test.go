@@ -48,3 +48,22 @@ func TestStateFile(t *testing.T) {
 		}
 	}
 }
+
+// TestLockState: a second lock on the same state fails with one line
+// until the first is released.
+func TestLockState(t *testing.T) {
+	path := filepath.Join(t.TempDir(), StateFile)
+	unlock, err := LockState(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LockState(path); err == nil || !strings.Contains(err.Error(), "another fleet apply or rotate is running") {
+		t.Fatalf("second lock: %v", err)
+	}
+	unlock()
+	unlock2, err := LockState(path)
+	if err != nil {
+		t.Fatalf("lock after unlock: %v", err)
+	}
+	unlock2()
+}

@@ -189,13 +189,14 @@ func rotateInventory(cmd *cobra.Command, p fleetParts, out string, in deploy.Edg
 	cfg := p.f.Config
 	old, hasOld := cfg.Edge(out)
 	cur, hasIn := cfg.Edge(in.Name)
+	readdress := out == in.Name // the same edge on new addresses
 	switch {
-	case !hasOld && hasIn && cur.IPv4 == in.IPv4 && cur.IPv6 == in.IPv6:
-		fmt.Fprintf(cmd.OutOrStdout(), "fleet.yaml already lists %s instead of %s: resuming\n", in.Name, out)
+	case hasIn && cur.IPv4 == in.IPv4 && cur.IPv6 == in.IPv6 && (!hasOld || readdress):
+		fmt.Fprintf(cmd.OutOrStdout(), "fleet.yaml already lists %s instead of %s: resuming\n", in, out)
 		return cfg, nil
 	case !hasOld:
 		return cfg, fmt.Errorf("--out %s: no such edge in fleet.yaml", out)
-	case hasIn:
+	case hasIn && !readdress:
 		return cfg, fmt.Errorf("--in %s: already in fleet.yaml", in.Name)
 	}
 	if p.f.path == "" {
@@ -213,7 +214,7 @@ func rotateInventory(cmd *cobra.Command, p fleetParts, out string, in deploy.Edg
 		return cfg, fmt.Errorf("--in: %w", err)
 	}
 	if dryRun {
-		fmt.Fprintf(cmd.OutOrStdout(), "would edit %s: %s out, %s in\n", p.f.path, out, in.Name)
+		fmt.Fprintf(cmd.OutOrStdout(), "would edit %s: %s out, %s in\n", p.f.path, out, in)
 		return next, nil
 	}
 	src, err := os.ReadFile(p.f.path)
@@ -239,7 +240,7 @@ func rotateInventory(cmd *cobra.Command, p fleetParts, out string, in deploy.Edg
 	if err := deploy.WriteFileAtomic(p.f.path, edited, 0o600); err != nil {
 		return cfg, err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "edited %s: %s out, %s in\n", p.f.path, out, in.Name)
+	fmt.Fprintf(cmd.OutOrStdout(), "edited %s: %s out, %s in\n", p.f.path, out, in)
 	return next, nil
 }
 

@@ -310,7 +310,7 @@ edges:
 	if e3InFW.IsZero() || e3InDNS.IsZero() || e3InDNS.Before(e3InFW) {
 		t.Errorf("e3 entered the firewall at %v and DNS at %v", e3InFW, e3InDNS)
 	}
-	for _, want := range []string{"fleet.yaml already lists e3 instead of e1: resuming", "resuming: e1 left DNS at", "step 5/6 drain: e1 has no active connection", "step 6/6 firewall: applied, allowing e3 e2"} {
+	for _, want := range []string{"fleet.yaml already lists e3=" + edges["e3"] + " instead of e1: resuming", "resuming: e1 left DNS at", "step 5/6 drain: e1 has no active connection", "step 6/6 firewall: applied, allowing e3 e2"} {
 		if !strings.Contains(out2, want) {
 			t.Errorf("second rotate does not say %q", want)
 		}
