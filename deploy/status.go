@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -17,7 +18,7 @@ import (
 type StatusRow struct {
 	Edge, Address string
 	InDNS         string // yes, no, partial (some of its addresses)
-	InFirewall    string // yes, no, partial, "?" when the rules cannot be read
+	InFirewall    string // yes, no, partial, "?" when the rules cannot be read, "-" without a firewall
 	Handshake     string // "3.1 ms", or the probe's error
 	Active        string // active connections from metrics, "-" without
 	State         string // active, draining, new, failed
@@ -46,7 +47,11 @@ func Status(ctx context.Context, cfg Config, st *State, live RRSet, fw Firewall,
 			}
 		}
 	}
-	allowed, fwErr := fw.Allowed()
+	var allowed map[netip.Addr]bool
+	fwErr := errors.New("no firewall")
+	if fw != nil {
+		allowed, fwErr = fw.Allowed()
+	}
 	rows := make([]StatusRow, len(items))
 	var wg sync.WaitGroup
 	for i, it := range items {
@@ -58,7 +63,9 @@ func Status(ctx context.Context, cfg Config, st *State, live RRSet, fw Firewall,
 		row := StatusRow{Edge: it.e.Name, Address: strings.Join(strs, ","), State: it.state, Active: "-"}
 		row.InDNS = yesNo(len(addrs), count(addrs, live.Has))
 		row.InFirewall = "?"
-		if fwErr == nil {
+		if fw == nil {
+			row.InFirewall = "-"
+		} else if fwErr == nil {
 			row.InFirewall = yesNo(len(addrs), count(addrs, func(a netip.Addr) bool { return allowed[a] }))
 		}
 		if it.state == StateNew && row.InDNS == "yes" {
