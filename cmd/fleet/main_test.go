@@ -4,8 +4,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/edgefleet/edgefleet/internal/testbed"
 )
 
 func TestLoadFleet(t *testing.T) {
@@ -76,7 +80,8 @@ func TestBadBackendIsConfigError(t *testing.T) {
 }
 
 // TestDocInventory: the fleet.yaml of docs/dns-deploy.md loads and passes
-// the checks publishing needs.
+// the checks publishing needs, and the documented fleet dns sessions print
+// what the document shows, run against the embedded server.
 func TestDocInventory(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "dns-deploy.md"))
 	if err != nil {
@@ -99,5 +104,27 @@ func TestDocInventory(t *testing.T) {
 	}
 	if err := f.ValidateDNS(); err != nil || len(f.Edges) != 2 || f.TTL != 60 {
 		t.Fatalf("the documented inventory: %v (%+v)", err, f.Config)
+	}
+
+	testbed.Need(t, "dig")
+	port, _ := testbed.LowPort("127.0.0.1")
+	server := "127.0.0.1:" + strconv.Itoa(port)
+	t.Setenv("EDGEFLEET_DNS_SERVER", server) // the documented port may be taken
+	testbed.Start(t, fleetBin(t), "--config", path, "dns", "serve")
+	waitDNS(t, server)
+	sessions := regexp.MustCompile("(?s)```\n(\\$ fleet dns (?:plan|apply|list).*?)```").FindAllStringSubmatch(string(b), -1)
+	if len(sessions) < 3 {
+		t.Fatalf("docs/dns-deploy.md shows %d fleet dns sessions, want plan, apply and list", len(sessions))
+	}
+	for _, sess := range sessions {
+		cmds := strings.Split(sess[1], "$ ")[1:]
+		for _, c := range cmds {
+			line, want, _ := strings.Cut(c, "\n")
+			args := append(strings.Fields(line)[1:], "--config", path)
+			r := fleetRun(t, nil, args...)
+			if r.code != 0 || r.stdout != want {
+				t.Errorf("%s: exit %d\n%s%s\nthe document shows:\n%s", line, r.code, r.stdout, r.stderr, want)
+			}
+		}
 	}
 }
