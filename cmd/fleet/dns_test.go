@@ -262,6 +262,11 @@ func TestDNSCommands(t *testing.T) {
 			oneLineFailure(t, "wrong key", fleetRun(t, nil, "--config", wrong, "dns", "apply"), 1, "rejected TSIG key fleet-key.")
 			unchanged("after the wrong key")
 
+			unknown := inventory(t, t.TempDir(), addr, key, "ldap.example.test", "e2=192.0.2.2", "e3=192.0.2.3", "e4=192.0.2.4")
+			os.WriteFile(unknown, []byte(strings.Replace(readFile(t, unknown), "name: fleet-key", "name: other-key", 1)), 0o600)
+			oneLineFailure(t, "unknown key", fleetRun(t, nil, "--config", unknown, "dns", "apply"), 1, "rejected TSIG key other-key.: BADKEY")
+			unchanged("after the unknown key")
+
 			other := inventory(t, t.TempDir(), addr, key, "forbidden.example.test", "e4=192.0.2.4")
 			oneLineFailure(t, "unauthorised name", fleetRun(t, nil, "--config", other, "dns", "apply"), 1, "REFUSED")
 			if got := digSet(t, addr, "forbidden.example.test", "A"); len(got) != 0 {
