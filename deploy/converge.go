@@ -205,7 +205,7 @@ func (c *Converger) Run(ctx context.Context) error {
 			allow = append(allow, s.Edge(name))
 		}
 	}
-	if err := c.allow("1/6", allow, st); err != nil {
+	if err := c.allow("1/6", allow); err != nil {
 		return err
 	}
 
@@ -220,21 +220,18 @@ func (c *Converger) Run(ctx context.Context) error {
 			c.printf("step 2/6 probe: would probe %s end to end (%s)", e.Name, c.probeAddrs(e))
 			continue
 		}
-		s.State, s.Error = StateActive, ""
+		// New until published, even once probed: a rerun probes again.
+		s.State, s.Error = StateNew, ""
 		for _, a := range e.Addrs() {
 			addr := net.JoinHostPort(a.String(), strconv.Itoa(cfg.Probe.Port))
 			r := c.Probe(ctx, addr)
 			if !r.OK {
 				s.State, s.Error = StateFailed, r.Error
 				c.printf("step 2/6 probe: %s %s failed: %s", e.Name, addr, r.Error)
+				failed = append(failed, e.Name)
 				break
 			}
 			c.printf("step 2/6 probe: %s %s ok, TLS handshake %.1f ms", e.Name, addr, r.HandshakeMS)
-		}
-		if s.State == StateFailed {
-			failed = append(failed, e.Name)
-		} else {
-			s.State = StateNew // probed; active once published
 		}
 	}
 	if len(failed) > 0 {
@@ -306,7 +303,7 @@ func (c *Converger) Run(ctx context.Context) error {
 
 	// 6. The firewall drops them.
 	if len(done) > 0 || c.DryRun {
-		if err := c.allow("6/6", cfg.Edges, st); err != nil {
+		if err := c.allow("6/6", cfg.Edges); err != nil {
 			return err
 		}
 	}
@@ -357,7 +354,7 @@ func (c *Converger) markDNS(st *State, name string, live RRSet, plan DNSPlan) {
 }
 
 // allow runs a firewall step, printing what it does.
-func (c *Converger) allow(step string, edges []Edge, st *State) error {
+func (c *Converger) allow(step string, edges []Edge) error {
 	if c.DryRun {
 		c.printf("step %s firewall: would allow exactly %s", step, edgeNames(edges))
 		return nil
