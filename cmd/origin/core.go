@@ -31,6 +31,9 @@ type coreSection struct {
 	TLS           coreTLS `mapstructure:"tls"`
 	BackendCA     string  `mapstructure:"backend_ca"` // PEM bundle verifying ssl:1 servers (proxy_mode 2)
 	MaxPDU        int     `mapstructure:"max_pdu"`    // bytes
+	// Outstanding operations per client before and after a bind.
+	MaxPending     int `mapstructure:"max_pending"`
+	MaxPendingAuth int `mapstructure:"max_pending_auth"`
 }
 
 type coreTLS struct {
@@ -52,6 +55,9 @@ func defaultCore() coreSection {
 		Config:    "ldap_proxy.json",
 		TLS:       coreTLS{Mode: d.TLSMode, StartTLS: d.StartTLS},
 		MaxPDU:    d.MaxPDU,
+
+		MaxPending:     d.MaxPending,
+		MaxPendingAuth: d.MaxPendingAuth,
 	}
 }
 
@@ -139,6 +145,7 @@ func (cfg coreSection) coreConfig() (core.Config, error) {
 	c := core.DefaultConfig()
 	c.Name, c.ProxyMode, c.DefaultServer, c.MaxPDU = cfg.Name, cfg.ProxyMode, cfg.DefaultServer, cfg.MaxPDU
 	c.TLSMode, c.StartTLS = cfg.TLS.Mode, cfg.TLS.StartTLS
+	c.MaxPending, c.MaxPendingAuth = cfg.MaxPending, cfg.MaxPendingAuth
 	if c.TLSMode != core.TLSOff {
 		if cfg.TLS.Cert == "" || cfg.TLS.Key == "" {
 			return c, fmt.Errorf("core.tls.mode %s needs core.tls.cert and core.tls.key", c.TLSMode)

@@ -3,9 +3,9 @@ package core
 import (
 	"cmp"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strings"
@@ -24,6 +24,7 @@ type backend struct {
 	rd     *wire.Reader
 	gen    uint64 // identity bound on this connection; 0: anonymous
 	broken atomic.Bool
+	err    error // why the reader stopped; set before broken
 	closed bool
 }
 
@@ -74,7 +75,7 @@ func (ss *session) userTarget(ident bool, reselect string) (*backend, string) {
 // closed it (idle timeout, restart) and the next attempt reconnects.
 func (ss *session) lost(b *backend) {
 	if ss.busy(b) || ss.sasl == b {
-		ss.backendFailed(b, errors.New("connection lost"))
+		ss.connEnded(b, b.err)
 		return
 	}
 	ss.closeBackend(b)
@@ -119,17 +120,9 @@ func (ss *session) dial(name string, ident bool) (*backend, error) {
 		return nil, errors.New("session ending") // not the server's failure
 	}
 	srv := ss.srv
-	sv := srv.file.Servers[name]
 	ctx, cancel := context.WithTimeout(context.Background(), srv.file.Defaults.ConnectTimeout)
 	defer cancel()
-	conn, err := srv.dialTCP(ctx, sv.Addr())
-	if err == nil && sv.SSL {
-		tc := tls.Client(conn, srv.backendTLS(sv.Host))
-		if err = tc.HandshakeContext(ctx); err != nil {
-			conn.Close()
-		}
-		conn = tc
-	}
+	conn, err := srv.connect(ctx, name)
 	if err != nil {
 		srv.fail(name, err)
 		return nil, err
@@ -201,6 +194,7 @@ func (ss *session) readBackend(b *backend) {
 	for {
 		raw, err := b.rd.Next()
 		if err != nil {
+			b.err = err
 			b.broken.Store(true)
 		}
 		ss.mu.Lock()
@@ -239,7 +233,7 @@ func (ss *session) send(o *op, b *backend) {
 	o.be, o.sent, o.seen, o.skip = b, false, 0, o.base+o.forwarded
 	ss.pending[o.m.ID] = o
 	if _, err := b.conn.Write(raw); err != nil {
-		ss.backendFailed(b, err)
+		ss.connEnded(b, err)
 		return
 	}
 	o.sent = true
@@ -274,8 +268,16 @@ func (ss *session) onBackend(b *backend, raw []byte) {
 		ss.backendFailed(b, errors.New("malformed PDU from server"))
 		return
 	}
-	if id == 0 { // unsolicited notification: the server is going away
-		ss.backendFailed(b, errors.New("notice of disconnection from server"))
+	if id == 0 { // unsolicited notification
+		if m, err := wire.Parse(raw); err == nil && m.Op == wire.TagExtendedResponse && m.ResultCode == wire.ResultProtocolError {
+			// The server could not decode what this client sent (the
+			// core parses requests shallowly): the client's failure.
+			ss.srv.log.Warn("server disconnected the client", ss.who("target", b.name, "result", wire.ResultName(m.ResultCode), "err", m.Diagnostic)...)
+			ss.write(wire.NoticeOfDisconnection(wire.ResultProtocolError, b.name+": "+m.Diagnostic))
+			ss.ended = true
+			return
+		}
+		ss.backendFailed(b, errors.New("notice of disconnection from server")) // the server is going away
 		return
 	}
 	o := ss.pending[id]
@@ -355,10 +357,42 @@ func (ss *session) onBackendEnd(b *backend, err error) {
 		return
 	}
 	if ss.busy(b) || ss.sasl == b {
-		ss.backendFailed(b, err)
+		ss.connEnded(b, err)
 		return
 	}
 	ss.closeBackend(b) // idle: see lost
+}
+
+// connEnded handles a backend connection that ended, or could not be
+// written, with operations in flight. A server that stops inside a PDU or
+// sends bytes that are not LDAP has failed. A connection that just ends is
+// for a check to judge: a server that answers on a new connection at once
+// is up, and ended this one because of what this client sent
+// (slapd closes a connection after a PDU it cannot decode, or beyond
+// conn_max_pending operations) — the client's failure, not the server's.
+func (ss *session) connEnded(b *backend, err error) {
+	var pe *wire.ProtocolError
+	if b.closed || ss.isAborted() || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &pe) || !ss.srv.answers(b.name) {
+		ss.backendFailed(b, err)
+		return
+	}
+	ss.srv.log.Warn("server closed the connection of this client", ss.who("target", b.name, "err", err)...)
+	ss.closeBackend(b) // the next operation connects again, to the same server
+	if ss.sasl == b {
+		ss.sasl = nil
+	}
+	for _, o := range ss.opsOn(b) {
+		switch {
+		case !o.sent:
+			ss.reroute(o)
+		case !wire.IsRead(o.m):
+			ss.reply(o, wire.ResultUnavailable, fmt.Sprintf(
+				"%s closed the connection after the %s request was sent: its outcome is unknown; check the directory before retrying", b.name, o.name))
+		default:
+			ss.reply(o, wire.ResultUnavailable, fmt.Sprintf(
+				"%s closed the connection with the %s request in flight; it answers on a new connection, so it is not retried elsewhere", b.name, o.name))
+		}
+	}
 }
 
 // backendFailed handles a connect-level or I/O failure of b: b is OFFLINE

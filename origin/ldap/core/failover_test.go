@@ -287,7 +287,16 @@ func searchPDU(id int32, base string) []byte {
 	cat := func(parts ...[]byte) []byte { return slices.Concat(parts...) }
 	body := cat(tlv(0x04, []byte(base)), tlv(0x0a, []byte{2}), tlv(0x0a, []byte{0}), tlv(0x02, []byte{0}),
 		tlv(0x02, []byte{0}), tlv(0x01, []byte{0}), tlv(0x87, []byte("objectClass")), tlv(0x30, tlv(0x04, []byte("1.1"))))
-	return tlv(0x30, cat(tlv(0x02, []byte{byte(id)}), tlv(0x63, body)))
+	return tlv(0x30, cat(tlv(0x02, msgID(id)), tlv(0x63, body)))
+}
+
+// msgID is the content octets of message id as a BER INTEGER.
+func msgID(id int32) []byte {
+	b := []byte{byte(id >> 24), byte(id >> 16), byte(id >> 8), byte(id)}
+	for len(b) > 1 && b[0] == 0 && b[1]&0x80 == 0 {
+		b = b[1:]
+	}
+	return b
 }
 
 // waitRecvQueue waits until an established connection to the server at

@@ -330,6 +330,55 @@ func (s *Server) fail(name string, err error) {
 	s.log.Warn("server offline", "target", name, "err", err)
 }
 
+// connect opens a connection to server name: TCP, and TLS for an ssl:1
+// server.
+func (s *Server) connect(ctx context.Context, name string) (net.Conn, error) {
+	sv := s.file.Servers[name]
+	conn, err := s.dialTCP(ctx, sv.Addr())
+	if err != nil || !sv.SSL {
+		return conn, err
+	}
+	tc := tls.Client(conn, s.backendTLS(sv.Host))
+	if err := tc.HandshakeContext(ctx); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return tc, nil
+}
+
+// answers reports whether server name answers a root DSE search on a new
+// connection within ConnectTimeout. It tells a server that ended one
+// connection on purpose from one that failed: a dying process may still
+// complete a TCP handshake, but not answer. When it does not answer, that
+// is a failed check (the caller marks the server OFFLINE).
+func (s *Server) answers(name string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), s.file.Defaults.ConnectTimeout)
+	defer cancel()
+	c, err := s.connect(ctx, name)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	deadline, _ := ctx.Deadline()
+	c.SetDeadline(deadline)
+	if _, err := c.Write(wire.RootDSESearch(1)); err != nil {
+		return false
+	}
+	r := wire.NewReader(c)
+	for {
+		raw, err := r.Next()
+		if err != nil {
+			return false
+		}
+		if id, tag, ok := header(raw); !ok || id != 1 {
+			return false
+		} else if tag == wire.TagSearchResultDone {
+			c.Write(wire.UnbindRequest(2))
+			return true
+		}
+	}
+}
+
 func (s *Server) succeed(name string) {
 	s.health.Succeed(name)
 	s.m.backendUp.WithLabelValues(name).Set(1)

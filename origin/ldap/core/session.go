@@ -214,11 +214,20 @@ func (ss *session) onClient(m *wire.Message) {
 		o.name = fmt.Sprintf("op-0x%02x", m.Op)
 	}
 	switch {
+	case m.ID == 0:
+		// Reserved for unsolicited notifications (RFC 4511 §4.1.1.1): a
+		// server answers such a request with id 0 too, which reads as
+		// its notice of disconnection.
+		ss.protocolError("message id 0 in a request")
+		return
 	case m.Op == wire.TagUnbindRequest:
 		ss.unbind(o)
 		return
 	case m.Op == wire.TagAbandonRequest:
 		ss.abandon(o)
+		return
+	case len(ss.pending) >= ss.maxPending():
+		ss.reply(o, wire.ResultBusy, fmt.Sprintf("more than %d operations outstanding on this connection", ss.maxPending()))
 		return
 	case m.Op == wire.TagExtendedRequest && m.ExtOID == wire.OIDStartTLS:
 		ss.startTLS(o)
@@ -227,15 +236,30 @@ func (ss *session) onClient(m *wire.Message) {
 		ss.reply(o, 13, "confidentiality required: use LDAPS or StartTLS") // confidentialityRequired
 		return
 	case wire.ResponseTag(m.Op) == 0:
-		ss.srv.log.Warn("protocol error from client", ss.who("err", "not an LDAP request: "+o.name)...)
-		ss.write(wire.NoticeOfDisconnection(wire.ResultProtocolError, "not an LDAP request"))
-		ss.ended = true
+		ss.protocolError("not an LDAP request: " + o.name)
 		return
 	case m.Op == wire.TagBindRequest:
 		ss.bind(o)
 		return
 	}
 	ss.route(o)
+}
+
+// protocolError ends the session on a request no server may see, with a
+// Notice of Disconnection.
+func (ss *session) protocolError(why string) {
+	ss.srv.log.Warn("protocol error from client", ss.who("err", why)...)
+	ss.write(wire.NoticeOfDisconnection(wire.ResultProtocolError, why))
+	ss.ended = true
+}
+
+// maxPending is the cap on the client's outstanding operations for the
+// identity in force.
+func (ss *session) maxPending() int {
+	if ss.cred != nil {
+		return ss.srv.cfg.MaxPendingAuth
+	}
+	return ss.srv.cfg.MaxPending
 }
 
 // bind re-selects the targets for the new identity, except for the next
