@@ -56,12 +56,12 @@ func (ss *session) userTarget(ident bool, reselect string) (*backend, string) {
 		if err != nil {
 			return nil, err.Error()
 		}
-		ss.cands = sel.Candidates
+		ss.cands, ss.ring = sel.Candidates, ss.ringOf(sel)
 	}
 	if len(ss.cands) == 0 {
 		return nil, "every server of the selection failed"
 	}
-	b, rest, diag := ss.attach(ss.cands, ident)
+	b, rest, diag := ss.attach(ss.cands, ss.ring, ident)
 	if b == nil {
 		ss.cands = nil
 		return nil, diag
@@ -89,13 +89,15 @@ func (ss *session) fits(b *backend) bool {
 // attach returns a backend for the first usable server of cands: a
 // connection this client already has, or a new one. Servers are contacted
 // one after another with ConnectTimeout; OFFLINE ones are skipped. It also
-// returns cands from the chosen server on.
-func (ss *session) attach(cands []string, ident bool) (*backend, []string, string) {
+// returns the failover order from the chosen server on: ring rotated to
+// start there, so that a later failover wraps around to servers before it
+// (cands from the chosen server on without a ring).
+func (ss *session) attach(cands, ring []string, ident bool) (*backend, []string, string) {
 	var errs []string
 	for i, name := range cands {
 		for _, b := range ss.conns {
 			if b.name == name && !b.closed && !b.broken.Load() && (!ident || ss.fits(b)) {
-				return b, cands[i:], ""
+				return b, rotate(ring, cands, i), ""
 			}
 		}
 		if ss.srv.health.Offline(name) {
@@ -107,9 +109,33 @@ func (ss *session) attach(cands []string, ident bool) (*backend, []string, strin
 			errs = append(errs, name+": "+err.Error())
 			continue
 		}
-		return b, cands[i:], ""
+		return b, rotate(ring, cands, i), ""
 	}
 	return nil, nil, strings.Join(errs, "; ")
+}
+
+// ringOf is the list a selection's failover walks, wrapping (seed 000:
+// failover goes on until the request can be processed or every server
+// failed): the rule's forwardto list, or the proxy's default list. Nil
+// without failover, and for a balance(LB) rule.
+func (ss *session) ringOf(sel *dlp.Selection) []string {
+	switch {
+	case sel.Rule == nil:
+		return ss.srv.proxy.Default
+	case sel.Rule.Failover:
+		return sel.Rule.Forward
+	}
+	return nil
+}
+
+// rotate is ring rotated to start at cands[i]; cands[i:] when ring does not
+// hold it. Servers OFFLINE now stay in: attach skips them when it walks.
+func rotate(ring, cands []string, i int) []string {
+	k := slices.Index(ring, cands[i])
+	if k < 0 {
+		return cands[i:]
+	}
+	return append(slices.Clone(ring[k:]), ring[:k]...)
 }
 
 // errIdentity is a re-bind the backend refused: not an outage.
@@ -246,7 +272,7 @@ func (ss *session) reroute(o *op) {
 	var diag string
 	if o.rule != nil {
 		var rest []string
-		if b, rest, diag = ss.attach(o.cands, ident); b != nil {
+		if b, rest, diag = ss.attach(o.cands, o.ring, ident); b != nil {
 			o.cands = rest
 		}
 	} else {
@@ -308,7 +334,7 @@ func (ss *session) onBackend(b *backend, raw []byte) {
 		ss.pagedDone(o, b, raw)
 	}
 	if o.rule != nil && o.rule.KeepConn && m.ResultCode == wire.ResultSuccess && b != ss.primary {
-		ss.primary, ss.cands = b, o.cands
+		ss.primary, ss.cands, ss.ring = b, o.cands, o.ring
 	}
 	ss.finish(o, m.ResultCode, raw)
 }
@@ -465,19 +491,18 @@ func (ss *session) opsOn(b *backend) []*op {
 	return ops
 }
 
-// replay sends o again on the next server.
+// replay sends o again on the next server that has not failed with it.
 func (ss *session) replay(o *op, failed *backend) {
 	var b *backend
 	var diag string
+	o.failed = append(o.failed, failed.name)
+	failedHere := func(name string) bool { return slices.Contains(o.failed, name) }
 	if o.rule != nil {
-		cands := o.cands
-		if len(cands) > 0 && cands[0] == failed.name {
-			cands = cands[1:]
-		}
 		var rest []string
-		b, rest, diag = ss.attach(cands, o.m.Op != wire.TagBindRequest)
+		b, rest, diag = ss.attach(slices.DeleteFunc(slices.Clone(o.cands), failedHere), o.ring, o.m.Op != wire.TagBindRequest)
 		o.cands = rest
 	} else {
+		ss.cands = slices.DeleteFunc(slices.Clone(ss.cands), failedHere)
 		b, diag = ss.userTarget(o.m.Op != wire.TagBindRequest, "")
 	}
 	if b == nil {

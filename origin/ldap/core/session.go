@@ -51,6 +51,7 @@ type session struct {
 	selected bool
 	primary  *backend // the user target
 	cands    []string // the user target's server first, then the failover order
+	ring     []string // the list cands walks, wrapping (ringOf)
 
 	conns   []*backend
 	pending map[int32]*op
@@ -76,6 +77,10 @@ type op struct {
 	sent  bool
 	rule  *dlp.Rule // the OperationRouting rule that routed it; nil for the user target
 	cands []string  // with rule: the server used first, then the failover order
+	ring  []string  // with rule: the list cands walks, wrapping
+	// failed are the servers that failed while this operation was in
+	// flight there: a replay tries every other server once.
+	failed []string
 	// Search entries and references forwarded to the client, those seen
 	// from the current backend, and how many of those to drop: a replayed
 	// search skips what the client already has.
@@ -275,7 +280,7 @@ func (ss *session) bind(o *op) {
 		ss.reply(o, wire.ResultUnavailable, err.Error())
 		return
 	}
-	ss.selected, ss.primary, ss.cands = true, nil, sel.Candidates
+	ss.selected, ss.primary, ss.cands, ss.ring = true, nil, sel.Candidates, ss.ringOf(sel)
 	b, diag := ss.userTarget(false, "")
 	if b == nil {
 		ss.reply(o, wire.ResultUnavailable, ss.noServer(o, sel.Rule, diag))
@@ -293,11 +298,11 @@ func (ss *session) route(o *op) {
 			ss.reply(o, wire.ResultUnavailable, err.Error())
 			return
 		}
-		ss.selected, ss.cands = true, sel.Candidates
+		ss.selected, ss.cands, ss.ring = true, sel.Candidates, ss.ringOf(sel)
 	}
 	if osel, ok := ss.srv.router.SelectOperation(&dlp.Ctx{User: ss.norm, Op: o.name, BaseObject: o.m.BaseObject}); ok {
-		o.rule = osel.Rule
-		b, rest, diag := ss.attach(osel.Candidates, true)
+		o.rule, o.ring = osel.Rule, ss.ringOf(osel)
+		b, rest, diag := ss.attach(osel.Candidates, o.ring, true)
 		if b == nil {
 			ss.reply(o, wire.ResultUnavailable, ss.noServer(o, osel.Rule, diag))
 			return
