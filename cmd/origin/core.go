@@ -109,7 +109,7 @@ func startCore(cfg coreSection, peers peerTable, mux *http.ServeMux, log *slog.L
 	if peers != nil {
 		lookup = func(port int) (core.Peer, bool) {
 			p, ok := peers.Lookup(port)
-			return core.Peer{Claimed: p.Claimed, Measured: p.Measured, Edge: p.Edge, ID: p.ID}, ok
+			return core.Peer{Claimed: p.Claimed, Measured: p.Measured, Edge: p.Edge, ID: p.ID, Inner: p.Inner}, ok
 		}
 	}
 	srv, err := core.New(ccfg, file, lookup, log, reg)

@@ -10,6 +10,7 @@ import (
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/edgefleet/edgefleet/origin/ldap/core"
 	"github.com/edgefleet/edgefleet/origin/ldap/wire"
+	"github.com/go-ldap/ldap/v3"
 )
 
 // Failures a client causes are that client's: answered or closed with a
@@ -189,5 +190,66 @@ func TestServerClosesOnClient(t *testing.T) {
 	bothUp(t, h, sl)
 	if len(h.logs.JSONLines("server closed the connection of this client")) == 0 {
 		t.Error("no line for the server's close")
+	}
+}
+
+// A local process that connects to core.listen from another loopback
+// address with the port of a live inner connection (GET /peers lists
+// them) does not wear that connection's identity: the core matches the
+// whole address, logs the mismatch as [unexpected] and uses no peer.
+func TestPeerByWholeAddress(t *testing.T) {
+	sl := testbed.StartSlapds(t, 1, testbed.SlapdConfig{})
+	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}}, proxy(nil, []string{"L1"})), nil)
+	front := h.front(t)
+
+	// The victim, through the front, with a header claiming 192.0.2.7.
+	raw, err := net.Dial("tcp", front)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	raw.Write([]byte("PROXY TCP4 192.0.2.7 127.0.0.1 4711 8636\r\n"))
+	victim := ldap.NewConn(raw, false)
+	victim.Start()
+	if err := victim.Bind(alice, "alice-pw"); err != nil {
+		t.Fatal(err)
+	}
+	var port int
+	for _, p := range h.table.Peers() {
+		if p.Claimed == "192.0.2.7:4711" {
+			port = p.InnerPort
+		}
+	}
+	if port == 0 {
+		t.Fatalf("no peer table entry for the victim: %+v", h.table.Peers())
+	}
+
+	// The thief: another loopback address, the victim's inner port.
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2), Port: port}, Timeout: 5 * time.Second}
+	tc, err := d.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	thief := ldap.NewConn(tc, false)
+	thief.Start()
+	defer thief.Close()
+	if err := thief.Bind(bob, "bob-pw"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both binds", func() bool { return len(h.targets("bind")) == 2 })
+	for _, l := range h.logs.JSONLines("ldap op") {
+		if l["user"] != bob {
+			if l["claimed"] != "192.0.2.7:4711" {
+				t.Errorf("the victim's line lost its peer: %v", l)
+			}
+			continue
+		}
+		if l["claimed"] != "" || l["edge"] != "" || !strings.HasPrefix(l["measured"].(string), "127.0.0.2:") ||
+			!strings.HasPrefix(l["id"].(string), "core-") {
+			t.Errorf("the thief's line carries another connection's peer: %v", l)
+		}
+	}
+	if !strings.Contains(h.logs.String(), "[unexpected] a peer table entry for the client's port belongs to another address") {
+		t.Error("no [unexpected] line for the mismatch")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,14 +23,19 @@ import (
 // Peer is what the origin front knows about a client connection: the
 // address the edge claims (empty without a PROXY header), the address the
 // front measured (the edge, or the client itself), the edge's name and the
-// connection id.
+// connection id; Inner is the local address (ip:port) of the front's
+// connection to the core.
 type Peer struct {
-	Claimed, Measured, Edge, ID string
+	Claimed, Measured, Edge, ID, Inner string
 }
 
 // PeerLookup finds the Peer behind the core's client whose remote port is
 // port (the front's inner connection). Nil, or false, leaves Claimed empty
-// and Measured the socket's peer.
+// and Measured the socket's peer. A Peer whose Inner is not the client's
+// whole remote address is not the client's: core.listen is reachable by
+// every local process, which can bind another loopback address to the port
+// of a live inner connection. The core then logs it as [unexpected] and
+// uses no peer.
 type PeerLookup func(port int) (Peer, bool)
 
 // Server is the LDAP routing core.
@@ -202,12 +208,24 @@ func (s *Server) peerOf(c net.Conn) Peer {
 		return p
 	}
 	if found, ok := s.peers(ta.Port); ok {
-		p = found
+		if remote := ta.AddrPort(); sameAddr(found.Inner, remote) {
+			p = found
+		} else {
+			s.log.Error("[unexpected] a peer table entry for the client's port belongs to another address: no peer",
+				"measured", p.Measured, "inner", found.Inner, "id", found.ID, "claimed", found.Claimed, "edge", found.Edge)
+		}
 	}
 	if p.ID == "" {
 		p.ID = s.nextID()
 	}
 	return p
+}
+
+// sameAddr reports whether inner (ip:port) is addr; IPv4-mapped IPv6
+// addresses equal their IPv4 form.
+func sameAddr(inner string, addr netip.AddrPort) bool {
+	a, err := netip.ParseAddrPort(inner)
+	return err == nil && a.Port() == addr.Port() && a.Addr().Unmap() == addr.Addr().Unmap()
 }
 
 func (s *Server) nextID() string { return fmt.Sprintf("core-%d", s.ids.Add(1)) }
