@@ -159,3 +159,34 @@ func TestSilentClientDropped(t *testing.T) {
 		})
 	}
 }
+
+// A Notice of Disconnection reaches the client through the real front
+// although the client sent more than the core read: the core shuts down
+// writing, drains what is still coming for a moment, then closes (a close
+// with unread input resets, and the reset overtook the notice).
+func TestNoticeThroughFront(t *testing.T) {
+	sl := testbed.StartSlapds(t, 1, testbed.SlapdConfig{})
+	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}}, proxy(nil, []string{"L1"})), nil)
+	front := h.front(t)
+	bad := []byte{0x30, 0x0c, 0x02, 0x01, 0x00, 0x60, 0x07, 0x02, 0x01, 0x03, 0x04, 0x00, 0x80, 0x00} // message id 0
+	more := bytes.Repeat(wire.BindRequest(1, alice, []byte("alice-pw")), 20000)
+	lost := 0
+	for i := range 50 {
+		c, err := net.Dial("tcp", front)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		go c.Write(append(slices.Clone(bad), more...))
+		raw, err := wire.NewReader(c).Next()
+		m, perr := wire.Parse(raw)
+		if err != nil || perr != nil || m.ID != 0 || m.ResultCode != wire.ResultProtocolError {
+			lost++
+			t.Logf("try %d: %v %v %+v", i, err, perr, m)
+		}
+		c.Close()
+	}
+	if lost > 0 {
+		t.Errorf("%d of 50 notices lost", lost)
+	}
+}

@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"slices"
@@ -28,6 +30,7 @@ type session struct {
 	peer   Peer
 	agent  string
 	client net.Conn
+	raw    net.Conn     // the accepted connection, under TLS when client is TLS
 	rd     *wire.Reader // the client's; used by the client reader only (and by StartTLS, which it runs)
 	max    atomic.Int64 // the client's PDU cap
 	done   chan struct{}
@@ -93,7 +96,7 @@ type op struct {
 }
 
 func newSession(srv *Server, c net.Conn, p Peer) *session {
-	ss := &session{srv: srv, peer: p, client: c, done: make(chan struct{}),
+	ss := &session{srv: srv, peer: p, client: c, raw: c, done: make(chan struct{}),
 		resume: make(chan net.Conn, 1), pending: map[int32]*op{}, gen: 1, lines: map[net.Conn]struct{}{}}
 	ss.max.Store(PreBindMaxPDU)
 	return ss
@@ -112,6 +115,39 @@ func (ss *session) run() {
 	ss.ended = true
 	ss.settle()
 	ss.mu.Unlock()
+	ss.drain()
+}
+
+// A session's client connection ends with a FIN after the last byte the
+// core wrote (a Notice of Disconnection, say), then the core reads and
+// drops what the client still sends for up to drainTime (and drainMax
+// bytes) before it closes: closing with unread input would reset the
+// connection, and the reset can overtake the notice on its way through
+// the front.
+const (
+	drainTime = time.Second
+	drainMax  = 1 << 20
+)
+
+// shutWrite ends the writing side of the client connection; the client
+// reader then stops within drainTime.
+func (ss *session) shutWrite() {
+	if tc, ok := ss.client.(*tls.Conn); ok {
+		tc.CloseWrite() // close_notify (RFC 4511 §5.3)
+	}
+	cw, ok := ss.raw.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		ss.raw.Close()
+		return
+	}
+	ss.raw.SetReadDeadline(time.Now().Add(drainTime))
+}
+
+// drain drops what the client still sends, bounded, and closes.
+func (ss *session) drain() {
+	ss.raw.SetReadDeadline(time.Now().Add(drainTime))
+	io.CopyN(io.Discard, ss.raw, drainMax)
+	ss.raw.Close()
 }
 
 // settle runs after every handler, with mu held: it sends what was
@@ -129,7 +165,7 @@ func (ss *session) settle(flush ...bool) {
 	ss.closed = true
 	close(ss.done)
 	ss.w.Flush()
-	ss.client.Close()
+	ss.shutWrite()
 	// Operations the client will never get an answer to still get their
 	// line (a write's outcome is unknown to everyone from here).
 	for _, o := range ss.opsOn(nil) {
