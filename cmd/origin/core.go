@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/edgefleet/edgefleet/origin"
 	"github.com/edgefleet/edgefleet/origin/ldap/core"
@@ -34,6 +35,9 @@ type coreSection struct {
 	// Outstanding operations per client before and after a bind.
 	MaxPending     int `mapstructure:"max_pending"`
 	MaxPendingAuth int `mapstructure:"max_pending_auth"`
+	// Bounds on a started PDU and on each write to a client.
+	PDUTimeout   time.Duration `mapstructure:"pdu_timeout"`
+	WriteTimeout time.Duration `mapstructure:"write_timeout"`
 }
 
 type coreTLS struct {
@@ -58,6 +62,8 @@ func defaultCore() coreSection {
 
 		MaxPending:     d.MaxPending,
 		MaxPendingAuth: d.MaxPendingAuth,
+		PDUTimeout:     d.PDUTimeout,
+		WriteTimeout:   d.WriteTimeout,
 	}
 }
 
@@ -146,6 +152,7 @@ func (cfg coreSection) coreConfig() (core.Config, error) {
 	c.Name, c.ProxyMode, c.DefaultServer, c.MaxPDU = cfg.Name, cfg.ProxyMode, cfg.DefaultServer, cfg.MaxPDU
 	c.TLSMode, c.StartTLS = cfg.TLS.Mode, cfg.TLS.StartTLS
 	c.MaxPending, c.MaxPendingAuth = cfg.MaxPending, cfg.MaxPendingAuth
+	c.PDUTimeout, c.WriteTimeout = cfg.PDUTimeout, cfg.WriteTimeout
 	if c.TLSMode != core.TLSOff {
 		if cfg.TLS.Cert == "" || cfg.TLS.Key == "" {
 			return c, fmt.Errorf("core.tls.mode %s needs core.tls.cert and core.tls.key", c.TLSMode)

@@ -253,3 +253,27 @@ func TestPeerByWholeAddress(t *testing.T) {
 		t.Error("no [unexpected] line for the mismatch")
 	}
 }
+
+// The client bounds are checked with the name of their key.
+func TestConfigClientBounds(t *testing.T) {
+	for _, tc := range []struct {
+		mod  func(*core.Config)
+		want string
+	}{
+		{func(c *core.Config) { c.MaxPending = 0 }, "core.max_pending: 0 is below 1"},
+		{func(c *core.Config) { c.MaxPendingAuth = -1 }, "core.max_pending_auth: -1 is below 1"},
+		{func(c *core.Config) { c.PDUTimeout = -time.Second }, "core.pdu_timeout: -1s is negative"},
+		{func(c *core.Config) { c.WriteTimeout = -time.Second }, "core.write_timeout: -1s is negative"},
+	} {
+		c := core.DefaultConfig()
+		c.DefaultServer = "127.0.0.1:389"
+		tc.mod(&c)
+		if err := c.Validate(); err == nil || err.Error() != tc.want {
+			t.Errorf("Validate: %v, want %q", err, tc.want)
+		}
+	}
+	d := core.DefaultConfig()
+	if d.MaxPending != 100 || d.MaxPendingAuth != 1000 || d.PDUTimeout != 30*time.Second || d.WriteTimeout != 30*time.Second {
+		t.Errorf("defaults %+v", d)
+	}
+}

@@ -276,7 +276,11 @@ func TestAbandon(t *testing.T) {
 
 // searchPDU is a subtree search for (objectClass=*) under base, no
 // attributes.
-func searchPDU(id int32, base string) []byte {
+func searchPDU(id int32, base string) []byte { return searchAttrsPDU(id, base, "1.1") }
+
+// searchAttrsPDU is a subtree search for (objectClass=*) under base asking
+// for attr.
+func searchAttrsPDU(id int32, base, attr string) []byte {
 	tlv := func(tag byte, v []byte) []byte {
 		n := len(v)
 		if n < 0x80 {
@@ -286,7 +290,7 @@ func searchPDU(id int32, base string) []byte {
 	}
 	cat := func(parts ...[]byte) []byte { return slices.Concat(parts...) }
 	body := cat(tlv(0x04, []byte(base)), tlv(0x0a, []byte{2}), tlv(0x0a, []byte{0}), tlv(0x02, []byte{0}),
-		tlv(0x02, []byte{0}), tlv(0x01, []byte{0}), tlv(0x87, []byte("objectClass")), tlv(0x30, tlv(0x04, []byte("1.1"))))
+		tlv(0x02, []byte{0}), tlv(0x01, []byte{0}), tlv(0x87, []byte("objectClass")), tlv(0x30, tlv(0x04, []byte(attr))))
 	return tlv(0x30, cat(tlv(0x02, msgID(id)), tlv(0x63, body)))
 }
 

@@ -109,7 +109,7 @@ func (ss *session) run() {
 		ss.client.Close()
 		return
 	}
-	ss.w = bufio.NewWriterSize(ss.client, 16<<10)
+	ss.w = bufio.NewWriterSize(clientWriter{ss.client, orDefault(ss.srv.cfg.WriteTimeout)}, 16<<10)
 	ss.readClient()
 	ss.mu.Lock()
 	ss.ended = true
@@ -128,6 +128,27 @@ const (
 	drainTime = time.Second
 	drainMax  = 1 << 20
 )
+
+// clientWriter bounds every write to the client by WriteTimeout, per
+// 64 KiB: a client that stops reading is disconnected (the write fails
+// and the session ends), one that reads slowly is not.
+type clientWriter struct {
+	c net.Conn
+	d time.Duration
+}
+
+func (w clientWriter) Write(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		w.c.SetWriteDeadline(time.Now().Add(w.d))
+		k, err := w.c.Write(p[n:min(len(p), n+64<<10)])
+		n += k
+		if err != nil {
+			return n, fmt.Errorf("write to the client: %w", err)
+		}
+	}
+	return n, nil
+}
 
 // shutWrite ends the writing side of the client connection; the client
 // reader then stops within drainTime.
@@ -156,7 +177,7 @@ func (ss *session) drain() {
 func (ss *session) settle(flush ...bool) {
 	if !ss.ended && (len(flush) == 0 || flush[0]) {
 		if err := ss.w.Flush(); err != nil {
-			ss.ended = true
+			ss.writeFailed(err)
 		}
 	}
 	if !ss.ended || ss.closed {
@@ -187,10 +208,18 @@ func (ss *session) settle(flush ...bool) {
 // it was framed with is framed again with the current one (the Reader
 // consumes nothing when it refuses a length).
 func (ss *session) readClient() {
+	pduTimeout := orDefault(ss.srv.cfg.PDUTimeout)
 	for {
 		limit := ss.max.Load()
 		ss.rd.SetMax(int(limit))
-		raw, err := ss.rd.Next()
+		// Idle is fine; a PDU once started must complete in pduTimeout.
+		err := ss.rd.Await()
+		var raw []byte
+		if err == nil {
+			ss.raw.SetReadDeadline(time.Now().Add(pduTimeout))
+			raw, err = ss.rd.Next()
+			ss.raw.SetReadDeadline(time.Time{})
+		}
 		if errors.Is(err, wire.ErrTooLarge) && ss.max.Load() > limit {
 			continue
 		}
@@ -237,9 +266,15 @@ func (ss *session) readClient() {
 func (ss *session) onClientEnd(err error) {
 	ss.ended = true
 	var pe *wire.ProtocolError
-	if errors.As(err, &pe) {
+	var ne net.Error
+	switch {
+	case errors.As(err, &pe):
 		ss.srv.log.Warn("protocol error from client", ss.who("err", err)...)
 		ss.w.Write(wire.NoticeOfDisconnection(wire.ResultProtocolError, pe.Error()))
+	case errors.As(err, &ne) && ne.Timeout():
+		why := fmt.Sprintf("a PDU not completed within %v", orDefault(ss.srv.cfg.PDUTimeout))
+		ss.srv.log.Warn("protocol error from client", ss.who("err", why)...)
+		ss.w.Write(wire.NoticeOfDisconnection(wire.ResultProtocolError, why))
 	}
 }
 
@@ -424,8 +459,18 @@ func (ss *session) finish(o *op, code int, raw []byte) {
 
 func (ss *session) write(raw []byte) {
 	if _, err := ss.w.Write(raw); err != nil {
-		ss.ended = true
+		ss.writeFailed(err)
 	}
+}
+
+// writeFailed ends the session after a failed write to the client: it
+// closed, or it read nothing for WriteTimeout (its operations on the
+// servers are abandoned when settle closes their connections).
+func (ss *session) writeFailed(err error) {
+	if ne := net.Error(nil); !ss.ended && errors.As(err, &ne) && ne.Timeout() {
+		ss.srv.log.Warn("client stopped reading: disconnected", ss.who("err", err, "pending", len(ss.pending))...)
+	}
+	ss.ended = true
 }
 
 func (ss *session) log(o *op, target, result string) {
