@@ -164,7 +164,9 @@ func (ss *session) dial(name string, ident bool) (*backend, error) {
 		code, err := ss.rebind(b)
 		if err != nil {
 			conn.Close()
-			srv.fail(name, err)
+			if srv.serverFailed(name, err) {
+				srv.fail(name, err)
+			}
 			return nil, err
 		}
 		if code != wire.ResultSuccess {
@@ -205,6 +207,9 @@ func (ss *session) rebind(b *backend) (int, error) {
 			return 0, err
 		}
 		if m.ID == 0 {
+			if m.ResultCode == wire.ResultProtocolError {
+				return 0, fmt.Errorf("re-bind: %w: %s", errProtocolNotice, m.Diagnostic)
+			}
 			return 0, errors.New("notice of disconnection during re-bind")
 		}
 		if m.ID == rebindID && m.Op == wire.TagBindResponse {
@@ -389,16 +394,36 @@ func (ss *session) onBackendEnd(b *backend, err error) {
 	ss.closeBackend(b) // idle: see lost
 }
 
-// connEnded handles a backend connection that ended, or could not be
-// written, with operations in flight. A server that stops inside a PDU or
-// sends bytes that are not LDAP has failed. A connection that just ends is
-// for a check to judge: a server that answers on a new connection at once
-// is up, and ended this one because of what this client sent
-// (slapd closes a connection after a PDU it cannot decode, or beyond
-// conn_max_pending operations) — the client's failure, not the server's.
-func (ss *session) connEnded(b *backend, err error) {
+// errProtocolNotice is a server's Notice of Disconnection with
+// protocolError: it could not decode what it was sent.
+var errProtocolNotice = errors.New("notice of disconnection (protocolError)")
+
+// serverFailed reports whether err, which ended a connection to server
+// name, is the server's failure. A server that stops inside a PDU, sends
+// bytes that are not LDAP or does not answer in time has failed; one that
+// could not decode what it was sent has not. A connection that just ends
+// is for a check to judge: a server that answers on a new connection at
+// once is up and ended this one on purpose, because of what the client
+// sent (slapd closes a connection after a PDU it cannot decode, or beyond
+// conn_max_pending operations) — the client's failure.
+func (s *Server) serverFailed(name string, err error) bool {
 	var pe *wire.ProtocolError
-	if b.closed || ss.isAborted() || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &pe) || !ss.srv.answers(b.name) {
+	var ne net.Error
+	switch {
+	case errors.Is(err, errProtocolNotice):
+		return false
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.As(err, &pe), errors.As(err, &ne) && ne.Timeout():
+		return true
+	}
+	return !s.answers(name)
+}
+
+// connEnded handles a backend connection that ended, or could not be
+// written, with operations in flight: a failure (backendFailed), or the
+// server's reaction to this client (serverFailed), whose operations
+// there are answered and not replayed elsewhere.
+func (ss *session) connEnded(b *backend, err error) {
+	if b.closed || ss.isAborted() || ss.srv.serverFailed(b.name, err) {
 		ss.backendFailed(b, err)
 		return
 	}

@@ -168,28 +168,45 @@ func TestSilentClientDropped(t *testing.T) {
 // with unread input resets, and the reset overtook the notice).
 func TestNoticeThroughFront(t *testing.T) {
 	sl := testbed.StartSlapds(t, 1, testbed.SlapdConfig{})
-	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}}, proxy(nil, []string{"L1"})), nil)
-	front := h.front(t)
-	bad := []byte{0x30, 0x0c, 0x02, 0x01, 0x00, 0x60, 0x07, 0x02, 0x01, 0x03, 0x04, 0x00, 0x80, 0x00} // message id 0
+	p := newPKI(t)
 	more := bytes.Repeat(wire.BindRequest(1, alice, []byte("alice-pw")), 20000)
-	lost := 0
-	for i := range 50 {
-		c, err := net.Dial("tcp", front)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.SetDeadline(time.Now().Add(10 * time.Second))
-		go c.Write(append(slices.Clone(bad), more...))
-		raw, err := wire.NewReader(c).Next()
-		m, perr := wire.Parse(raw)
-		if err != nil || perr != nil || m.ID != 0 || m.ResultCode != wire.ResultProtocolError {
-			lost++
-			t.Logf("try %d: %v %v %+v", i, err, perr, m)
-		}
-		c.Close()
-	}
-	if lost > 0 {
-		t.Errorf("%d of 50 notices lost", lost)
+	for _, tc := range []struct {
+		name  string
+		h     func() *harness
+		first []byte
+		code  int
+	}{
+		{"message id 0", func() *harness {
+			return newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}}, proxy(nil, []string{"L1"})), nil)
+		}, []byte{0x30, 0x0c, 0x02, 0x01, 0x00, 0x60, 0x07, 0x02, 0x01, 0x03, 0x04, 0x00, 0x80, 0x00}, wire.ResultProtocolError},
+		{"plain mode without TLS", func() *harness {
+			return newPlainHarness(t, "", func(c *core.Config) {
+				c.DefaultServer, c.TLSMode, c.TLS = sl[0].Addr, core.TLSOn, &tls.Config{Certificates: []tls.Certificate{p.server}}
+			})
+		}, wire.BindRequest(1, alice, []byte("alice-pw")), 13}, // confidentialityRequired
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			front := tc.h().front(t)
+			lost := 0
+			for i := range 50 {
+				c, err := net.Dial("tcp", front)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				go c.Write(append(slices.Clone(tc.first), more...))
+				raw, err := wire.NewReader(c).Next()
+				m, perr := wire.Parse(raw)
+				if err != nil || perr != nil || m.ID != 0 || m.ResultCode != tc.code {
+					lost++
+					t.Logf("try %d: %v %v %+v", i, err, perr, m)
+				}
+				c.Close()
+			}
+			if lost > 0 {
+				t.Errorf("%d of 50 notices lost", lost)
+			}
+		})
 	}
 }
 

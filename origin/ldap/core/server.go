@@ -247,7 +247,8 @@ func (s *Server) plain(c net.Conn, p Peer) {
 		}
 		if !ss.isTLS {
 			c.Write(wire.NoticeOfDisconnection(13, "confidentiality required: use LDAPS")) // confidentialityRequired
-			c.Close()
+			ss.shutWrite()
+			ss.drain()
 			s.log.Warn("plain mode: refused a connection without TLS", "id", p.ID, "claimed", p.Claimed, "measured", p.Measured,
 				"edge", p.Edge, "target", s.cfg.DefaultServer)
 			return
