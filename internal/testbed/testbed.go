@@ -46,6 +46,10 @@ var packages = map[string]string{
 	"openssl":          "openssl",
 	"docker":           "docker.io",
 	"conntrack":        "conntrack",
+	"sshd":             "openssh-server",
+	"unshare":          "util-linux",
+	"cloud-init":       "cloud-init",
+	"systemd-analyze":  "systemd",
 }
 
 // InCI reports whether the tests run under CI=true, where a missing peer
