@@ -11,8 +11,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -89,28 +91,36 @@ func NewPush(c Config, name string) (PushConfig, error) {
 	return p, nil
 }
 
-// ParseSSHTarget reads user@host[:port] (port 22, user root when absent).
+// ParseSSHTarget reads user@host[:port] (port 22, user root when absent;
+// an IPv6 address with a port in brackets).
 func ParseSSHTarget(s string) (user, addr string, err error) {
+	bad := fmt.Errorf("%q is not user@host[:port]", s)
 	user, host := "root", s
 	if u, h, ok := strings.Cut(s, "@"); ok {
 		user, host = u, h
 	}
-	if host == "" || user == "" {
-		return "", "", fmt.Errorf("%q is not user@host[:port]", s)
+	if user == "" || strings.ContainsAny(user, "@ \t") {
+		return "", "", bad
 	}
-	if h, port, err := net.SplitHostPort(host); err == nil {
-		if h == "" || port == "" {
-			return "", "", fmt.Errorf("%q is not user@host[:port]", s)
+	port := "22"
+	if h, p, err := net.SplitHostPort(host); err == nil {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return "", "", bad
 		}
-		return user, host, nil
+		host, port = h, p
+	} else if b, ok := strings.CutPrefix(host, "["); ok && strings.HasSuffix(b, "]") {
+		if _, err := netip.ParseAddr(strings.TrimSuffix(b, "]")); err == nil {
+			host = strings.TrimSuffix(b, "]")
+		}
 	}
-	if strings.Count(host, ":") > 1 { // a bare IPv6 address
-		return user, net.JoinHostPort(strings.Trim(host, "[]"), "22"), nil
+	if a, err := netip.ParseAddr(host); err == nil {
+		if a.Zone() != "" {
+			return "", "", bad
+		}
+	} else if host == "" || strings.ContainsAny(host, ":[]/ \t") {
+		return "", "", bad
 	}
-	if strings.ContainsAny(host, ":[]") {
-		return "", "", fmt.Errorf("%q is not user@host[:port]", s)
-	}
-	return user, net.JoinHostPort(host, "22"), nil
+	return user, net.JoinHostPort(host, port), nil
 }
 
 // ParseHostKey reads a pinned host key as ssh-keyscan prints it, with or

@@ -22,17 +22,17 @@ fi
 
 prev=$(readlink "$link" 2>/dev/null || true)
 prev=${prev##*/}
+# Prepare everything, then three renames: the configuration, the unit and
+# the link.
+mkdir -p "${link%/*}"
 [ "$new" = "$bin" ] || mv -f "$new" "$bin"
 for f in "$conf" "$unit"; do
 	if [ -f "$f" ]; then ln -f "$f" "$f.prev"; else rm -f "$f.prev"; fi
 done
-switch() {
-	ln -sfn "../lib/edgefleet/$1" "$link.new"
-	mv -fT "$link.new" "$link"
-}
+ln -sfn "../lib/edgefleet/edge-$sha" "$link.new"
 mv -f "$conf.new" "$conf"
 mv -f "$unit.new" "$unit"
-switch "edge-$sha"
+mv -fT "$link.new" "$link"
 sync "$lib" "${link%/*}" "${conf%/*}" "${unit%/*}"
 
 if ! { systemctl daemon-reload && systemctl restart edgefleet-edge.service; }; then
@@ -40,14 +40,17 @@ if ! { systemctl daemon-reload && systemctl restart edgefleet-edge.service; }; t
 		echo "restart failed; there is no previous version to roll back to" >&2
 		exit 4
 	fi
-	switch "$prev"
+	ln -sfn "../lib/edgefleet/$prev" "$link.new"
+	mv -fT "$link.new" "$link"
 	for f in "$conf" "$unit"; do
 		if [ -f "$f.prev" ]; then mv -f "$f.prev" "$f"; fi
 	done
 	sync "${link%/*}" "${conf%/*}" "${unit%/*}"
-	systemctl daemon-reload
-	systemctl restart edgefleet-edge.service || true
-	echo "restart failed; rolled back to $prev" >&2
+	if { systemctl daemon-reload && systemctl restart edgefleet-edge.service; }; then
+		echo "restart failed; rolled back to $prev" >&2
+	else
+		echo "restart failed; rolled back to $prev, which failed to restart too" >&2
+	fi
 	exit 4
 fi
 

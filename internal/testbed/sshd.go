@@ -120,7 +120,7 @@ func NewSSHKey(t testing.TB) ssh.PublicKey {
 
 // StandIn is an executable shell script put in place of a system command
 // (systemctl, …): it records each call's arguments, one line per call, and
-// exits with status 1 while failing is on.
+// fails the calls FailNext asks it to.
 type StandIn struct {
 	path, log, fail string
 }
@@ -129,7 +129,18 @@ type StandIn struct {
 func NewStandIn(t testing.TB, dir, name string) *StandIn {
 	t.Helper()
 	s := &StandIn{path: filepath.Join(dir, name), log: filepath.Join(dir, name+".calls"), fail: filepath.Join(dir, name+".fail")}
-	script := fmt.Sprintf("#!/bin/sh\necho \"$*\" >> '%s'\n[ ! -e '%s' ]\n", s.log, s.fail)
+	script := fmt.Sprintf(`#!/bin/sh
+echo "$*" >> '%s'
+f='%s'
+if [ -s "$f" ]; then
+	read -r verb n < "$f"
+	if [ "$1" = "$verb" ] && [ "$n" -gt 0 ]; then
+		echo "$verb $((n - 1))" > "$f"
+		echo "%s $1: failing as the test asked" >&2
+		exit 1
+	fi
+fi
+`, s.log, s.fail, name)
 	if err := os.WriteFile(s.path, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -146,14 +157,11 @@ func (s *StandIn) Calls() []string {
 	return strings.Split(out, "\n")
 }
 
-// Fail makes the following calls fail (true) or succeed (false).
-func (s *StandIn) Fail(t testing.TB, on bool) {
+// FailNext makes the next n calls whose first argument is verb fail
+// (exit status 1).
+func (s *StandIn) FailNext(t testing.TB, verb string, n int) {
 	t.Helper()
-	if !on {
-		os.Remove(s.fail)
-		return
-	}
-	if err := os.WriteFile(s.fail, nil, 0o644); err != nil {
+	if err := os.WriteFile(s.fail, fmt.Appendf(nil, "%s %d\n", verb, n), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
