@@ -187,6 +187,9 @@ func Push(ctx context.Context, p PushConfig) (PushResult, error) {
 		return res, err
 	}
 	defer client.Close()
+	// Cancelling ctx ends the remote commands too (a restart may wait out
+	// the old edge's drain_timeout).
+	defer context.AfterFunc(ctx, func() { client.Close() })()
 	start := time.Now()
 
 	root := strings.TrimSuffix(p.Root, "/")
