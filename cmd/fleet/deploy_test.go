@@ -178,3 +178,26 @@ func TestDeployPush(t *testing.T) {
 		t.Fatalf("the refused push changed the host: %v → %v, systemctl %v", before, after, systemctl.Calls())
 	}
 }
+
+// TestDocDeployExample: the fleet.yaml of docs/dns-deploy.md loads,
+// validates and renders edge-1 with the size the page shows.
+func TestDocDeployExample(t *testing.T) {
+	var example string
+	for _, b := range testbed.DocBlocks(t, "docs/dns-deploy.md", "yaml") {
+		if strings.Contains(b, "\ndeploy:\n") {
+			example = b
+		}
+	}
+	if example == "" {
+		t.Fatal("docs/dns-deploy.md has no fleet.yaml example with a deploy: section")
+	}
+	cfg := testbed.WriteFile(t, t.TempDir(), "fleet.yaml", example)
+	msg, err := runFleet(t, "--config", cfg, "deploy", "render", "edge-1", "--out", filepath.Join(t.TempDir(), "edge-1"))
+	if err != nil {
+		t.Fatalf("the example does not render: %v", err)
+	}
+	size := msg[strings.Index(msg, "user-data ("):strings.Index(msg, " bytes)")]
+	if doc := testbed.Doc(t, "docs/dns-deploy.md"); !strings.Contains(doc, size+" bytes)") {
+		t.Fatalf("the page does not show the rendered size: render said %q", msg)
+	}
+}
