@@ -302,6 +302,24 @@ func TestPushChecksPin(t *testing.T) {
 	}
 }
 
+// TestPushUnreachable: nothing listening is one error naming the address.
+func TestPushUnreachable(t *testing.T) {
+	c := deployConfig()
+	addr := testbed.FreeAddr(t, "127.0.0.1")
+	c.Edges[0].SSH = "root@" + addr
+	c.Edges[0].HostKey = string(ssh.MarshalAuthorizedKey(testbed.NewSSHKey(t)))
+	c.Deploy.BinarySHA256 = ""
+	c.Deploy.Binary = testbed.WriteFile(t, t.TempDir(), "edge", "#!/bin/sh\n")
+	p, err := NewPush(c, "edge-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Push(context.Background(), p)
+	if err == nil || !strings.HasPrefix(err.Error(), "edge edge-1: dial "+addr+": ") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("Push to a closed port: %v", err)
+	}
+}
+
 func TestParseSSHTarget(t *testing.T) {
 	for _, tc := range []struct{ in, user, addr, err string }{
 		{in: "root@203.0.113.10", user: "root", addr: "203.0.113.10:22"},
