@@ -8,6 +8,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"flag"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,6 +20,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	"go.yaml.in/yaml/v3"
@@ -430,5 +433,66 @@ func TestInstallEdge(t *testing.T) {
 				t.Fatalf("systemctl calls %q", calls)
 			}
 		})
+	}
+}
+
+// TestRenderedEdgeRunsConfined runs the real edge on the rendered
+// edge.yaml as the unit does: an unprivileged user with no new privileges
+// and CAP_NET_BIND_SERVICE as its only capability (setpriv stands in for
+// DynamicUser and the capability sets), in a network namespace. It binds
+// :636 and serves its metrics; without the capability it cannot bind.
+func TestRenderedEdgeRunsConfined(t *testing.T) {
+	testbed.Need(t, "setpriv")
+	r, err := Render(deployConfig(), "edge-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Readable by the unprivileged user, as /usr/local/lib and /etc are.
+	dir, err := os.MkdirTemp("", "deploy-confined-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	bin, _ := os.ReadFile(edgeBinary(t))
+	edge, conf := filepath.Join(dir, "edge"), filepath.Join(dir, "edge.yaml")
+	if err := errors.Join(os.Chmod(dir, 0o755), os.WriteFile(edge, bin, 0o755), os.WriteFile(conf, r.EdgeConfig, 0o644)); err != nil {
+		t.Fatal(err)
+	}
+	setpriv := func(caps string) []string {
+		return []string{"--reuid=65534", "--regid=65534", "--clear-groups", "--no-new-privs",
+			"--inh-caps=-all" + caps, "--ambient-caps=-all" + caps, "--bounding-set=-all" + caps, edge, "--config", conf}
+	}
+
+	ns := testbed.NewNetns(t, "edgerun")
+	out, err := ns.Try("setpriv", setpriv("")...)
+	if err == nil || !strings.Contains(out, "permission denied") {
+		t.Fatalf("without CAP_NET_BIND_SERVICE: %v\n%s", err, out)
+	}
+	p := testbed.StartCmd(t, ns.Command(must(testbed.Path("setpriv")), setpriv(",+net_bind_service")...))
+	var c net.Conn
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if c, err = ns.Dial("", "127.0.0.1:636", time.Second); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the confined edge does not listen on :636: %v\n%s", err, p.Output())
+		}
+	}
+	c.Close()
+	mc, err := ns.Dial("", "127.0.0.1:9101", 5*time.Second)
+	if err != nil {
+		t.Fatalf("metrics: %v", err)
+	}
+	defer mc.Close()
+	mc.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(mc, "GET /metrics HTTP/1.0\r\n\r\n")
+	body, _ := io.ReadAll(mc)
+	if !bytes.Contains(body, []byte("edgefleet_edge_connections_total")) {
+		t.Fatalf("metrics answer lacks edgefleet_edge_connections_total:\n%.300s", body)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(p.Output(), `"msg":"edge listening","addr":"[::]:636","name":"edge-1"`); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no JSON 'edge listening' line for edge-1:\n%s", p.Output())
+		}
 	}
 }

@@ -49,6 +49,7 @@ var packages = map[string]string{
 	"conntrack":        "conntrack",
 	"sshd":             "openssh-server",
 	"unshare":          "util-linux",
+	"setpriv":          "util-linux",
 	"cloud-init":       "cloud-init",
 	"systemd-analyze":  "systemd",
 }
