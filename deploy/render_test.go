@@ -370,6 +370,7 @@ func TestMain(m *testing.M) {
 // the right SHA-256 installs it, links it and starts the unit; a wrong one
 // installs nothing and never calls systemctl.
 func TestInstallEdge(t *testing.T) {
+	testbed.Need(t, "curl")
 	bin, err := os.ReadFile(edgeBinary(t))
 	if err != nil {
 		t.Fatal(err)

@@ -50,6 +50,9 @@ var packages = map[string]string{
 	"sshd":             "openssh-server",
 	"unshare":          "util-linux",
 	"setpriv":          "util-linux",
+	"ssh-agent":        "openssh-client",
+	"ssh-add":          "openssh-client",
+	"curl":             "curl",
 	"cloud-init":       "cloud-init",
 	"systemd-analyze":  "systemd",
 }
