@@ -90,15 +90,15 @@ func (t *PeerTable) Lookup(port int) (Peer, bool) {
 // /peers lists them); it finds no peer here.
 func (t *PeerTable) LookupAddr(addr netip.AddrPort) (Peer, bool) {
 	p, ok := t.Lookup(int(addr.Port()))
-	if !ok || !SameAddr(p.Inner, addr) {
+	if !ok || !sameAddr(p.Inner, addr) {
 		return Peer{}, false
 	}
 	return p, true
 }
 
-// SameAddr reports whether inner (a Peer.Inner) is addr; IPv4-mapped IPv6
+// sameAddr reports whether inner (a Peer.Inner) is addr; IPv4-mapped IPv6
 // addresses equal their IPv4 form.
-func SameAddr(inner string, addr netip.AddrPort) bool {
+func sameAddr(inner string, addr netip.AddrPort) bool {
 	a, err := netip.ParseAddrPort(inner)
 	return err == nil && a.Port() == addr.Port() && a.Addr().Unmap() == addr.Addr().Unmap()
 }
