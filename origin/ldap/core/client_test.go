@@ -166,13 +166,14 @@ func pipeline(t *testing.T, h *harness, n int) map[int]int {
 	return codes
 }
 
-// More pipelined operations than slapd takes on one connection
+// More pipelined operations (1,000) than slapd takes on one connection
 // (conn_max_pending, 100 anonymous): the core answers those beyond
 // core.max_pending busy itself, and slapd never closes the connection.
 func TestClientPendingCap(t *testing.T) {
 	sl, h := twoServers(t, testbed.SlapdConfig{LDIF: testbed.DirectoryLDIF(300)}, nil)
-	codes := pipeline(t, h, 400)
-	if codes[wire.ResultBusy] == 0 || codes[wire.ResultSuccess] == 0 || codes[wire.ResultSuccess]+codes[wire.ResultBusy] != 400 {
+	codes := pipeline(t, h, 1000)
+	t.Logf("results: %v", codes)
+	if codes[wire.ResultBusy] == 0 || codes[wire.ResultSuccess] == 0 || codes[wire.ResultSuccess]+codes[wire.ResultBusy] != 1000 {
 		t.Errorf("results %v: want success and busy only", codes)
 	}
 	bothUp(t, h, sl)
@@ -183,7 +184,8 @@ func TestClientPendingCap(t *testing.T) {
 // client's doing; its searches are answered, not replayed on L2.
 func TestServerClosesOnClient(t *testing.T) {
 	sl, h := twoServers(t, testbed.SlapdConfig{LDIF: testbed.DirectoryLDIF(300)}, func(c *core.Config) { c.MaxPending = 5000 })
-	codes := pipeline(t, h, 400)
+	codes := pipeline(t, h, 1000)
+	t.Logf("results: %v", codes)
 	if codes[wire.ResultUnavailable] == 0 || codes[wire.ResultBusy] != 0 {
 		t.Errorf("results %v: want slapd to have closed the connection (unavailable)", codes)
 	}
