@@ -6,6 +6,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/edgefleet/edgefleet/internal/accept"
 )
 
 // Config is the edge's configuration (DESIGN.md §2). cmd/edge fills it from
@@ -82,6 +84,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("origins: %q is listed twice", a)
 		}
 		seen[a] = true
+		if l := accept.SelfTarget(c.Listen, a); l != "" {
+			return fmt.Errorf("origins: %q is the edge's own listen address %q: every connection would be relayed to itself", a, l)
+		}
 	}
 	switch {
 	case c.ConnectTimeout <= 0:

@@ -597,6 +597,19 @@ func TestValidate(t *testing.T) {
 		{"empty name", func(c *Config) { c.Name = "" }, "name: must not be empty"},
 		{"name with space", func(c *Config) { c.Name = "edge one" }, "name:"},
 		{"long name", func(c *Config) { c.Name = strings.Repeat("x", 256) }, "name: longer than 255"},
+		// An origin that is the edge itself (issue 8 item 4), in any spelling.
+		{"origin is the listen address", func(c *Config) { c.Listen = []string{"127.0.0.1:636"}; c.Origins = []string{"127.0.0.1:636"} },
+			`origins: "127.0.0.1:636" is the edge's own listen address "127.0.0.1:636": every connection would be relayed to itself`},
+		{"origin localhost", func(c *Config) { c.Listen = []string{"127.0.0.1:636"}; c.Origins = []string{"localhost:636"} },
+			`origins: "localhost:636" is the edge's own listen address "127.0.0.1:636"`},
+		{"origin v4-mapped", func(c *Config) { c.Listen = []string{"127.0.0.1:636"}; c.Origins = []string{"[::ffff:127.0.0.1]:636"} },
+			`origins: "[::ffff:127.0.0.1]:636" is the edge's own listen address "127.0.0.1:636"`},
+		{"origin loopback under a wildcard listen", func(c *Config) { c.Listen = []string{"0.0.0.0:636"}; c.Origins = []string{"127.0.0.1:636"} },
+			`origins: "127.0.0.1:636" is the edge's own listen address "0.0.0.0:636"`},
+		{"origin 0.0.0.0", func(c *Config) { c.Listen = []string{"127.0.0.1:636"}; c.Origins = []string{"0.0.0.0:636"} },
+			`origins: "0.0.0.0:636" is the edge's own listen address "127.0.0.1:636"`},
+		{"origin on another port", func(c *Config) { c.Listen = []string{"0.0.0.0:636"}; c.Origins = []string{"127.0.0.1:637"} }, ""},
+		{"origin on another loopback address", func(c *Config) { c.Listen = []string{"127.0.0.2:636"}; c.Origins = []string{"127.0.0.1:636"} }, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := ok

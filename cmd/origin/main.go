@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
+	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/origin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -82,11 +83,36 @@ func run(cfg originFile) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	// Everything is checked and built before a single port is bound.
 	table := origin.NewPeerTable()
 	front, err := origin.New(cfg.Front, table, log, reg)
 	if err != nil {
 		fatal(err)
 	}
+	srv, err := buildCore(cfg.Core, table, log, reg)
+	if err != nil {
+		code := cli.ExitConfig
+		var ec interface{ ExitCode() int }
+		if errors.As(err, &ec) {
+			code = ec.ExitCode()
+		}
+		logw.Close()
+		cli.FatalCode("origin", err, code)
+	}
+	endpoints := []struct {
+		key, addr string
+		h         http.Handler
+	}{{"peers_api", cfg.PeersAPI, nil}, {"metrics", cfg.Metrics, nil}}
+	for _, ep := range endpoints {
+		if _, _, err := net.SplitHostPort(ep.addr); ep.addr != "" && err != nil {
+			fatal(fmt.Errorf("%s: %q is not host:port", ep.key, ep.addr))
+		}
+	}
+	if cfg.Core.Enabled && accept.SelfTarget([]string{cfg.Core.Listen}, cfg.Front.Inner) == "" {
+		log.Warn("front.inner is not core.listen: connections go past the core", "inner", cfg.Front.Inner,
+			"core_listen", cfg.Core.Listen)
+	}
+
 	var lns []net.Listener
 	for _, addr := range cfg.Front.Listen {
 		ln, err := frontListen(addr)
@@ -95,17 +121,20 @@ func run(cfg originFile) error {
 		}
 		lns = append(lns, ln)
 	}
-
+	var coreLn net.Listener
+	if srv != nil {
+		if coreLn, err = net.Listen("tcp", cfg.Core.Listen); err != nil {
+			fatal(fmt.Errorf("core.listen: %w", err))
+		}
+	}
 	peers := http.NewServeMux()
 	peers.Handle("/peers", table.Handler())
 	peers.Handle("/peers/", table.Handler())
 	metrics := http.NewServeMux()
 	metrics.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	endpoints[0].h, endpoints[1].h = peers, metrics
 	var servers []*http.Server
-	for _, ep := range []struct {
-		key, addr string
-		h         http.Handler
-	}{{"peers_api", cfg.PeersAPI, peers}, {"metrics", cfg.Metrics, metrics}} {
+	for _, ep := range endpoints {
 		if ep.addr == "" {
 			continue
 		}
@@ -122,23 +151,22 @@ func run(cfg originFile) error {
 		}()
 	}
 
-	serveErr := make(chan error, len(lns))
+	// A listener that really fails ends the binary: never a front that
+	// forwards to a core nobody accepts for.
+	serveErr := make(chan error, len(lns)+1)
 	for _, ln := range lns {
-		go func() { serveErr <- front.Serve(ln) }()
+		go func() {
+			if err := front.Serve(ln); err != nil {
+				serveErr <- fmt.Errorf("front: %w", err)
+			}
+		}()
 		log.Info("front listening", "addr", ln.Addr().String(), "inner", cfg.Front.Inner,
 			"trusted_edges", cfg.Front.TrustedEdges, "untrusted", cfg.Front.Untrusted,
-			"require_header", cfg.Front.RequireHeader)
+			"require_header", cfg.Front.RequireHeader, "max_conns", cfg.Front.MaxConns)
 	}
-
-	stopCore, err := startCore(cfg.Core, table, peers, log, reg)
-	if err != nil {
-		code := 2
-		var ec interface{ ExitCode() int }
-		if errors.As(err, &ec) {
-			code = ec.ExitCode()
-		}
-		logw.Close()
-		cli.FatalCode("origin", err, code)
+	stopCore := func(context.Context) error { return nil }
+	if srv != nil {
+		stopCore = serveCore(cfg.Core, srv, coreLn, peers, log, serveErr)
 	}
 
 	sig := make(chan os.Signal, 2)
@@ -148,10 +176,8 @@ func run(cfg originFile) error {
 	case s := <-sig:
 		log.Info("shutting down", "signal", s.String(), "drain_timeout", drainTimeout.String())
 	case err := <-serveErr:
-		if err != nil {
-			log.Error("front stopped", "error", err)
-			failed = err
-		}
+		log.Error("listener failed", "err", err)
+		failed = err
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)

@@ -17,6 +17,7 @@ const resolveTimeout = 5 * time.Second
 // inventory name); an IPv4-mapped address is its IPv4 twin; a wildcard
 // listen host ("", 0.0.0.0, ::) covers every address of this host. A name
 // that does not resolve reaches nothing (its dial will fail and say so).
+// Names are looked up only when a listen port is target's port.
 func SelfTarget(listen []string, target string) string {
 	thost, tport, err := net.SplitHostPort(target)
 	if err != nil {
@@ -24,12 +25,15 @@ func SelfTarget(listen []string, target string) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
 	defer cancel()
-	targets := resolve(ctx, thost)
-	var local []netip.Addr // this host's addresses, read once when needed
+	var targets, local []netip.Addr // looked up once, when a listen port matches
+	resolved := false
 	for _, l := range listen {
 		lhost, lport, err := net.SplitHostPort(l)
 		if err != nil || !samePort(lport, tport) {
 			continue
+		}
+		if !resolved {
+			targets, resolved = resolve(ctx, thost), true
 		}
 		if wildcard(lhost) {
 			if local == nil {
