@@ -671,3 +671,99 @@ func TestKeepalive(t *testing.T) {
 		})
 	}
 }
+
+// TestLoopCutAtRunTime (issue 8 item 4): an edge whose origin turns out
+// to be itself (here set at run time, where the start check cannot see
+// it) relays one connection to itself, recognises the connection that
+// comes back from its own origin socket, closes it and counts it, instead
+// of chaining until the file descriptors run out.
+func TestLoopCutAtRunTime(t *testing.T) {
+	other := startOrigin(t, true, echo)
+	e := startEdge(t, Config{Origins: []string{other.addr}})
+	e.SetOrigins([]string{e.addr})
+	for i := 1; i <= 20; i++ {
+		if got, _ := tryRoundTrip(t, e.addr, "x"); got != "" {
+			t.Fatalf("a looped connection answered %q", got)
+		}
+	}
+	e.waitValue(t, 0, "edgefleet_edge_connections_active")
+	if n := e.value(t, "edgefleet_edge_connections_total", "result", ResultLoop); n < 20 {
+		t.Fatalf("%v loops counted for 20 clients", n)
+	}
+	// A client connection and its hop back, now and then one hop more when
+	// the hop was accepted before its origin socket was recorded (then the
+	// origin side cuts it): never a chain.
+	var ended float64
+	for _, r := range results {
+		ended += e.value(t, "edgefleet_edge_connections_total", "result", r)
+	}
+	if ended > 60 {
+		t.Fatalf("%v connections for 20 clients: the loop chained", ended)
+	}
+	if lines := e.logs.JSONLines("connection from the edge itself refused: an origin is this edge"); len(lines) == 0 {
+		t.Fatalf("no log line for the loop; log:\n%s", e.logs.String())
+	}
+	e.SetOrigins([]string{other.addr})
+	if got := roundTrip(t, e.addr, "back"); got != "back" {
+		t.Fatalf("after the origin was fixed: %q", got)
+	}
+}
+
+// TestOneRetryAtATime (issue 8 item 8): while a connection retries an
+// OFFLINE origin (a black hole: the attempt lasts connect_timeout), every
+// other new client takes the next selectable origin at once instead of
+// joining the retry. The OFFLINE window runs on the injected clock.
+func TestOneRetryAtATime(t *testing.T) {
+	clock := testbed.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	hole := testbed.BlackHole(t)
+	good := startOrigin(t, true, echo)
+	e := startEdge(t, Config{Origins: []string{hole, good.addr}, ConnectTimeout: time.Minute, OfflineRetry: time.Minute},
+		func(e *Edge) { e.now = clock.Now })
+	plan, claim := e.orig.plan(clock.Now()) // the black hole failed once: OFFLINE
+	e.orig.fail(plan[0], clock.Now())
+	e.orig.release(plan, claim)
+	clock.Advance(time.Minute) // its offline_retry is over: the next client retries it
+
+	retrier, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer retrier.Close()
+	e.waitValue(t, 1, "edgefleet_edge_connections_active")
+	deadline := time.Now().Add(10 * time.Second)
+	for !e.retrying(hole) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first client never started the retry of the OFFLINE origin")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for i := range 5 { // each would wait a minute on the black hole before the fix
+		if got := roundTrip(t, e.addr, "x"); got != "x" {
+			t.Fatalf("client %d: %q", i, got)
+		}
+	}
+	if !e.retrying(hole) {
+		t.Fatal("the retry ended before the other clients were served: the test proves nothing")
+	}
+	lines := e.waitLines(t, "connection closed", 5)
+	for _, l := range lines {
+		if l["origin"] != good.addr {
+			t.Fatalf("a client went to %v during the retry, want %s", l["origin"], good.addr)
+		}
+	}
+	if n := e.value(t, "edgefleet_edge_origin_dial_seconds"); n != 5 {
+		t.Fatalf("%v finished dials, want the 5 to the good origin (the retry still in flight)", n)
+	}
+}
+
+// retrying reports whether a plan holds the retry of addr.
+func (te *testEdge) retrying(addr string) bool {
+	te.orig.mu.Lock()
+	defer te.orig.mu.Unlock()
+	for _, o := range te.orig.list {
+		if o.addr == addr {
+			return o.claim != 0
+		}
+	}
+	return false
+}
