@@ -309,3 +309,38 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("--version: %q, %v", out, err)
 	}
 }
+
+// TestSurvivesFDExhaustion (issue 8 item 6): the edge under a low
+// RLIMIT_NOFILE, flooded until accept fails with "too many open files",
+// relays again once the flood is gone.
+func TestSurvivesFDExhaustion(t *testing.T) {
+	origin := echoOrigin(t, "A")
+	addr := testbed.FreeAddr(t, "127.0.0.1")
+	path := testbed.WriteFile(t, t.TempDir(), "edge.yaml",
+		"name: edge-bin\nlisten: ['"+addr+"']\nmetrics: ''\nlog:\n  format: json\norigins: ['"+origin+"']\n")
+	p := testbed.StartNofile(t, 40, edgeBin(t), "--config", path)
+	testbed.WaitTCP(t, addr, 10*time.Second)
+	closeAll := testbed.Flood(t, addr, 60)
+	testbed.WaitOutput(t, p, 20*time.Second, "accept failed, retrying", "too many open files")
+	closeAll()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err == nil {
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			b := make([]byte, 1)
+			_, err = io.ReadFull(c, b)
+			c.Close()
+			if err == nil && string(b) == "A" {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the edge does not relay again after the flood: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if p.Cmd.ProcessState != nil {
+		t.Fatalf("the edge exited: %v", p.Cmd.ProcessState)
+	}
+}
