@@ -116,8 +116,13 @@ func checkHostPort(a string, listen bool) error {
 		return fmt.Errorf("%q has no host", a)
 	}
 	p, err := strconv.Atoi(port)
-	if err != nil || p < 0 || p > 65535 || (p == 0 && !listen) {
+	switch {
+	case err != nil:
 		return fmt.Errorf("%q: bad port %q", a, port)
+	case listen && (p < 0 || p > 65535): // 0: the kernel picks one (tests)
+		return fmt.Errorf("%q: port %d is outside 1-65535", a, p)
+	case !listen && (p < 1 || p > 65535):
+		return fmt.Errorf("%q: port %d is outside 1-65535", a, p)
 	}
 	return nil
 }

@@ -580,7 +580,7 @@ func TestValidate(t *testing.T) {
 		{"no origins", func(c *Config) { c.Origins = nil }, "origins: at least one"},
 		{"origin without port", func(c *Config) { c.Origins = []string{"10.0.0.1"} }, `origins: "10.0.0.1" is not host:port`},
 		{"origin without host", func(c *Config) { c.Origins = []string{":8636"} }, `origins: ":8636" has no host`},
-		{"origin bad port", func(c *Config) { c.Origins = []string{"a:99999"} }, `bad port "99999"`},
+		{"origin bad port", func(c *Config) { c.Origins = []string{"a:99999"} }, `"a:99999": port 99999 is outside 1-65535`},
 		{"origin twice", func(c *Config) { c.Origins = []string{"a:1", "a:1"} }, "listed twice"},
 		{"ipv6 origin", func(c *Config) { c.Origins = []string{"[::1]:8636"} }, ""},
 		{"no listen", func(c *Config) { c.Listen = nil }, "listen: at least one"},
