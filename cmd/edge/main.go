@@ -180,6 +180,9 @@ func reloadOrigins(e *relay.Edge, cfg *edgeFile, reload func() (edgeFile, error)
 		log.Error("reload failed, keeping the running configuration", "err", err)
 		return
 	}
+	if restart := slices.DeleteFunc(cli.Changed(*cfg, next), func(k string) bool { return k == "origins" }); len(restart) > 0 {
+		log.Warn("reload: changed keys need a restart, still running with their old values", "keys", restart)
+	}
 	if slices.Equal(next.Origins, cfg.Origins) {
 		log.Info("reload: origins unchanged", "origins", cfg.Origins)
 		return

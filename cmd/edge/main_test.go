@@ -271,6 +271,18 @@ func TestSIGHUPReloadsOrigins(t *testing.T) {
 		t.Fatal("open connection broken by the reload")
 	}
 
+	// Keys other than origins need a restart: the reload says which.
+	cfg, _ = os.ReadFile(e.config)
+	os.WriteFile(e.config, append(cfg, "max_conns: 7\nconnect_timeout: 1s\n"...), 0o600)
+	e.Cmd.Process.Signal(syscall.SIGHUP)
+	deadline = time.Now().Add(10 * time.Second)
+	for !strings.Contains(e.Output(), `"msg":"reload: changed keys need a restart, still running with their old values","keys":["connect_timeout","max_conns"]`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning naming connect_timeout and max_conns:\n%s", e.Output())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
 	// A broken file keeps the running configuration.
 	os.WriteFile(e.config, []byte("origins: [\n"), 0o600)
 	e.Cmd.Process.Signal(syscall.SIGHUP)

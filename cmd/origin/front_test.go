@@ -165,3 +165,85 @@ func TestFrontBadConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckedBeforeListening (issue 8 item 11): a bad core: value ends
+// the origin with exit 2 before the front ever listens (it used to print
+// "front listening" and accept for a moment).
+func TestCheckedBeforeListening(t *testing.T) {
+	bin := buildOrigin(t)
+	front := testbed.FreeAddr(t, "127.0.0.1")
+	cfg := testbed.WriteFile(t, t.TempDir(), "origin.yaml", fmt.Sprintf(`front:
+  listen: [%q]
+peers_api: ""
+metrics: ""
+core:
+  proxy_mode: 0
+  default_server: 127.0.0.1:1
+  tls:
+    mode: tls
+`, front))
+	cmd := exec.Command(bin, "--config", cfg)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	accepted := make(chan bool, 1)
+	go func() { // knock on the front's port until the process is gone
+		for {
+			select {
+			case <-exited:
+				accepted <- false
+				return
+			default:
+			}
+			if c, err := net.DialTimeout("tcp", front, 100*time.Millisecond); err == nil {
+				c.Close()
+				accepted <- true
+				return
+			}
+		}
+	}()
+	err := cmd.Wait()
+	close(exited)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+		t.Fatalf("exit: %v, want 2\n%s", err, out.String())
+	}
+	if <-accepted {
+		t.Fatal("the front accepted a connection before the core's configuration was checked")
+	}
+	if got := out.String(); strings.Contains(got, "listening") || strings.Count(got, "\n") != 1 ||
+		!strings.Contains(got, "core.tls.mode tls needs core.tls.cert and core.tls.key") {
+		t.Fatalf("output %q, want only the one line about core.tls", got)
+	}
+}
+
+// TestInnerNotCoreWarns (issue 8 item 11): with the core enabled, a
+// front.inner other than core.listen sends connections past the core: the
+// origin says so at start.
+func TestInnerNotCoreWarns(t *testing.T) {
+	bin := buildOrigin(t)
+	front := testbed.FreeAddr(t, "127.0.0.1")
+	coreAddr := testbed.FreeAddr(t, "127.0.0.1")
+	other := testbed.FreeAddr(t, "127.0.0.1")
+	cfg := testbed.WriteFile(t, t.TempDir(), "origin.yaml", fmt.Sprintf(`front:
+  listen: [%q]
+  inner: %q
+peers_api: ""
+metrics: ""
+log:
+  format: json
+core:
+  listen: %q
+  proxy_mode: 0
+  default_server: 127.0.0.1:1
+`, front, other, coreAddr))
+	p := testbed.Start(t, bin, "--config", cfg)
+	testbed.WaitTCP(t, coreAddr, 10*time.Second)
+	testbed.WaitOutput(t, p, 10*time.Second, `"msg":"front.inner is not core.listen: connections go past the core","inner":"`+other+`","core_listen":"`+coreAddr+`"`)
+	if strings.Count(p.Output(), "front.inner is not core.listen") != 1 {
+		t.Fatalf("want one warning:\n%s", p.Output())
+	}
+}

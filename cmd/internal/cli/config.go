@@ -108,6 +108,22 @@ func Load(fs *pflag.FlagSet, path string, out any) error {
 	return nil
 }
 
+// Changed returns the keys (dotted, as in the file) whose values differ
+// between a and b, two configurations of the same struct type, sorted:
+// what a reload changed.
+func Changed(a, b any) []string {
+	va := map[string]any{}
+	flatten("", reflect.ValueOf(a), func(key string, v reflect.Value) { va[key] = v.Interface() })
+	var out []string
+	flatten("", reflect.ValueOf(b), func(key string, v reflect.Value) {
+		if !reflect.DeepEqual(va[key], v.Interface()) {
+			out = append(out, key)
+		}
+	})
+	sort.Strings(out)
+	return out
+}
+
 // durationHook parses "3s"-style strings and rejects bare numbers, which
 // mapstructure would otherwise read as nanoseconds.
 func durationHook(from, to reflect.Type, data any) (any, error) {
