@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -55,17 +56,21 @@ func main() {
 			cli.Fatal("origin", fmt.Errorf("unexpected argument %q", args[0]))
 		}
 		path, _ := cmd.Flags().GetString("config")
-		cfg := defaults()
-		if err := cli.Load(cmd.Flags(), path, &cfg); err != nil {
+		load := func() (originFile, error) {
+			cfg := defaults()
+			if err := cli.Load(cmd.Flags(), path, &cfg); err != nil {
+				return cfg, err
+			}
+			if err := cfg.Log.Validate(); err != nil {
+				return cfg, err
+			}
+			return cfg, cfg.Front.Validate()
+		}
+		cfg, err := load()
+		if err != nil {
 			cli.Fatal("origin", err)
 		}
-		if err := cfg.Log.Validate(); err != nil {
-			cli.Fatal("origin", err)
-		}
-		if err := cfg.Front.Validate(); err != nil {
-			cli.Fatal("origin", err)
-		}
-		return run(cfg)
+		return run(cfg, load)
 	}
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "origin:", err)
@@ -74,8 +79,9 @@ func main() {
 }
 
 // run starts the front, the HTTP endpoints and the core, and returns when a
-// signal has stopped them. Startup failures exit with one line.
-func run(cfg originFile) error {
+// signal has stopped them; reload re-reads the configuration for SIGHUP.
+// Startup failures exit with one line.
+func run(cfg originFile, reload func() (originFile, error)) error {
 	logw := cli.NewLogWriter(os.Stderr)
 	defer logw.Close()
 	log := cli.Logger(cfg.Log, logw)
@@ -170,24 +176,38 @@ func run(cfg originFile) error {
 	}
 
 	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	var failed error
-	select {
-	case s := <-sig:
-		log.Info("shutting down", "signal", s.String(), "drain_timeout", drainTimeout.String())
-	case err := <-serveErr:
-		log.Error("listener failed", "err", err)
-		failed = err
+wait:
+	for {
+		select {
+		case s := <-sig:
+			if s == syscall.SIGHUP {
+				reloaded(cfg, reload, log)
+				continue
+			}
+			log.Info("shutting down", "signal", s.String(), "drain_timeout", drainTimeout.String())
+		case err := <-serveErr:
+			log.Error("listener failed", "err", err)
+			failed = err
+		}
+		break wait
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
 	go func() {
-		select {
-		case <-sig:
-			log.Info("second signal: closing open connections")
-			cancel()
-		case <-ctx.Done():
+		for {
+			select {
+			case s := <-sig:
+				if s == syscall.SIGHUP {
+					continue
+				}
+				log.Info("second signal: closing open connections")
+				cancel()
+			case <-ctx.Done():
+			}
+			return
 		}
 	}()
 	if err := front.Shutdown(ctx); err != nil {
@@ -204,6 +224,21 @@ func run(cfg originFile) error {
 		os.Exit(1)
 	}
 	return nil
+}
+
+// reloaded answers SIGHUP: the origin applies nothing at run time, so it
+// re-reads the configuration only to name the keys that changed (they need
+// a restart) instead of dying of the signal's default action.
+func reloaded(cfg originFile, reload func() (originFile, error), log *slog.Logger) {
+	next, err := reload()
+	switch changed := cli.Changed(cfg, next); {
+	case err != nil:
+		log.Error("reload failed, keeping the running configuration", "err", err)
+	case len(changed) > 0:
+		log.Warn("reload: changed keys need a restart, still running with their old values", "keys", changed)
+	default:
+		log.Info("reload: configuration unchanged")
+	}
 }
 
 // Go's default keepalive for accepted connections: idle and interval 15s,
