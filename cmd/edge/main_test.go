@@ -86,6 +86,7 @@ func TestBadConfig(t *testing.T) {
 		{name: "bad env", env: []string{"EDGEFLEET_ORIGINS=o:1", "EDGEFLEET_KEEPALIVE=-1s"}, want: "keepalive"},
 		{name: "bad flag value", args: []string{"--origins", "o:1", "--proxy-protocol", "v9"}, want: `proxy_protocol: "v9"`},
 		{name: "unknown flag", args: []string{"--origin", "o:1"}, want: "unknown flag: --origin"},
+		{name: "check of a bad file", yaml: "origins: [o:1]\nlisten_on: [':1']\n", args: []string{"--check"}, want: `unknown key "listen_on"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := tc.args
@@ -118,6 +119,25 @@ func TestBadConfig(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCheck: --check on a good file prints one line and exits 0 without
+// listening (the port it names is still free afterwards).
+func TestCheck(t *testing.T) {
+	addr := testbed.FreeAddr(t, "127.0.0.1")
+	path := testbed.WriteFile(t, t.TempDir(), "edge.yaml", "name: e1\nlisten: ['"+addr+"']\norigins: ['192.0.2.2:8636']\nmetrics: ''\n")
+	out, err := exec.Command(edgeBin(t), "--config", path, "--check").CombinedOutput()
+	if err != nil {
+		t.Fatalf("edge --check: %v\n%s", err, out)
+	}
+	if want := "edge: configuration ok (name e1, origins [192.0.2.2:8636])\n"; string(out) != want {
+		t.Fatalf("output %q, want %q", out, want)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("%s is taken after --check: %v", addr, err)
+	}
+	ln.Close()
 }
 
 // edgeProc is a running edge binary with its stderr at hand.
