@@ -59,7 +59,10 @@ func load(fs *pflag.FlagSet, path string) (edgeFile, error) {
 			return cfg, fmt.Errorf("metrics: %q is not host:port", cfg.Metrics)
 		}
 	}
-	return cfg, cfg.Config.Validate()
+	if err := cfg.Config.Validate(); err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.CheckSelf() // this is the host the edge runs on (or --check runs on)
 }
 
 func main() {
