@@ -281,4 +281,3 @@ func monitorOnce(cmd *cobra.Command, format string, m *probe.Monitor) error {
 	}
 	return nil
 }
-
