@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/edgefleet/edgefleet/probe"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -85,21 +86,5 @@ func TestMonitor(t *testing.T) {
 // metric is the value of series name{addr} in reg, and whether it exists.
 func metric(t *testing.T, reg *prometheus.Registry, name, addr string) (float64, bool) {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "addr" && l.GetValue() == addr {
-					return m.GetGauge().GetValue(), true
-				}
-			}
-		}
-	}
-	return 0, false
+	return testbed.Metric(t, reg, name, map[string]string{"addr": addr})
 }

@@ -198,26 +198,13 @@ func fleet(o *stack.Origin, n int, failure string) (ips []string, port int, clos
 	return ips, port, closeFn, nil
 }
 
+// sharedPort is a port free on the first n addresses of ipAt.
 func sharedPort(n int, ipAt func(int) string) (int, error) {
-	for range 50 {
-		port, err := testbed.LowPort(ipAt(0))
-		if err != nil {
-			return 0, err
-		}
-		free := true
-		for i := range n {
-			ln, err := net.Listen("tcp", net.JoinHostPort(ipAt(i), strconv.Itoa(port)))
-			if err != nil {
-				free = false
-				break
-			}
-			ln.Close()
-		}
-		if free {
-			return port, nil
-		}
+	ips := make([]string, n)
+	for i := range ips {
+		ips[i] = ipAt(i)
 	}
-	return 0, fmt.Errorf("no port free on %d addresses", n)
+	return stack.SharedPort(ips)
 }
 
 // failover measures Go's dialer and curl on A sets with a dead address
