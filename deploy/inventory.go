@@ -27,6 +27,7 @@ type Config struct {
 	DNS    DNS    `mapstructure:"dns"`
 	Origin Origin `mapstructure:"origin"`
 	Edges  []Edge `mapstructure:"edges"`
+	Deploy Deploy `mapstructure:"deploy"` // how fleet deploy installs an edge (render.go)
 }
 
 // DNS is where the A set is published.
@@ -68,6 +69,7 @@ func DefaultConfig() Config {
 		TTL:    60,
 		DNS:    DNS{TSIG: TSIG{Algorithm: "hmac-sha256"}},
 		Origin: Origin{Ports: []int{8636}},
+		Deploy: DefaultDeploy(),
 	}
 }
 

@@ -1,9 +1,10 @@
 // Command edge runs the edge relay: it accepts clients on `listen`, writes a
 // PROXY header to the first selectable origin and splices the bytes both
-// ways. See README.md ("The edge") for its configuration.
+// ways. See docs/edge.md for its configuration.
 //
 //	edge --config edge.yaml
 //	edge --origins origin.example:8636 --listen :636
+//	edge --config edge.yaml --check   # exit 2 and one line when the file is bad
 //
 // SIGTERM or SIGINT stops accepting and drains open connections for up to
 // drain_timeout (a second signal closes them at once); SIGHUP re-reads the
@@ -69,6 +70,7 @@ func main() {
 	f.StringSlice("origins", nil, "origin addresses host:port, tried in order (overrides origins)")
 	f.String("proxy-protocol", "", "v2, v1 or off (overrides proxy_protocol)")
 	f.String("metrics", "", "address of the metrics endpoint (overrides metrics)")
+	check := f.Bool("check", false, "check the configuration, print it is ok and exit without listening (fleet deploy push runs it)")
 	root.RunE = func(cmd *cobra.Command, args []string) error {
 		if len(args) > 0 {
 			cli.Fatal("edge", fmt.Errorf("unexpected argument %q", args[0]))
@@ -77,6 +79,10 @@ func main() {
 		cfg, err := load(cmd.Flags(), path)
 		if err != nil {
 			cli.Fatal("edge", err)
+		}
+		if *check {
+			fmt.Fprintf(cmd.OutOrStdout(), "edge: configuration ok (name %s, origins %v)\n", cfg.Name, cfg.Origins)
+			return nil
 		}
 		run(cfg, func() (edgeFile, error) { return load(cmd.Flags(), path) })
 		return nil

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/edgefleet/deploy/monitoring"
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/pires/go-proxyproto"
 )
@@ -79,6 +80,7 @@ func TestBadConfig(t *testing.T) {
 		{name: "bad env", env: []string{"EDGEFLEET_ORIGINS=o:1", "EDGEFLEET_KEEPALIVE=-1s"}, want: "keepalive"},
 		{name: "bad flag value", args: []string{"--origins", "o:1", "--proxy-protocol", "v9"}, want: `proxy_protocol: "v9"`},
 		{name: "unknown flag", args: []string{"--origin", "o:1"}, want: "unknown flag: --origin"},
+		{name: "check of a bad file", yaml: "origins: [o:1]\nlisten_on: [':1']\n", args: []string{"--check"}, want: `unknown key "listen_on"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := tc.args
@@ -111,6 +113,25 @@ func TestBadConfig(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCheck: --check on a good file prints one line and exits 0 without
+// listening (the port it names is still free afterwards).
+func TestCheck(t *testing.T) {
+	addr := testbed.FreeAddr(t, "127.0.0.1")
+	path := testbed.WriteFile(t, t.TempDir(), "edge.yaml", "name: e1\nlisten: ['"+addr+"']\norigins: ['192.0.2.2:8636']\nmetrics: ''\n")
+	out, err := exec.Command(edgeBin(t), "--config", path, "--check").CombinedOutput()
+	if err != nil {
+		t.Fatalf("edge --check: %v\n%s", err, out)
+	}
+	if want := "edge: configuration ok (name e1, origins [192.0.2.2:8636])\n"; string(out) != want {
+		t.Fatalf("output %q, want %q", out, want)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("%s is taken after --check: %v", addr, err)
+	}
+	ln.Close()
 }
 
 // edgeProc is a running edge binary with its stderr at hand.
@@ -282,7 +303,9 @@ func TestSIGHUPReloadsOrigins(t *testing.T) {
 	}
 }
 
-// TestMetricsEndpoint scrapes /metrics of the running binary.
+// TestMetricsEndpoint scrapes /metrics of the running binary: every family
+// deploy/monitoring lists for the edge (the names its alerts and dashboard
+// use), with its type, and the process collector.
 func TestMetricsEndpoint(t *testing.T) {
 	e := startEdgeBin(t, "origins: ['"+echoOrigin(t, "a")+"']\n")
 	c, _ := dialTag(t, e.addr)
@@ -293,12 +316,12 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	for _, name := range []string{
-		"edgefleet_edge_connections_active", "edgefleet_edge_connections_total", "edgefleet_edge_bytes_total",
-		"edgefleet_edge_origin_dial_seconds", "edgefleet_edge_origin_up", "process_open_fds",
-	} {
-		if !strings.Contains(string(body), "\n"+name) {
-			t.Errorf("/metrics lacks %s", name)
+	if !strings.Contains(string(body), "\nprocess_open_fds ") {
+		t.Errorf("/metrics lacks process_open_fds")
+	}
+	for name, typ := range monitoring.Exported["edge"] {
+		if !strings.Contains(string(body), "\n# TYPE "+name+" "+typ+"\n"+name) {
+			t.Errorf("/metrics lacks %s %s with a sample", typ, name)
 		}
 	}
 }
