@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
+	"github.com/miekg/dns"
 )
 
 // Kind is what stands at one address of a Fleet's A set.
@@ -92,6 +93,27 @@ func (f *Fleet) RestartEdge(t testing.TB, addr string) {
 	t.Helper()
 	old := f.Edges[addr]
 	f.Edges[addr] = f.Origin.EdgeAt(t, old.Name, addr)
+}
+
+// Unpublish removes addr's A record from the name with an RFC 2136 update
+// signed with named's TSIG key, as `fleet rotate` does: the edge keeps
+// running, it is only no longer in the set.
+func (f *Fleet) Unpublish(t testing.TB, addr string) {
+	t.Helper()
+	ip, _, _ := net.SplitHostPort(addr)
+	rr, err := dns.NewRR(dns.Fqdn(testbed.ServerName) + " 60 IN A " + ip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := new(dns.Msg)
+	m.SetUpdate(f.Named.Zone)
+	m.Remove([]dns.RR{rr})
+	m.SetTsig(f.Named.KeyName, f.Named.KeyAlgorithm, 300, time.Now().Unix())
+	c := &dns.Client{Timeout: 5 * time.Second, TsigSecret: map[string]string{f.Named.KeyName: f.Named.KeySecret}}
+	r, _, err := c.Exchange(m, f.Named.Addr)
+	if err != nil || r.Rcode != dns.RcodeSuccess {
+		t.Fatalf("remove %s from %s: %v %v", ip, testbed.ServerName, r, err)
+	}
 }
 
 // SharedPort finds a port free on every one of ips right now, below the
