@@ -69,7 +69,7 @@ func TestDocRankOutput(t *testing.T) {
 		page := testbed.Doc(t, "docs/probe.md")
 		page = replaceBlock(t, page, "rank-table", "```sh\n$ "+shown+"\n"+table+"```\n")
 		page = replaceBlock(t, page, "rank-json", "```json\n"+js+"```\n")
-		if err := os.WriteFile(filepath.Join(repoRoot(t), "docs/probe.md"), []byte(page), 0o644); err != nil {
+		if err := os.WriteFile(testbed.DocPath(t, "docs/probe.md"), []byte(page), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return
@@ -132,15 +132,4 @@ func replaceBlock(t *testing.T, page, name, body string) string {
 		t.Fatalf("docs/probe.md has no %s…%s", open, end)
 	}
 	return page[:i+len(open)] + body + page[j:]
-}
-
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, _ := os.Getwd()
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		dir = filepath.Dir(dir)
-	}
 }
