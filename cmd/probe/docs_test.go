@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -116,8 +118,11 @@ func checkRankJSON(t *testing.T, where, js string, f *stack.Fleet) {
 	}
 }
 
-// shape is a table with every number replaced: what must not change.
+// shape is a table with every number replaced, and the cause of a
+// handshake failure dropped (an edge whose origin is gone closes or
+// resets, as the race goes): what must not change.
 func shape(s string) string {
+	s = regexp.MustCompile(`(?m)(tls handshake [^ ]+): .*$`).ReplaceAllString(s, "$1: …")
 	s = regexp.MustCompile(`[0-9]+`).ReplaceAllString(s, "0")
 	return regexp.MustCompile(` +`).ReplaceAllString(s, " ")
 }
@@ -132,4 +137,92 @@ func replaceBlock(t *testing.T, page, name, body string) string {
 		t.Fatalf("docs/probe.md has no %s…%s", open, end)
 	}
 	return page[:i+len(open)] + body + page[j:]
+}
+
+// TestDocMonitorOutput: the `probe monitor --once` table docs/probe.md
+// shows has the shape of a run on a working edge and an edge whose origin
+// is gone (-update rewrites it).
+func TestDocMonitorOutput(t *testing.T) {
+	bin := buildProbe(t)
+	f := stack.NewFleet(t, stack.KindEdge, stack.KindOrphan)
+	args := append(append([]string{"monitor"}, fleetArgs(f)...), "--once")
+	out, errOut, code := run(t, bin, args...)
+	if code != 1 || !strings.Contains(out, " down ") {
+		t.Fatalf("exit %d, %s:\n%s", code, errOut, out)
+	}
+	lines := strings.Split(strings.TrimSpace(errOut), "\n")
+	checkDocOutput(t, "monitor-table", shownCommand(f, args)+"\n"+out+"# exit status 1, on stderr: "+lines[len(lines)-1]+"\n")
+}
+
+// TestDocWatchOutput: `probe watch` after a real failover (the near edge
+// stopped while the agent dialed, then back): the ranking in use, then the
+// better-edge event, as docs/probe.md shows them (-update rewrites them).
+func TestDocWatchOutput(t *testing.T) {
+	bin := buildProbe(t)
+	f := stack.NewFleet(t, stack.KindEdge, stack.KindSlow)
+	near, far := f.Addrs[0], f.Addrs[1]
+	state := filepath.Join(t.TempDir(), "edges.json")
+	cfg := probe.DefaultConfig()
+	cfg.Name, cfg.Port, cfg.State = testbed.ServerName, f.Port, state
+	d := &probe.Dialer{Config: cfg, TLS: f.Origin.AgentTLS(), Resolver: probe.DNSResolver(f.Named.Addr)}
+	if r := d.Rank(context.Background()); r.Chosen != near {
+		t.Fatalf("ranked %+v, want %s chosen", r, near)
+	}
+	f.Edges[near].Stop()
+	c, err := d.DialContext(context.Background())
+	if err != nil || c.RemoteAddr().String() != far {
+		t.Fatalf("failover: %v %v", c, err)
+	}
+	c.Close()
+	f.RestartEdge(t, near)
+
+	args := append(append([]string{"watch"}, fleetArgs(f)...), "--state", state, "--interval", "1s")
+	cmd := exec.Command(bin, args...)
+	var out, logs testbed.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out.String(), probe.ReasonBetterEdge); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no event after 30 s:\n%s\n%s", out.String(), logs.String())
+		}
+	}
+	shown := shownCommand(f, args)
+	shown = strings.ReplaceAll(shown, state, "edges.json")
+	checkDocOutput(t, "watch-output", shown+"\n"+out.String())
+}
+
+// shownCommand is args as the page shows them: "$ probe …", the PKI's
+// files by their base names, the fleet's 1 s test budget left out.
+func shownCommand(f *stack.Fleet, args []string) string {
+	s := strings.ReplaceAll(strings.Join(append([]string{"$ probe"}, args...), " "), f.Origin.PKI.Dir+"/", "")
+	return strings.Replace(s, " --budget 1s", "", 1)
+}
+
+// checkDocOutput compares the page's block name with got by shape (the
+// numbers are those of the run that wrote the page), or rewrites it with
+// -update.
+func checkDocOutput(t *testing.T, name, got string) {
+	t.Helper()
+	page := testbed.Doc(t, "docs/probe.md")
+	if *update {
+		page = replaceBlock(t, page, name, "```sh\n"+got+"```\n")
+		if err := os.WriteFile(testbed.DocPath(t, "docs/probe.md"), []byte(page), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	open := "<!-- " + name + " -->\n```sh\n"
+	i, j := strings.Index(page, open), strings.Index(page, "```\n<!-- /"+name+" -->")
+	if i < 0 || j < i {
+		t.Fatalf("docs/probe.md has no generated %s block", name)
+	}
+	doc := page[i+len(open) : j]
+	_, docOut, _ := strings.Cut(doc, "\n")
+	_, gotOut, _ := strings.Cut(got, "\n")
+	if shape(docOut) != shape(gotOut) {
+		t.Fatalf("docs/probe.md's %s:\n%s\nhas not the shape of this run's:\n%s", name, doc, got)
+	}
 }
