@@ -49,8 +49,16 @@ type Origin struct {
 // 127.0.0.1, all stopped when the test ends.
 func Start(t testing.TB) *Origin {
 	t.Helper()
+	return StartOn(t, nil, "127.0.0.1")
+}
+
+// StartOn is Start with the front accepting on frontLn (a listener of a
+// network namespace, say; nil: a free loopback port) and honouring PROXY
+// headers from trusted (addresses or CIDRs).
+func StartOn(t testing.TB, frontLn net.Listener, trusted ...string) *Origin {
+	t.Helper()
 	testbed.Need(t, "slapd", "slapadd")
-	o, err := New(t.TempDir())
+	o, err := NewOn(t.TempDir(), frontLn, trusted...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,10 +73,16 @@ func Start(t testing.TB) *Origin {
 }
 
 // New is Start without a test, in dir (which must exist); Close stops it.
-func New(dir string) (o *Origin, err error) {
+func New(dir string) (*Origin, error) { return NewOn(dir, nil, "127.0.0.1") }
+
+// NewOn is StartOn without a test.
+func NewOn(dir string, frontLn net.Listener, trusted ...string) (o *Origin, err error) {
 	o = &Origin{Logs: &testbed.Buffer{}}
 	defer func() {
 		if err != nil {
+			if frontLn != nil {
+				frontLn.Close()
+			}
 			o.Close()
 		}
 	}()
@@ -112,13 +126,14 @@ func New(dir string) (o *Origin, err error) {
 
 	fc := origin.DefaultConfig()
 	fc.Inner = o.Core
-	fc.TrustedEdges = []string{"127.0.0.1"}
+	fc.TrustedEdges = trusted
 	if o.front, err = origin.New(fc, table, log.With("part", "front"), nil); err != nil {
 		return nil, err
 	}
-	frontLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
+	if frontLn == nil {
+		if frontLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return nil, err
+		}
 	}
 	o.Front = frontLn.Addr().String()
 	go o.front.Serve(frontLn)
