@@ -109,10 +109,19 @@ func Reconcile(cfg Config, st *State, live RRSet) {
 	for _, e := range cfg.Edges {
 		s := st.Edges[e.Name]
 		if s != nil && (s.IPv4 != e.IPv4 || s.IPv6 != e.IPv6) && (s.State == StateActive || s.State == StateDraining) {
-			// Re-addressed: the old addresses drain under another name.
+			// Re-addressed: the addresses it no longer has drain under
+			// another name.
 			old := *s
-			old.State = StateDraining
-			st.Edges[e.Name+".old"] = &old
+			old.State, old.LeftDNS = StateDraining, time.Time{}
+			if old.IPv4 == e.IPv4 {
+				old.IPv4 = ""
+			}
+			if old.IPv6 == e.IPv6 {
+				old.IPv6 = ""
+			}
+			if old.IPv4 != "" || old.IPv6 != "" {
+				st.Edges[e.Name+".old"] = &old
+			}
 			s = nil
 		}
 		if s == nil || s.State == StateDraining {
@@ -380,7 +389,13 @@ func (c *Converger) allow(step string, edges []Edge) error {
 // passes, printing progress.
 func (c *Converger) wait(ctx context.Context, name string, s *EdgeState) error {
 	ttl := time.Duration(max(s.TTL, uint32(c.Config.TTL))) * time.Second
-	cached := s.LeftDNS.Add(ttl + c.Slack)
+	left := s.LeftDNS
+	if left.IsZero() {
+		// [unexpected] an address of it is still published (under another
+		// edge's name): count from now, never from the zero time.
+		left = c.now()
+	}
+	cached := left.Add(ttl + c.Slack)
 	every := c.Every
 	if every <= 0 {
 		every = 5 * time.Second
