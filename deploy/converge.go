@@ -61,6 +61,8 @@ type Converger struct {
 	Slack time.Duration
 	// DryRun prints what would be done and changes nothing.
 	DryRun bool
+	// Locked says the caller holds the state lock (LockState) already.
+	Locked bool
 	// Out receives the progress lines.
 	Out io.Writer
 	// Now and Sleep are the clock (nil: the real one).
@@ -165,7 +167,7 @@ func Reconcile(cfg Config, st *State, live RRSet) {
 // that is interrupted resumes where it stopped.
 func (c *Converger) Run(ctx context.Context) error {
 	cfg := c.Config
-	if !c.DryRun {
+	if !c.DryRun && !c.Locked {
 		unlock, err := LockState(c.StatePath)
 		if err != nil {
 			return err
