@@ -88,6 +88,10 @@ func main() {
 // signal has stopped them; reload re-reads the configuration for SIGHUP.
 // Startup failures exit with one line.
 func run(cfg originFile, reload func() (originFile, error)) error {
+	// Signals are ours before anything listens: a SIGHUP that comes as
+	// soon as a port answers must not end the process.
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	logw := cli.NewLogWriter(os.Stderr)
 	defer logw.Close()
 	log := cli.Logger(cfg.Log, logw)
@@ -181,8 +185,6 @@ func run(cfg originFile, reload func() (originFile, error)) error {
 		stopCore = serveCore(cfg.Core, srv, coreLn, peers, log, serveErr)
 	}
 
-	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	var failed error
 wait:
 	for {
