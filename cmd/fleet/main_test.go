@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,9 +64,9 @@ log: {format: json}
 func TestBadBackendIsConfigError(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fleet.yaml")
 	os.WriteFile(path, []byte("name: ldap.example.net\norigin: {interface: eth0}\nedges: [{name: e1, ipv4: 203.0.113.10}]\n"), 0o600)
-	for _, sub := range []string{"plan", "apply", "check", "remove"} {
+	for _, sub := range []string{"plan", "plan --offline", "apply", "check", "remove"} {
 		cmd := newRoot()
-		cmd.SetArgs([]string{"--config", path, "firewall", sub, "--backend", "bogus"})
+		cmd.SetArgs(append([]string{"--config", path, "firewall"}, append(strings.Fields(sub), "--backend", "bogus")...))
 		err := cmd.Execute()
 		var ee exitError
 		if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), `--backend "bogus"`) {
@@ -72,3 +74,43 @@ func TestBadBackendIsConfigError(t *testing.T) {
 		}
 	}
 }
+
+// TestInvalidInventories loads each testdata/invalid-*.yml and validates
+// it: the error must be exactly the one in testdata/invalid.golden
+// (regenerate with -update). `origin.ports: [true]` used to plan rules for
+// port 1 and leave the real port open (issue 8 item 10).
+func TestInvalidInventories(t *testing.T) {
+	files, err := filepath.Glob("testdata/invalid-*.yml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no testdata/invalid-*.yml: %v", err)
+	}
+	var got strings.Builder
+	for _, f := range files {
+		cmd := newRoot()
+		cmd.ParseFlags([]string{"--config", f})
+		inv, _, err := loadFleet(cmd)
+		if err == nil {
+			err = inv.Validate()
+		}
+		if err == nil {
+			t.Errorf("%s: loaded and validated without an error", f)
+			continue
+		}
+		fmt.Fprintf(&got, "%s: %s\n", filepath.Base(f), strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	golden := filepath.Join("testdata", "invalid.golden")
+	if *update {
+		if err := os.WriteFile(golden, []byte(got.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.String() != string(want) {
+		t.Fatalf("errors differ from %s:\n got:\n%s\nwant:\n%s", golden, got.String(), want)
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite testdata/invalid.golden")

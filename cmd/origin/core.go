@@ -21,7 +21,7 @@ import (
 
 // coreSection is the `core:` section of the origin's configuration (DESIGN.md
 // §4). This is the seam between the front (main.go) and the LDAP routing
-// core: main.go only calls defaultCore and startCore.
+// core: main.go only calls defaultCore, buildCore and serveCore.
 type coreSection struct {
 	Enabled       bool    `mapstructure:"enabled"`
 	Listen        string  `mapstructure:"listen"`
@@ -89,17 +89,21 @@ type peerTable interface {
 	Lookup(port int) (origin.Peer, bool)
 }
 
-// startCore starts the LDAP routing core when enabled. peers is the front's
-// peer table (for claimed/measured lookups by the core's client port), mux is
-// the peers_api mux (the core adds GET /backends). An error that carries an
-// exit status implements interface{ ExitCode() int } (19 for a bad DLP file).
-func startCore(cfg coreSection, peers peerTable, mux *http.ServeMux, log *slog.Logger, reg prometheus.Registerer) (stop func(context.Context) error, err error) {
+// buildCore checks the core section and builds the LDAP routing core
+// (nil when disabled) without listening: configuration is checked before
+// anything listens. peers is the front's peer table (for claimed/measured
+// lookups by the core's client port). An error that carries an exit status
+// implements interface{ ExitCode() int } (19 for a bad DLP file).
+func buildCore(cfg coreSection, peers peerTable, log *slog.Logger, reg prometheus.Registerer) (*core.Server, error) {
 	if !cfg.Enabled {
-		return func(context.Context) error { return nil }, nil
+		return nil, nil
 	}
 	ccfg, err := cfg.coreConfig()
 	if err != nil {
 		return nil, err
+	}
+	if _, _, err := net.SplitHostPort(cfg.Listen); err != nil {
+		return nil, fmt.Errorf("core.listen: %q is not host:port", cfg.Listen)
 	}
 	var file *dlp.File
 	if cfg.ProxyMode >= 1 {
@@ -125,10 +129,13 @@ func startCore(cfg coreSection, peers peerTable, mux *http.ServeMux, log *slog.L
 		}
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("core.listen: %w", err)
-	}
+	return srv, nil
+}
+
+// serveCore serves the core on ln (bound by the caller after every check)
+// and adds GET /backends to mux (the peers_api mux); a listener that fails
+// is sent on failed. It returns the core's Shutdown.
+func serveCore(cfg coreSection, srv *core.Server, ln net.Listener, mux *http.ServeMux, log *slog.Logger, failed chan<- error) func(context.Context) error {
 	if mux != nil {
 		mux.Handle("/backends", srv.BackendsHandler())
 	}
@@ -140,10 +147,10 @@ func startCore(cfg coreSection, peers peerTable, mux *http.ServeMux, log *slog.L
 		"tls", cfg.TLS.Mode, "config", cfg.Config)
 	go func() {
 		if err := srv.Serve(ln); err != nil {
-			log.Error("core stopped", "error", err)
+			failed <- fmt.Errorf("core: %w", err)
 		}
 	}()
-	return srv.Shutdown, nil
+	return srv.Shutdown
 }
 
 // coreConfig reads the certificate, CA and pins files named by the section.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -14,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/internal/splice"
 	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
 	"github.com/edgefleet/edgefleet/origin/ldap/wire"
@@ -144,24 +144,17 @@ func (s *Server) Serve(ln net.Listener) error {
 		delete(s.lns, ln)
 		s.mu.Unlock()
 	}()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(10 * time.Millisecond)
-				continue
-			}
+	loop := accept.Loop{
+		Handle: func(c net.Conn) { go s.HandleConn(c) },
+		Closing: func() bool {
 			s.mu.Lock()
-			down := s.shutdown
-			s.mu.Unlock()
-			if down {
-				return nil
-			}
-			return err
-		}
-		go s.HandleConn(c)
+			defer s.mu.Unlock()
+			return s.shutdown
+		},
+		Log: s.log,
+		Now: s.now,
 	}
+	return loop.Serve(ln)
 }
 
 // HandleConn serves one client connection until it ends.
