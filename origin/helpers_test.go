@@ -196,7 +196,7 @@ func startEchoInner(t testing.TB, table *PeerTable) *echoInner {
 			e.mu.Unlock()
 			go func() {
 				defer c.Close()
-				p, _ := table.Lookup(c.RemoteAddr().(*net.TCPAddr).Port)
+				p, _ := table.LookupAddr(c.RemoteAddr().(*net.TCPAddr).AddrPort())
 				// Like LDAP, the client speaks first: a health check
 				// that sends nothing gets nothing.
 				first := make([]byte, 64<<10)

@@ -59,7 +59,10 @@ func load(fs *pflag.FlagSet, path string) (edgeFile, error) {
 			return cfg, fmt.Errorf("metrics: %q is not host:port", cfg.Metrics)
 		}
 	}
-	return cfg, cfg.Config.Validate()
+	if err := cfg.Config.Validate(); err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.CheckSelf() // this is the host the edge runs on (or --check runs on)
 }
 
 func main() {
@@ -185,6 +188,9 @@ func reloadOrigins(e *relay.Edge, cfg *edgeFile, reload func() (edgeFile, error)
 	if err != nil {
 		log.Error("reload failed, keeping the running configuration", "err", err)
 		return
+	}
+	if restart := slices.DeleteFunc(cli.Changed(*cfg, next), func(k string) bool { return k == "origins" }); len(restart) > 0 {
+		log.Warn("reload: changed keys need a restart, still running with their old values", "keys", restart)
 	}
 	if slices.Equal(next.Origins, cfg.Origins) {
 		log.Info("reload: origins unchanged", "origins", cfg.Origins)

@@ -43,13 +43,6 @@ func binaries(t *testing.T) (fleet, edge string) {
 	return fleetPath, edgePth
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
-}
 
 const deployYAML = `name: ldap.example.net
 zone: example.net
