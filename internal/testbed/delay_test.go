@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"bufio"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -45,7 +46,7 @@ func TestDelay(t *testing.T) {
 		}
 	}
 	c.Write([]byte("bye\n")) // the server closes: the client sees EOF
-	if got, err := r.ReadString('\n'); err == nil {
-		t.Fatalf("after the server closed: %q", got)
+	if got, err := r.ReadString('\n'); err != io.EOF {
+		t.Fatalf("after the server closed: %q %v, want EOF", got, err)
 	}
 }
