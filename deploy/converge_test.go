@@ -265,7 +265,7 @@ func TestConvergeDryRun(t *testing.T) {
 	if string(before.Marshal()) != string(after.Marshal()) {
 		t.Fatalf("dry run wrote the state file:\n%s", after.Marshal())
 	}
-	golden(t, "converge-dry-run.golden", []byte(c.Out.(*testbed.Buffer).String()))
+	golden(t, "converge-dry-run", c.Out.(*testbed.Buffer).String())
 }
 
 // TestConvergeNoMetrics: without a metrics endpoint a removed edge waits
@@ -335,7 +335,7 @@ func TestStatus(t *testing.T) {
 	conns := func(context.Context, string) (int, error) { return 2, nil }
 	var b strings.Builder
 	PrintStatus(&b, Status(context.Background(), cfg, st, live, fw, probe, conns))
-	golden(t, "status.golden", []byte(b.String()))
+	golden(t, "status", b.String())
 }
 
 // TestConvergeRefusedKey: a key the DNS server refuses stops the run

@@ -1,10 +1,33 @@
 package deploy
 
 import (
+	"flag"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden")
+
+// golden compares got with testdata/name.golden (-update rewrites it).
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test -run %s -update writes it)", err, t.Name())
+	}
+	if got != string(want) {
+		t.Errorf("%s differs (go test -update rewrites it):\n--- got\n%s--- want\n%s", path, got, want)
+	}
+}
 
 func addrs(s ...string) []netip.Addr {
 	var out []netip.Addr
@@ -41,7 +64,7 @@ func TestPlanDNSGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden(t, "dnsplan-"+tc.name+".golden", []byte(p.String()))
+			golden(t, "dnsplan-"+tc.name, p.String())
 			// Never empty: walking the changes in order, the set keeps an
 			// address after every UPDATE.
 			set := map[netip.Addr]bool{}

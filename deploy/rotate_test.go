@@ -26,7 +26,7 @@ func TestRotateInventory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "rotate-e2-e3.yaml.golden", out)
+	golden(t, "rotate-e2-e3.yaml", string(out))
 	for _, c := range []string{"# The fleet.", "# what agents resolve", "# Paris", "# end of edges"} {
 		if !strings.Contains(string(out), c) {
 			t.Errorf("comment %q lost:\n%s", c, out)

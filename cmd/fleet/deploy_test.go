@@ -43,14 +43,6 @@ func binaries(t *testing.T) (fleet, edge string) {
 	return fleetPath, edgePth
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
-}
-
 const deployYAML = `name: ldap.example.net
 zone: example.net
 origin: {ports: [8636], address: 192.0.2.2}

@@ -17,11 +17,20 @@ import (
 	"github.com/edgefleet/edgefleet/internal/testbed"
 )
 
-// fleetBin is the fleet binary built for this test run.
+// fleetBin builds this command once per test run and returns the binary.
 func fleetBin(t *testing.T) string {
 	t.Helper()
-	fleet, _ := binaries(t)
-	return fleet
+	f, _ := binaries(t)
+	return f
+}
+
+// TestMain removes the binaries the tests built (binaries).
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
 }
 
 // run is one run of the fleet binary.

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"flag"
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -81,6 +80,24 @@ func TestBadBackendIsConfigError(t *testing.T) {
 	}
 }
 
+// TestInvalidInventories loads each testdata/invalid-*.yml and validates
+// it: the error must be exactly the one in testdata/invalid.golden
+// (regenerate with -update). `origin.ports: [true]` used to plan rules for
+// port 1 and leave the real port open (issue 8 item 10).
+func TestInvalidInventories(t *testing.T) {
+	testbed.InvalidConfigs(t, *update, func(path string) error {
+		cmd := newRoot()
+		cmd.ParseFlags([]string{"--config", path})
+		inv, _, err := loadFleet(cmd)
+		if err == nil {
+			err = inv.Validate()
+		}
+		return err
+	})
+}
+
+var update = flag.Bool("update", false, "rewrite testdata/invalid.golden")
+
 // TestDocInventory: the fleet.yaml of docs/dns-deploy.md loads and passes
 // the checks publishing needs, and the documented fleet dns sessions print
 // what the document shows, run against the embedded server.
@@ -130,43 +147,3 @@ func TestDocInventory(t *testing.T) {
 		}
 	}
 }
-
-// TestInvalidInventories loads each testdata/invalid-*.yml and validates
-// it: the error must be exactly the one in testdata/invalid.golden
-// (regenerate with -update). `origin.ports: [true]` used to plan rules for
-// port 1 and leave the real port open (issue 8 item 10).
-func TestInvalidInventories(t *testing.T) {
-	files, err := filepath.Glob("testdata/invalid-*.yml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no testdata/invalid-*.yml: %v", err)
-	}
-	var got strings.Builder
-	for _, f := range files {
-		cmd := newRoot()
-		cmd.ParseFlags([]string{"--config", f})
-		inv, _, err := loadFleet(cmd)
-		if err == nil {
-			err = inv.Validate()
-		}
-		if err == nil {
-			t.Errorf("%s: loaded and validated without an error", f)
-			continue
-		}
-		fmt.Fprintf(&got, "%s: %s\n", filepath.Base(f), strings.ReplaceAll(err.Error(), "\n", "; "))
-	}
-	golden := filepath.Join("testdata", "invalid.golden")
-	if *update {
-		if err := os.WriteFile(golden, []byte(got.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.String() != string(want) {
-		t.Fatalf("errors differ from %s:\n got:\n%s\nwant:\n%s", golden, got.String(), want)
-	}
-}
-
-var update = flag.Bool("update", false, "rewrite testdata/invalid.golden")
