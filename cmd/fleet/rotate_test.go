@@ -250,6 +250,11 @@ edges:
 	first.cmd.Process.Kill()
 	first.cmd.Wait()
 	t.Logf("first rotate, killed in the TTL wait:\n%s", first.output())
+	if b, err := os.ReadFile(filepath.Join(dir, deploy.StateFile)); err != nil || !strings.Contains(string(b), `"state": "draining"`) {
+		t.Errorf("state file after the kill: %v\n%s", err, b)
+	} else {
+		t.Logf("%s after the kill:\n%s", deploy.StateFile, b)
+	}
 
 	// Second run: resumes; e1's session is used, then closed, while it drains.
 	second := startFleet(t, orig, args...)
