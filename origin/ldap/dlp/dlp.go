@@ -96,12 +96,30 @@ type Proxy struct {
 	Default []string // servers used when no UserRouting rule matches; empty → the operation fails (52)
 }
 
-// Balancer is a LoadBalancer object. Its algorithm-specific keys are kept
-// raw here and interpreted by the balancer package (DESIGN.md §5).
+// Balancer is a LoadBalancer object (DESIGN.md §5), checked by the parser
+// (balancerfile.go); Balancers (balance.go) runs it.
 type Balancer struct {
-	Name      string
-	Algorithm string
-	Raw       map[string]any
+	Name       string
+	Algorithm  string // failover, optimal, proportional, saturation or searchfilter
+	Routes     []*Route
+	Switchback bool    // failover: return to the preferred route once it is healthy again
+	Precision  float64 // optimal: percentage points another route must be lower by (5)
+	Threshold  float64 // saturation: percent at which a route counts as saturated
+	Alert      float64 // saturation: percent at which a warning is logged and counted; 0: none
+}
+
+// Route is one route of a LoadBalancer: a server and what the algorithm
+// needs to know about it.
+type Route struct {
+	Server string
+	// Priority and Weight are by operation type (bind, search, …) with
+	// "default" for the types not listed; a plain number in the file is
+	// stored as "default".
+	Priority map[string]int // lower is preferred
+	Weight   map[string]int // proportional; 0 = never
+	Capacity int            // operations in flight that make 100 % saturation (64)
+	// Allowed and Prohibited are lower-case attribute names (searchfilter).
+	Allowed, Prohibited []string
 }
 
 // Proxy returns the LdapProxy object with that name, nil when there is none
