@@ -72,7 +72,8 @@ type Config struct {
 	// Clock drives OFFLINE expiry; nil is time.Now.
 	Clock func() time.Time
 	// DialBackend opens a TCP connection to a backend; nil is a net.Dialer
-	// with TCP keepalive. Tests use it to shape socket buffers.
+	// with TCP keepalive. Tests use it to shape socket buffers. The
+	// backend monitor dials with a plain net.Dialer of its own.
 	DialBackend func(ctx context.Context, addr string) (net.Conn, error)
 }
 
