@@ -90,4 +90,3 @@ func TestMonitorSchedule(t *testing.T) {
 		}
 	})
 }
-
