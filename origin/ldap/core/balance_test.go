@@ -160,6 +160,11 @@ func TestBalanceProportional(t *testing.T) {
 	within(t, "searches", h.opsBy(t, "search", "success"), n, map[string]float64{"L1": 50, "L2": 25, "L3": 25})
 	within(t, "binds", h.opsBy(t, "bind", "success"), n+1, map[string]float64{"L1": 100})
 	within(t, "compares", h.opsBy(t, "compare", "compareTrue"), n, map[string]float64{"L1": 100.0 / 3, "L2": 100.0 / 3, "L3": 100.0 / 3})
+	for _, b := range h.srv.Backends() {
+		if b.InFlight != 0 {
+			t.Errorf("%s: %d operations in flight after all were answered", b.Name, b.InFlight)
+		}
+	}
 }
 
 // add writes a new entry under ou=writes through c.
@@ -437,4 +442,51 @@ func TestBalanceOperationRouting(t *testing.T) {
 	if got := h.targets("extended"); !slices.Equal(got, []string{"L1", "L1", "L1", "L1"}) {
 		t.Errorf("whoami went to %v", got)
 	}
+}
+
+// Every way an operation ends takes it out of its server's in-flight
+// count: an answer, an abandon, and the client's going away with
+// operations unanswered.
+func TestInFlightCounts(t *testing.T) {
+	sl := testbed.StartSlapds(t, 1, testbed.SlapdConfig{})
+	t.Cleanup(sl[0].Thaw)
+	h := newHarness(t, lbDLP(30, 60, 3600, named(sl), proxy(nil, []string{"L1"})), nil)
+	c, r := h.rawBind(t, 1)
+	defer c.Close()
+	c.Write(searchPDU(2, testbed.Suffix))
+	for {
+		raw, err := r.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, tag, _ := rawHeader(raw); tag == 0x65 {
+			break
+		}
+	}
+	if n := h.backend(t, "L1").InFlight; n != 0 {
+		t.Fatalf("%d in flight after the answer", n)
+	}
+	sl[0].Freeze()
+	c.Write(searchPDU(3, testbed.Suffix))
+	c.Write(searchPDU(4, testbed.Suffix))
+	waitFor(t, "2 searches in flight", func() bool { return h.backend(t, "L1").InFlight == 2 })
+	c.Write([]byte{0x30, 0x06, 0x02, 0x01, 0x05, 0x50, 0x01, 0x03}) // abandon 3
+	waitFor(t, "the abandoned search out of the count", func() bool { return h.backend(t, "L1").InFlight == 1 })
+	c.Close()
+	waitFor(t, "the unanswered search out of the count", func() bool { return h.backend(t, "L1").InFlight == 0 })
+}
+
+// rawHeader is the message id and protocolOp tag of a short PDU.
+func rawHeader(raw []byte) (id int, tag byte, ok bool) {
+	if len(raw) < 5 || raw[0] != 0x30 || raw[1]&0x80 != 0 || raw[2] != 0x02 {
+		return 0, 0, false
+	}
+	n := int(raw[3])
+	if len(raw) < 5+n {
+		return 0, 0, false
+	}
+	for _, b := range raw[4 : 4+n] {
+		id = id<<8 | int(b)
+	}
+	return id, raw[4+n], true
 }
