@@ -331,10 +331,12 @@ func (ss *session) onBackend(b *backend, raw []byte) {
 func (ss *session) bound(o *op, b *backend, code int) {
 	switch code {
 	case wire.ResultSuccess:
+		prev, prevGen := ss.cred, ss.gen
 		ss.cred, ss.credOK = o.m.Raw, ss.sasl == nil
 		ss.user, ss.norm = o.m.BindName, dlp.NormalizeDN(o.m.BindName)
 		ss.gen++
 		b.gen, ss.sasl = ss.gen, nil
+		ss.sameIdentity(prev, prevGen)
 		ss.max.Store(int64(ss.srv.cfg.MaxPDU))
 	case wire.ResultSaslBindInProgress:
 		ss.sasl = b

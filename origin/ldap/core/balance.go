@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -47,6 +48,27 @@ func (ss *session) balanced(o *op, rule *dlp.Rule) {
 	}
 	o.cands = rest
 	ss.send(o, b)
+}
+
+// sameIdentity keeps the connections bound with prev (identity
+// generation prevGen) when the bind that just succeeded sent the same
+// simple credentials: they carry the identity in force, and a client
+// that binds again as itself — per operation, as connection pools do —
+// does not make the core re-bind every server a balancer spreads it over.
+func (ss *session) sameIdentity(prev []byte, prevGen uint64) {
+	if prev == nil || !ss.credOK {
+		return
+	}
+	a, errA := wire.WithID(prev, 0)
+	b, errB := wire.WithID(ss.cred, 0)
+	if errA != nil || errB != nil || !bytes.Equal(a, b) {
+		return
+	}
+	for _, c := range ss.conns {
+		if c.gen == prevGen {
+			c.gen = ss.gen
+		}
+	}
 }
 
 // track moves o's place in the in-flight counts to b's server (b nil: o

@@ -121,7 +121,8 @@ func within(t *testing.T, what string, got map[string]int, total int, want map[s
 // listed by no route, splits equally. Each operation runs as the client's
 // identity on whichever server it lands: the core binds each backend
 // connection lazily with the saved credentials, so alice reads her own
-// userPassword (ACL: self only) and compares it true everywhere.
+// userPassword (ACL: self only) and compares it true everywhere. A bind
+// as someone else is not carried over to the other servers' connections.
 func TestBalanceProportional(t *testing.T) {
 	sl := testbed.StartSlapds(t, 3, testbed.SlapdConfig{})
 	h := newHarness(t, lbDLP(3, 60, 3600, named(sl),
@@ -157,8 +158,30 @@ func TestBalanceProportional(t *testing.T) {
 			t.Fatalf("compare %d: %v %v: not run as alice", i, ok, err)
 		}
 	}
-	within(t, "searches", h.opsBy(t, "search", "success"), n, map[string]float64{"L1": 50, "L2": 25, "L3": 25})
-	within(t, "binds", h.opsBy(t, "bind", "success"), n+1, map[string]float64{"L1": 100})
+	// One backend connection per server for the 9,000 operations: binding
+	// again as alice leaves the others bound as alice (no re-bind per bind).
+	for i, s := range sl {
+		if n := h.dialCount(s.Addr); n != 1 {
+			t.Errorf("L%d dialed %d times, want once", i+1, n)
+		}
+	}
+	// bob's bind (on L1) ends alice's identity everywhere: L2's
+	// connection is not bob's until re-bound, so bob cannot read alice's
+	// password there.
+	if err := c.Bind(bob, "bob-pw"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		res, err := c.Search(req)
+		if err != nil || len(res.Entries) != 1 || res.Entries[0].GetAttributeValue("userPassword") != "" {
+			t.Fatalf("search %d as bob: %+v %v", i, res, err)
+		}
+	}
+	if err := c.Bind(alice, "alice-pw"); err != nil {
+		t.Fatal(err)
+	}
+	within(t, "searches", h.opsBy(t, "search", "success"), n+4, map[string]float64{"L1": 50, "L2": 25, "L3": 25})
+	within(t, "binds", h.opsBy(t, "bind", "success"), n+3, map[string]float64{"L1": 100})
 	within(t, "compares", h.opsBy(t, "compare", "compareTrue"), n, map[string]float64{"L1": 100.0 / 3, "L2": 100.0 / 3, "L3": 100.0 / 3})
 	for _, b := range h.srv.Backends() {
 		if b.InFlight != 0 {
