@@ -4,8 +4,11 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/edgefleet/edgefleet/internal/testbed"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
@@ -128,17 +131,13 @@ func TestDiff(t *testing.T) {
 	}
 }
 
-// TestDocsShowGolden keeps README.md's rule listing the real one.
+// TestDocsShowGolden keeps docs/firewall.md's rule listing the real one.
 func TestDocsShowGolden(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join("..", "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	want, err := os.ReadFile(filepath.Join("testdata", "docker.golden"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(doc), "```\n"+string(want)+"```\n") {
-		t.Error("README.md does not show testdata/docker.golden verbatim: paste it again")
+	if !slices.Contains(testbed.DocBlocks(t, "docs/firewall.md", ""), string(want)) {
+		t.Error("docs/firewall.md does not show testdata/docker.golden verbatim: paste it again")
 	}
 }

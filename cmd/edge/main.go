@@ -1,6 +1,6 @@
 // Command edge runs the edge relay: it accepts clients on `listen`, writes a
 // PROXY header to the first selectable origin and splices the bytes both
-// ways. See README.md ("The edge") for its configuration.
+// ways. See docs/edge.md for its configuration.
 //
 //	edge --config edge.yaml
 //	edge --origins origin.example:8636 --listen :636

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/edgefleet/deploy/monitoring"
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/pires/go-proxyproto"
 )
@@ -282,7 +283,9 @@ func TestSIGHUPReloadsOrigins(t *testing.T) {
 	}
 }
 
-// TestMetricsEndpoint scrapes /metrics of the running binary.
+// TestMetricsEndpoint scrapes /metrics of the running binary: every family
+// deploy/monitoring lists for the edge (the names its alerts and dashboard
+// use), with its type, and the process collector.
 func TestMetricsEndpoint(t *testing.T) {
 	e := startEdgeBin(t, "origins: ['"+echoOrigin(t, "a")+"']\n")
 	c, _ := dialTag(t, e.addr)
@@ -293,12 +296,12 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	for _, name := range []string{
-		"edgefleet_edge_connections_active", "edgefleet_edge_connections_total", "edgefleet_edge_bytes_total",
-		"edgefleet_edge_origin_dial_seconds", "edgefleet_edge_origin_up", "process_open_fds",
-	} {
-		if !strings.Contains(string(body), "\n"+name) {
-			t.Errorf("/metrics lacks %s", name)
+	if !strings.Contains(string(body), "\nprocess_open_fds ") {
+		t.Errorf("/metrics lacks process_open_fds")
+	}
+	for name, typ := range monitoring.Exported["edge"] {
+		if !strings.Contains(string(body), "\n# TYPE "+name+" "+typ+"\n"+name) {
+			t.Errorf("/metrics lacks %s %s with a sample", typ, name)
 		}
 	}
 }

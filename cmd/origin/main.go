@@ -1,5 +1,5 @@
 // Command origin runs the origin: PROXY-sniffing front and LDAP routing core.
-// See README.md ("The origin front") for its configuration.
+// See docs/origin.md and docs/ldap-core.md for its configuration.
 package main
 
 import (

@@ -44,6 +44,7 @@ var packages = map[string]string{
 	"ip6tables-legacy": "iptables",
 	"ip":               "iproute2",
 	"openssl":          "openssl",
+	"promtool":         "prometheus",
 	"docker":           "docker.io",
 	"conntrack":        "conntrack",
 }

@@ -11,7 +11,7 @@
 //	for _, s := range sel.Candidates { /* dial f.Servers[s].Addr(); h.Fail(s) or h.Succeed(s) */ }
 //
 // The selection semantics follow the DirX DLP documentation (seed 000) to
-// the letter; README.md ("The DLP configuration file") describes the file format.
+// the letter; docs/dlp-file.md describes the file format.
 package dlp
 
 import (

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
 )
 
@@ -149,17 +150,9 @@ func TestInvalidFiles(t *testing.T) {
 	}
 }
 
-// TestDocExample parses the complete example of README.md.
+// TestDocExample parses the complete example of docs/dlp-file.md.
 func TestDocExample(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(doc), "```jsonc\n")
-	example, _, ok2 := strings.Cut(rest, "\n```")
-	if !ok || !ok2 {
-		t.Fatal("no ```jsonc block in README.md")
-	}
+	example := testbed.DocBlocks(t, "docs/dlp-file.md", "jsonc")[0]
 	f, err := dlp.Parse("ldap_proxy.json", []byte(example))
 	if err != nil {
 		t.Fatalf("the documented example does not parse:\n%v", err)

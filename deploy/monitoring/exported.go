@@ -1,0 +1,69 @@
+// Package monitoring is the contract between the binaries' /metrics and
+// the Prometheus rules and Grafana dashboard in deploy/prometheus and
+// deploy/grafana: the metric families each binary exports, by name and
+// type.
+//
+//	for name, typ := range monitoring.Exported["edge"] { … assert "# TYPE name typ" on the edge's live /metrics … }
+//
+// Each binary's tests scrape its live /metrics and assert every family
+// listed for it here (cmd/edge TestMetricsEndpoint, cmd/origin
+// TestMetricsExported); this package's tests check that every metric a rule
+// or a dashboard panel names is listed here. So a metric the rules use is
+// one a running binary was seen to export.
+//
+// Pending lists the families DESIGN.md fixes whose exporter is being built;
+// rules may use them, and the tests say which ones are still pending. When
+// an exporter lands, move its names to Exported and assert them in that
+// binary's tests.
+package monitoring
+
+// Exported maps a binary (the Prometheus job's role: edge, origin) to the
+// metric families its /metrics serves, with their Prometheus type.
+var Exported = map[string]map[string]string{
+	"edge": {
+		"edgefleet_edge_connections_active":  "gauge",
+		"edgefleet_edge_connections_total":   "counter",
+		"edgefleet_edge_bytes_total":         "counter",
+		"edgefleet_edge_origin_dial_seconds": "histogram",
+		"edgefleet_edge_origin_up":           "gauge",
+	},
+	"origin": {
+		"edgefleet_origin_connections_total":     "counter",
+		"edgefleet_origin_spoofed_headers_total": "counter",
+		"edgefleet_origin_header_timeouts_total": "counter",
+		"edgefleet_origin_connections_active":    "gauge",
+		"edgefleet_origin_peer_table_entries":    "gauge",
+		"edgefleet_core_operations_total":        "counter",
+		"edgefleet_core_backend_up":              "gauge",
+		"edgefleet_core_connections_active":      "gauge",
+	},
+}
+
+// A PendingMetric is a family fixed by DESIGN.md (or proposed for it) whose
+// exporter is not built yet.
+type PendingMetric struct {
+	Binary string // the binary that will export it
+	Type   string // its Prometheus type
+	Issue  int    // the issue that builds it
+}
+
+// Pending lists the families the rules and the dashboard use before their
+// exporter exists.
+var Pending = map[string]PendingMetric{
+	// DESIGN.md §5: route saturation, percent, smoothed over MonitorInterval.
+	"edgefleet_core_backend_saturation": {"origin", "gauge", 12},
+	// DESIGN.md §6: probe monitor, per resolved address, last measurement.
+	"edgefleet_probe_edge_up":               {"probe", "gauge", 10},
+	"edgefleet_probe_tcp_connect_seconds":   {"probe", "gauge", 10},
+	"edgefleet_probe_tls_handshake_seconds": {"probe", "gauge", 10},
+	// Proposed for DESIGN.md §8, exported by the same fleet process (a
+	// `fleet status`/`fleet dns` exporter), label family="ipv4"|"ipv6":
+	// the addresses the authoritative server answers for name (A, AAAA)…
+	"edgefleet_fleet_dns_records": {"fleet", "gauge", 11},
+	// …and the edges of fleet.yaml with an address of that family.
+	"edgefleet_fleet_inventory_edges": {"fleet", "gauge", 11},
+}
+
+// PrometheusSeries are the series Prometheus itself makes for every scrape
+// target; rules may use them though no binary exports them.
+var PrometheusSeries = map[string]bool{"up": true}
