@@ -35,6 +35,7 @@ var Exported = map[string]map[string]string{
 		"edgefleet_origin_peer_table_entries":    "gauge",
 		"edgefleet_core_operations_total":        "counter",
 		"edgefleet_core_backend_up":              "gauge",
+		"edgefleet_core_backend_saturation":      "gauge",
 		"edgefleet_core_connections_active":      "gauge",
 	},
 }
@@ -50,8 +51,6 @@ type PendingMetric struct {
 // Pending lists the families the rules and the dashboard use before their
 // exporter exists.
 var Pending = map[string]PendingMetric{
-	// DESIGN.md §5: route saturation, percent, smoothed over MonitorInterval.
-	"edgefleet_core_backend_saturation": {"origin", "gauge", 12},
 	// DESIGN.md §6: probe monitor, per resolved address, last measurement.
 	"edgefleet_probe_edge_up":               {"probe", "gauge", 10},
 	"edgefleet_probe_tcp_connect_seconds":   {"probe", "gauge", 10},

@@ -2,6 +2,7 @@ package dlp_test
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -272,4 +273,80 @@ func equalList(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// Every configuration example of docs/balancers.md loads, and its
+// balancer does what the text beside it says.
+func TestBalancersDoc(t *testing.T) {
+	blocks := testbed.DocBlocks(t, "docs/balancers.md", "jsonc")
+	if len(blocks) != 5 {
+		t.Fatalf("%d jsonc examples, want one per algorithm", len(blocks))
+	}
+	clock := testbed.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	split := func(bs *dlp.Balancers, lb, op string, n int) map[string]int {
+		out := map[string]int{}
+		for range n {
+			out[first(t, bs, lb, dlp.Op{Type: op})]++
+		}
+		return out
+	}
+	for i, src := range blocks {
+		f, err := dlp.Parse("balancers.md", []byte(src))
+		if err != nil {
+			t.Fatalf("example %d:\n%v", i+1, err)
+		}
+		h := dlp.NewHealth(f.Defaults.OfflineRetryTimeout, clock.Now)
+		bs := dlp.NewBalancers(f, h, dlp.NewLoad(f, clock.Now))
+		if len(f.Balancers) != 1 {
+			t.Fatalf("example %d has %d balancers", i+1, len(f.Balancers))
+		}
+		for name, lb := range f.Balancers {
+			switch lb.Algorithm {
+			case "failover":
+				if a, b := first(t, bs, name, dlp.Op{Type: "add"}), first(t, bs, name, dlp.Op{Type: "bind"}); a != "LDAP1" || b != "LDAP2" {
+					t.Errorf("failover example: add → %s, bind → %s", a, b)
+				}
+				h.Fail("LDAP1")
+				if a := first(t, bs, name, dlp.Op{Type: "add"}); a != "LDAP2" {
+					t.Errorf("failover example, LDAP1 down: add → %s", a)
+				}
+			case "optimal":
+				if s := first(t, bs, name, dlp.Op{Type: "search"}); s != "LDAP1" || lb.Precision != 5 {
+					t.Errorf("optimal example: %s, precision %v", s, lb.Precision)
+				}
+			case "proportional":
+				for op, want := range map[string]map[string]int{
+					"bind":   {"LDAP1": 5},
+					"add":    {"LDAP1": 3, "LDAP2": 1, "LDAP3": 1},
+					"search": {"LDAP1": 1, "LDAP2": 2, "LDAP3": 2},
+					"delete": {"LDAP1": 1, "LDAP2": 1, "LDAP3": 1},
+				} {
+					n := 0
+					for _, v := range want {
+						n += v
+					}
+					if got := split(bs, name, op, n); !equalCounts(got, want) {
+						t.Errorf("proportional example, %s: %v, want %v", op, got, want)
+					}
+				}
+			case "saturation":
+				if s := first(t, bs, name, dlp.Op{Type: "modify"}); s != "LDAP1" || lb.Threshold != 70 || lb.Alert != 60 {
+					t.Errorf("saturation example: %s, %+v", s, lb)
+				}
+			case "searchfilter":
+				for attrs, want := range map[string]string{"uid": "LDAP1", "cn": "LDAP2", "uid mail": "LDAP3", "sn": "LDAP3"} {
+					if s := first(t, bs, name, dlp.Op{Type: "search", FilterAttrs: strings.Fields(attrs)}); s != want {
+						t.Errorf("searchfilter example: (%s) → %s, want %s", attrs, s, want)
+					}
+				}
+			}
+		}
+		var balanced bool
+		for _, r := range f.Rules {
+			balanced = balanced || r.Balance != ""
+		}
+		if !balanced {
+			t.Errorf("example %d has no balance(LB) rule", i+1)
+		}
+	}
 }
