@@ -36,16 +36,22 @@ func balanceTo(typ, name, cond, lb string) string {
 	return fmt.Sprintf(`{"object": "ProxyRule", "ruleType": %q, "name": %q, "condition": %q, "actions": ["balance(%s)"]}`, typ, name, cond, lb)
 }
 
-// opsBy reads edgefleet_core_operations_total{op, result} by server.
-func (h *harness) opsBy(t *testing.T, op, result string) map[string]int {
+// sample is one series of a metric: its labels and value.
+type sample struct {
+	labels map[string]string
+	value  float64
+}
+
+// series reads the samples of a metric family of the harness's registry.
+func (h *harness) series(t *testing.T, name string) []sample {
 	t.Helper()
 	mfs, err := h.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]int{}
+	var out []sample
 	for _, mf := range mfs {
-		if mf.GetName() != "edgefleet_core_operations_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
@@ -53,9 +59,19 @@ func (h *harness) opsBy(t *testing.T, op, result string) map[string]int {
 			for _, p := range m.GetLabel() {
 				l[p.GetName()] = p.GetValue()
 			}
-			if l["op"] == op && l["result"] == result {
-				out[l["server"]] += int(m.GetCounter().GetValue())
-			}
+			out = append(out, sample{l, m.GetCounter().GetValue() + m.GetGauge().GetValue()})
+		}
+	}
+	return out
+}
+
+// opsBy reads edgefleet_core_operations_total{op, result} by server.
+func (h *harness) opsBy(t *testing.T, op, result string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, s := range h.series(t, "edgefleet_core_operations_total") {
+		if s.labels["op"] == op && s.labels["result"] == result {
+			out[s.labels["server"]] += int(s.value)
 		}
 	}
 	return out
@@ -64,20 +80,9 @@ func (h *harness) opsBy(t *testing.T, op, result string) map[string]int {
 // gauge reads a gauge of the harness's registry for server; -1 when absent.
 func (h *harness) gauge(t *testing.T, name, server string) float64 {
 	t.Helper()
-	mfs, err := h.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, p := range m.GetLabel() {
-				if p.GetName() == "server" && p.GetValue() == server {
-					return m.GetGauge().GetValue()
-				}
-			}
+	for _, s := range h.series(t, name) {
+		if s.labels["server"] == server {
+			return s.value
 		}
 	}
 	return -1
@@ -355,17 +360,9 @@ func TestBalanceSaturation(t *testing.T) {
 // counterValue sums a counter of the harness's registry.
 func counterValue(t *testing.T, h *harness, name string) float64 {
 	t.Helper()
-	mfs, err := h.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue()
-			}
-		}
+	for _, s := range h.series(t, name) {
+		sum += s.value
 	}
 	return sum
 }
