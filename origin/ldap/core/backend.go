@@ -252,8 +252,7 @@ func (ss *session) send(o *op, b *backend) {
 	}
 	raw := ss.pagedFor(o, b)
 	o.be, o.sent, o.seen, o.skip = b, false, 0, o.base+o.forwarded
-	ss.pending[o.m.ID] = o
-	ss.track(o, b)
+	ss.pend(o, b)
 	if _, err := b.conn.Write(raw); err != nil {
 		ss.backendFailed(b, err)
 		return

@@ -71,6 +71,17 @@ func (ss *session) sameIdentity(prev []byte, prevGen uint64) {
 	}
 }
 
+// pend records o as pending on b. A client that reuses the id of an
+// operation still pending (RFC 4511 forbids it) replaces that operation:
+// it no longer counts as in flight.
+func (ss *session) pend(o *op, b *backend) {
+	if old := ss.pending[o.m.ID]; old != nil && old != o {
+		ss.track(old, nil)
+	}
+	ss.pending[o.m.ID] = o
+	ss.track(o, b)
+}
+
 // track moves o's place in the in-flight counts to b's server (b nil: o
 // is over). Every change of where an operation is pending goes through
 // it, so that the counts cannot drift.
