@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
@@ -34,6 +35,16 @@ func balanceRule(rule *dlp.Rule) *dlp.Rule {
 func (ss *session) balanced(o *op, rule *dlp.Rule) {
 	o.rule = rule
 	cands := ss.srv.balancers.Select(rule.Balance, dlp.Op{Type: o.name, FilterAttrs: o.m.FilterAttrs})
+	// The next page of a paged search stays on the connection that issued
+	// its cookie while that server is a candidate: anywhere else the core
+	// would restart the search from its beginning (paged.go).
+	if o.paged != nil && o.paged.cookie != "" {
+		if ch, ok := ss.chains[o.paged.cookie]; ok && !ch.be.closed {
+			if i := slices.Index(cands, ch.be.name); i > 0 {
+				cands = append([]string{cands[i]}, slices.Delete(slices.Clone(cands), i, i+1)...)
+			}
+		}
+	}
 	if !rule.Failover && len(cands) > 1 {
 		cands = cands[:1]
 	}

@@ -510,3 +510,35 @@ func rawHeader(raw []byte) (id int, tag byte, ok bool) {
 	}
 	return id, raw[4+n], true
 }
+
+// A paged search through a balancer: the pages follow the server that
+// issued the cookie, so the search is never restarted elsewhere, and the
+// client gets every entry once.
+func TestBalancePagedSearch(t *testing.T) {
+	const n = 2000
+	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{LDIF: testbed.DirectoryLDIF(n)})
+	h := newHarness(t, lbDLP(3, 60, 3600, named(sl),
+		`{"object": "LoadBalancer", "name": "PROP", "algorithm": "proportional", "routes": [{"server": "L1"}, {"server": "L2"}]}`,
+		balanceTo("UserRouting", "ALL", "(user=*)", "PROP"),
+		proxy([]string{"ALL"}, nil)), nil)
+	c := boundClient(t, h)
+	res, err := c.SearchWithPaging(ldap.NewSearchRequest("ou=bulk,"+testbed.Suffix, ldap.ScopeWholeSubtree, ldap.NeverDerefAliases,
+		0, 0, false, "(objectClass=*)", []string{"1.1"}, nil), 250)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, e := range res.Entries {
+		seen[e.DN] = true
+	}
+	if len(res.Entries) != n+1 || len(seen) != n+1 {
+		t.Errorf("%d entries, %d distinct, want %d", len(res.Entries), len(seen), n+1)
+	}
+	got := h.targets("search")
+	if len(got) < 9 || count(got, got[0]) != len(got) {
+		t.Errorf("pages went to %v, want every page on one server", got)
+	}
+	if l := h.logs.JSONLines("paged search restarted"); len(l) != 0 {
+		t.Errorf("%d restarts", len(l))
+	}
+}
