@@ -212,9 +212,6 @@ func (ss *session) readBackend(b *backend) {
 	for {
 		raw, err := b.rd.Next()
 		skip, err := b.answered(raw, err, ss.srv.file.Defaults.ConnectTimeout)
-		if skip {
-			continue
-		}
 		if err != nil {
 			b.broken.Store(true)
 		}
@@ -233,7 +230,9 @@ func (ss *session) readBackend(b *backend) {
 			ss.mu.Unlock()
 			return
 		}
-		ss.onBackend(b, raw)
+		if !skip { // the core's own search (firstAnswer): still flush what waits
+			ss.onBackend(b, raw)
+		}
 		ss.settle(b.rd.Buffered() == 0)
 		ss.mu.Unlock()
 	}

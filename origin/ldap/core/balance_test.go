@@ -19,7 +19,7 @@ import (
 
 // lbDLP is dlpFile with MonitorInterval (seconds) in its Defaults.
 func lbDLP(connect, retry int, monitor float64, servers []server, objects ...string) string {
-	return strings.Replace(dlpFile(connect, retry, servers, objects...), "}", fmt.Sprintf(`, "MonitorInterval": %g}`, monitor), 1)
+	return strings.Replace(dlpFile(connect, retry, servers, objects...), `"MonitorInterval": 3600`, fmt.Sprintf(`"MonitorInterval": %g`, monitor), 1)
 }
 
 // named lists the slapds as L1, L2, …

@@ -2,12 +2,14 @@ package core_test
 
 import (
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
+	"github.com/edgefleet/edgefleet/origin/ldap/wire"
 	"github.com/go-ldap/ldap/v3"
 )
 
@@ -120,5 +122,50 @@ func TestFrozenFirstServer(t *testing.T) {
 	}
 	if fo := h.logs.JSONLines("failover"); len(fo) != 2 || fo[1]["from"] != "L1" || fo[1]["op"] != "search" {
 		t.Errorf("failover lines %v", fo)
+	}
+}
+
+// The core's own search ahead of an anonymous client's first operation
+// (firstAnswer) may be answered after the client's: the server here sends
+// both answers in one write, the client's first, so the core reads the
+// swallowed ones from its buffer. The client's answer must still leave at
+// once. (slapd answers in this order now and then; this server always
+// does.)
+func TestFirstAnswerSearchAnsweredLast(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testbed.ServeConns(t, ln, func(c net.Conn) {
+		r := wire.NewReader(c)
+		var ids []int32
+		for len(ids) < 2 {
+			raw, err := r.Next()
+			if err != nil {
+				return
+			}
+			m, err := wire.Parse(raw)
+			if err != nil {
+				return
+			}
+			ids = append(ids, m.ID)
+		}
+		c.Write(append(wire.Result(ids[1], wire.TagSearchResultDone, 0, "", ""), wire.Result(ids[0], wire.TagSearchResultDone, 0, "", "")...))
+		r.Next() // until the core closes
+	})
+	h := newHarness(t, dlpFile(3, 60, []server{{"L1", ln.Addr().String(), false}}, proxy(nil, []string{"L1"})), nil)
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	c.Write(searchPDU(7, testbed.Suffix))
+	raw, err := wire.NewReader(c).Next()
+	if err != nil {
+		t.Fatalf("no answer to the search: %v", err)
+	}
+	if m, err := wire.Parse(raw); err != nil || m.ID != 7 || m.Op != wire.TagSearchResultDone {
+		t.Fatalf("answer %+v %v, want the search's own", m, err)
 	}
 }
