@@ -226,3 +226,5 @@ func (s *Server) startBalancing(reg prometheus.Registerer) error {
 	s.monitor = newMonitor(s)
 	return nil
 }
+
+var _ prometheus.Collector = (*backendCollector)(nil)

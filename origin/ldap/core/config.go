@@ -2,7 +2,9 @@
 // TLS (LDAPS, StartTLS, client certificates pinned by fingerprint), learns
 // each client's true peer from the front's peer table, and routes every
 // client's LDAP operations to a pool of directory servers by the rules of a
-// DLP file (origin/ldap/dlp), with failover and round robin.
+// DLP file (origin/ldap/dlp), with failover, round robin and the load
+// balancers of balance(LB) rules, while a monitor checks every server
+// (monitor.go; GET /backends: BackendsHandler).
 //
 //	file, err := dlp.ParseFile("ldap_proxy.json")
 //	srv, err := core.New(core.DefaultConfig(), file, lookup, log, prometheus.NewRegistry())

@@ -1,7 +1,9 @@
 // Package dlp reads the DLP configuration file (ldap_proxy.json) and makes
 // the routing decisions of the LDAP core: which rule applies to a user or an
 // operation, and in which order its servers are tried, with round robin,
-// failover and the OFFLINE state shared by all connections.
+// failover and the OFFLINE state shared by all connections; and, for a
+// balance(LB) rule, which server each operation goes to (the LoadBalancer
+// algorithms of seed 003, over the servers' saturation).
 //
 //	f, err := dlp.ParseFile("ldap_proxy.json")  // err is an ErrorList, one line per error
 //	p := f.Proxy(coreName)                       // nil → plain mode
@@ -10,8 +12,13 @@
 //	sel, err := rt.SelectUser(&dlp.Ctx{User: dlp.NormalizeDN(bindDN), Op: "bind"})
 //	for _, s := range sel.Candidates { /* dial f.Servers[s].Addr(); h.Fail(s) or h.Succeed(s) */ }
 //
+//	load := dlp.NewLoad(f, time.Now)                  // load.Begin(s) / load.End(s) around each operation
+//	bs := dlp.NewBalancers(f, h, load)
+//	order := bs.Select(rule.Balance, dlp.Op{Type: "search", FilterAttrs: attrs}) // for sel.Rule.Balance != ""
+//
 // The selection semantics follow the DirX DLP documentation (seed 000) to
-// the letter; docs/dlp-file.md describes the file format.
+// the letter; docs/dlp-file.md describes the file format, docs/balancers.md
+// the LoadBalancer objects.
 package dlp
 
 import (
