@@ -140,12 +140,8 @@ func TestFirstAnswerSearchAnsweredLast(t *testing.T) {
 		r := wire.NewReader(c)
 		var ids []int32
 		for len(ids) < 2 {
-			raw, err := r.Next()
-			if err != nil {
-				return
-			}
-			m, err := wire.Parse(raw)
-			if err != nil {
+			m, ok := readMessage(r)
+			if !ok {
 				return
 			}
 			ids = append(ids, m.ID)
