@@ -52,7 +52,9 @@ func (ss *session) balanced(o *op, rule *dlp.Rule) {
 		ss.reply(o, wire.ResultUnavailable, ss.noServer(o, rule, fmt.Sprintf("LoadBalancer %s has no route up for this %s", rule.Balance, o.name)))
 		return
 	}
-	b, rest, diag := ss.attach(cands, o.m.Op != wire.TagBindRequest)
+	// No ring: the balancer's order is the whole failover order, and the
+	// servers before the chosen one just failed.
+	b, rest, diag := ss.attach(cands, nil, o.m.Op != wire.TagBindRequest)
 	if b == nil {
 		ss.reply(o, wire.ResultUnavailable, ss.noServer(o, rule, diag))
 		return

@@ -2,10 +2,8 @@ package core
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"sync"
 	"time"
@@ -126,24 +124,19 @@ func (m *monitor) lastCheck(name string) (checkResult, bool) {
 const monitorID = 1
 
 // checkServer connects to name (with TLS for ssl:1 servers), reads the
-// root DSE and unbinds; ctx bounds all of it.
+// root DSE and unbinds, all within ctx: the monitor's check, and the one
+// that tells a server that ended a connection on purpose from one that
+// failed (answers).
 func (s *Server) checkServer(ctx context.Context, name string) error {
-	sv := s.file.Servers[name]
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", sv.Addr())
+	dl, bounded := ctx.Deadline()
+	limit := time.Until(dl).Round(10 * time.Millisecond)
+	conn, err := s.connect(ctx, name)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
+	if bounded {
 		conn.SetDeadline(dl)
-	}
-	if sv.SSL {
-		tc := tls.Client(conn, s.backendTLS(sv.Host))
-		if err := tc.HandshakeContext(ctx); err != nil {
-			return fmt.Errorf("tls handshake: %w", err)
-		}
-		conn = tc
 	}
 	if _, err := conn.Write(wire.RootDSESearch(monitorID)); err != nil {
 		return fmt.Errorf("root DSE search: %w", err)
@@ -153,7 +146,7 @@ func (s *Server) checkServer(ctx context.Context, name string) error {
 	for {
 		raw, err := rd.Next()
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return fmt.Errorf("root DSE search: no answer within %v", s.monitor.timeout)
+			return fmt.Errorf("root DSE search: no answer within %v", limit)
 		}
 		if err != nil {
 			return fmt.Errorf("root DSE search: %w", err)
@@ -164,7 +157,9 @@ func (s *Server) checkServer(ctx context.Context, name string) error {
 			return fmt.Errorf("root DSE search: %w", err)
 		case msg.ID == 0:
 			return errors.New("root DSE search: notice of disconnection")
-		case msg.ID != monitorID || msg.Op != wire.TagSearchResultDone:
+		case msg.ID != monitorID:
+			return fmt.Errorf("root DSE search: answer with message id %d", msg.ID)
+		case msg.Op != wire.TagSearchResultDone:
 			continue
 		case msg.ResultCode == wire.ResultBusy || msg.ResultCode == wire.ResultUnavailable:
 			return fmt.Errorf("root DSE search: %s", wire.ResultName(msg.ResultCode))
