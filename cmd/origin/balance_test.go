@@ -24,7 +24,7 @@ func TestBackendsAPI(t *testing.T) {
 	host, port, _ := net.SplitHostPort(sl[0].Addr)
 	dir := t.TempDir()
 	testbed.WriteFile(t, dir, "ldap_proxy.json", fmt.Sprintf(`[
-  {"object": "Defaults", "MonitorInterval": 0.5},
+  {"object": "Defaults", "MonitorInterval": 2},
   {"object": "LdapServer", "name": "L1", "host": %q, "port": %s},
   {"object": "LdapServer", "name": "DOWN", "host": "127.0.0.1", "port": %s},
   {"object": "LoadBalancer", "name": "LB", "algorithm": "failover", "routes": [{"server": "L1", "priority": 1, "capacity": 16}, {"server": "DOWN", "priority": 2}]},

@@ -219,7 +219,7 @@ func TestBalanceFailoverByOperationType(t *testing.T) {
 			if switchback {
 				sb = 1
 			}
-			h := newHarness(t, lbDLP(1, 60, 1, named(sl),
+			h := newHarness(t, lbDLP(2, 60, 2, named(sl),
 				fmt.Sprintf(`{"object": "LoadBalancer", "name": "FO", "algorithm": "failover", "switchback": %d, "routes": [
     {"server": "L1", "priority": {"add": 1, "bind": 2, "default": 1}},
     {"server": "L2", "priority": {"add": 2, "bind": 1, "default": 2}},
@@ -232,7 +232,7 @@ func TestBalanceFailoverByOperationType(t *testing.T) {
 			}
 			add(t, c, "a1")
 			sl[0].Stop()
-			waitFor(t, "the monitor to see L1 down", func() bool { return h.srv.Health().Offline("L1") })
+			waitWithin(t, 20*time.Second, "the monitor to see L1 down", func() bool { return h.srv.Health().Offline("L1") })
 			add(t, c, "a2")
 			if err := c.Bind(alice, "alice-pw"); err != nil {
 				t.Fatal(err)
@@ -240,13 +240,13 @@ func TestBalanceFailoverByOperationType(t *testing.T) {
 			if err := sl[0].Start(); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the monitor to see L1 back", func() bool { return !h.srv.Health().Offline("L1") })
+			waitWithin(t, 20*time.Second, "the monitor to see L1 back", func() bool { return !h.srv.Health().Offline("L1") })
 			add(t, c, "a3")
 			want := []string{"L1", "L2", "L1"}
 			if !switchback {
 				want = []string{"L1", "L2", "L2"}
 				sl[1].Stop()
-				waitFor(t, "the monitor to see L2 down", func() bool { return h.srv.Health().Offline("L2") })
+				waitWithin(t, 20*time.Second, "the monitor to see L2 down", func() bool { return h.srv.Health().Offline("L2") })
 				add(t, c, "a4")
 				want = append(want, "L1")
 			}
