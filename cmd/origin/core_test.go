@@ -70,6 +70,12 @@ func TestDLPFileErrorsExit19(t *testing.T) {
 		{"json syntax", `[
   {"object": "LdapServer", "name": "L1" "host": "x"}
 ]`, []string{`ldap_proxy.json:2:`}, 1},
+		{"load balancer errors", `[
+  {"object": "LdapServer", "name": "L1", "host": "127.0.0.1", "port": 389},
+  {"object": "LoadBalancer", "name": "LB", "algorithm": "saturation", "routes": [{"server": "L2", "priority": 1}]},
+  {"object": "ProxyRule", "ruleType": "UserRouting", "name": "R1", "condition": "(user=*)", "actions": ["balance(LB)"]},
+  {"object": "LdapProxy", "name": "ldapConfiguration", "rules": ["R1"]}
+]`, []string{`ldap_proxy.json:3:3: LoadBalancer "LB": missing key "threshold"`, `ldap_proxy.json:3:`, `key "routes[1].server": no LdapServer named "L2"`}, 2},
 		{"ssl server in proxy mode 1", `[
   {"object": "LdapServer", "name": "S1", "host": "127.0.0.1", "port": 636, "ssl": 1},
   {"object": "LdapProxy", "name": "ldapConfiguration", "default": ["S1"]}
