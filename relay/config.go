@@ -20,6 +20,9 @@ type Config struct {
 	MaxConns       int           `mapstructure:"max_conns"`       // open client connections at most
 	DrainTimeout   time.Duration `mapstructure:"drain_timeout"`   // Shutdown's grace period
 	Keepalive      time.Duration `mapstructure:"keepalive"`       // TCP keepalive period both sides; 0 disables
+	// Source is the local IP origin connections are made from (HAProxy's
+	// source, nginx's proxy_bind); empty: the kernel picks.
+	Source string `mapstructure:"source"`
 }
 
 // Values of Config.ProxyProtocol.
@@ -96,6 +99,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("drain_timeout: %v must not be negative", c.DrainTimeout)
 	case c.Keepalive < 0:
 		return fmt.Errorf("keepalive: %v must not be negative (0 disables)", c.Keepalive)
+	}
+	if c.Source != "" && net.ParseIP(c.Source) == nil {
+		return fmt.Errorf("source: %q is not an IP address (empty: the kernel picks)", c.Source)
 	}
 	return nil
 }

@@ -69,6 +69,7 @@ func main() {
 	f.StringSlice("origins", nil, "origin addresses host:port, tried in order (overrides origins)")
 	f.String("proxy-protocol", "", "v2, v1 or off (overrides proxy_protocol)")
 	f.String("metrics", "", "address of the metrics endpoint (overrides metrics)")
+	f.String("source", "", "local IP the origin connections are made from (overrides source)")
 	root.RunE = func(cmd *cobra.Command, args []string) error {
 		if len(args) > 0 {
 			cli.Fatal("edge", fmt.Errorf("unexpected argument %q", args[0]))
@@ -129,7 +130,7 @@ func run(cfg edgeFile, reload func() (edgeFile, error)) {
 	for _, ln := range lns {
 		go func() { serveErr <- e.Serve(ln) }()
 		log.Info("edge listening", "addr", ln.Addr().String(), "name", cfg.Name, "origins", cfg.Origins,
-			"proxy_protocol", cfg.ProxyProtocol, "metrics", cfg.Metrics)
+			"proxy_protocol", cfg.ProxyProtocol, "source", cfg.Source, "metrics", cfg.Metrics)
 	}
 
 	sig := make(chan os.Signal, 2)

@@ -75,6 +75,8 @@ func TestBadConfig(t *testing.T) {
 		{name: "max_conns not a number", yaml: "origins: [o:1]\nmax_conns: many\n", want: "max_conns"},
 		{name: "bad log format", yaml: "origins: [o:1]\nlog:\n  format: xml\n", want: `log.format: "xml"`},
 		{name: "bad metrics", yaml: "origins: [o:1]\nmetrics: 9101\n", want: `metrics: "9101" is not host:port`},
+		{name: "source not an IP", yaml: "origins: [o:1]\nsource: edge-a.example\n", want: `source: "edge-a.example" is not an IP address`},
+		{name: "source with port", args: []string{"--origins", "o:1", "--source", "127.0.0.2:0"}, want: `source: "127.0.0.2:0" is not an IP address`},
 		{name: "broken yaml", yaml: "origins: [o:1\n", want: "config "},
 		{name: "missing file", args: []string{"--config", "does-not-exist.yaml"}, want: "does-not-exist.yaml"},
 		{name: "bad env", env: []string{"EDGEFLEET_ORIGINS=o:1", "EDGEFLEET_KEEPALIVE=-1s"}, want: "keepalive"},
