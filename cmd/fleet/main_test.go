@@ -24,7 +24,7 @@ edges:
 log: {format: json}
 `, check: func(f fleetFile) bool {
 			return f.TTL == 30 && len(f.Edges) == 2 && f.Edges[0].HostKey == "ssh-ed25519 AAAA" && f.Edges[1].IPv6 == "" &&
-				len(f.Origin.Ports) == 2 && f.DNS.TSIG.SecretFile == "key.b64" && f.Log.Format == "json" && f.Validate() == nil
+				len(f.Origin.Ports) == 2 && filepath.IsAbs(f.DNS.TSIG.SecretFile) && filepath.Base(f.DNS.TSIG.SecretFile) == "key.b64" && f.Log.Format == "json" && f.Validate() == nil
 		}},
 		{name: "defaults", yaml: "name: ldap.example.net\n", check: func(f fleetFile) bool {
 			return f.TTL == 60 && f.Origin.Ports[0] == 8636 && f.DNS.TSIG.Algorithm == "hmac-sha256" && len(f.Edges) == 0
@@ -37,6 +37,8 @@ log: {format: json}
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "fleet.yaml")
 			os.WriteFile(path, []byte(tc.yaml), 0o600)
+			// secret_file is read relative to fleet.yaml's directory.
+			os.WriteFile(filepath.Join(filepath.Dir(path), "key.b64"), []byte("c2VjcmV0\n"), 0o600)
 			cmd := newRoot()
 			cmd.SetArgs([]string{"--config", path})
 			cmd.ParseFlags([]string{"--config", path})

@@ -268,6 +268,15 @@ func TestBuilders(t *testing.T) {
 				t.Errorf("parsed %+v", m)
 			}
 		}},
+		{"whoami request", wire.WhoAmIRequest(4), func(t *testing.T, p *ber.Packet, m *wire.Message) {
+			op := p.Children[1]
+			if op.Tag != 23 || len(op.Children) != 1 || op.Children[0].Tag != 0 || op.Children[0].Data.String() != wire.OIDWhoAmI {
+				t.Errorf("whoami decoded as %v", op.Children)
+			}
+			if m.ID != 4 || m.Op != wire.TagExtendedRequest || m.ExtOID != wire.OIDWhoAmI {
+				t.Errorf("parsed %+v", m)
+			}
+		}},
 		{"root dse search", wire.RootDSESearch(9), func(t *testing.T, p *ber.Packet, m *wire.Message) {
 			op := p.Children[1]
 			f, err := ldap.DecompileFilter(op.Children[6])
