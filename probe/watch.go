@@ -78,6 +78,9 @@ func (w *Watcher) Run(ctx context.Context, events chan<- Event) error {
 func (w *Watcher) Round(ctx context.Context) (Event, bool) {
 	d := w.Dialer
 	cur := d.Current()
+	if cur.Name == "" {
+		return Event{}, false // the agent has not dialed yet: no session to watch
+	}
 	addrs, _, ok := d.resolve(ctx)
 	if !ok {
 		return Event{}, false // nothing to choose from now: keep the session

@@ -223,7 +223,7 @@ func TestWatcherRunJitter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex
 		var rounds []time.Time
-		f := &fakeNet{addrs: []string{"192.0.2.1"}, ms: map[string]float64{}, probes: map[string]int{}}
+		f := &fakeNet{addrs: []string{"192.0.2.1", "192.0.2.2"}, ms: map[string]float64{edgeA: 1, edgeB: 2}, probes: map[string]int{}}
 		cfg := DefaultConfig()
 		cfg.Name = "ldap.example.test"
 		d := &Dialer{Config: cfg, Probe: f.probe, Lookup: func(ctx context.Context, n string) ([]string, error) {
@@ -234,6 +234,7 @@ func TestWatcherRunJitter(t *testing.T) {
 		}}
 		ctx, cancel := context.WithCancel(context.Background())
 		start := time.Now()
+		d.Rank(ctx) // the agent's first dial; Lookup records it at start
 		done := make(chan error)
 		go func() { done <- (&Watcher{Dialer: d}).Run(ctx, make(chan Event)) }()
 		time.Sleep(100 * cfg.Interval)

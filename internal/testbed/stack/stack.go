@@ -108,7 +108,8 @@ type Edge struct {
 	relay      *relay.Edge
 }
 
-// Stop shuts the edge down: its address refuses from now on.
+// Stop shuts the edge down: its address refuses from now on, and its open
+// connections are closed after 200 ms.
 func (e *Edge) Stop() { shutdown(e.relay.Shutdown) }
 
 // Edge starts one of our edges, named name, relaying to the front with a
@@ -132,6 +133,7 @@ func EdgeTo(t testing.TB, name, listen, origin string) *Edge {
 	cfg.Name = name
 	cfg.Origins = []string{origin}
 	cfg.ConnectTimeout = time.Second
+	cfg.DrainTimeout = 200 * time.Millisecond // Stop is an edge going away, not a long drain
 	e, err := relay.New(cfg, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
