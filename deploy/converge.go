@@ -49,7 +49,7 @@ type Converger struct {
 	Config    Config
 	StatePath string
 	DNS       DNSClient
-	Firewall  Firewall
+	Firewall  Firewall // nil: not managed here (fleet --no-firewall), steps 1 and 6 only say so
 	Probe     ProbeFunc
 	Conns     ConnsFunc // nil: edges are waited for drain_timeout
 	// Slack is added to the TTL a removed edge waits for (resolvers that
@@ -334,6 +334,10 @@ func (c *Converger) markDNS(st *State, name string, live RRSet, plan DNSPlan) {
 func (c *Converger) allow(step string, edges []Edge, st *State) error {
 	if c.DryRun {
 		c.printf("step %s firewall: would allow exactly %s", step, edgeNames(edges))
+		return nil
+	}
+	if c.Firewall == nil {
+		c.printf("step %s firewall: not managed here; the origin's firewall must allow %s", step, edgeNames(edges))
 		return nil
 	}
 	changed, err := c.Firewall.Allow(edges)

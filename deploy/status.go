@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -46,7 +47,11 @@ func Status(ctx context.Context, cfg Config, st *State, live RRSet, fw Firewall,
 			}
 		}
 	}
-	allowed, fwErr := fw.Allowed()
+	var allowed map[netip.Addr]bool
+	fwErr := errors.New("firewall not managed here")
+	if fw != nil {
+		allowed, fwErr = fw.Allowed()
+	}
 	rows := make([]StatusRow, len(items))
 	var wg sync.WaitGroup
 	for i, it := range items {

@@ -25,6 +25,7 @@ func init() {
 // inventory keys.
 type convergeFlags struct {
 	fw      firewallFlags
+	noFW    bool
 	dryRun  bool
 	slack   time.Duration
 	every   time.Duration
@@ -36,6 +37,7 @@ func (fl *convergeFlags) register(fs *pflag.FlagSet, withDryRun bool) {
 	fs.StringVar(&fl.fw.backend, "backend", "auto", "iptables backend: auto, nft or legacy")
 	fs.BoolVar(&fl.fw.createChain, "create-chain", false, "create the hook chain when it is missing")
 	fs.DurationVar(&fl.timeout, "timeout", 5*time.Second, "bound on each exchange with the DNS server")
+	fs.BoolVar(&fl.noFW, "no-firewall", false, "leave the firewall alone: DNS and probes only (make demo; an origin whose firewall is managed elsewhere)")
 	if withDryRun {
 		fs.BoolVar(&fl.dryRun, "dry-run", false, "print what would be done, change nothing")
 		fs.DurationVar(&fl.slack, "slack", 5*time.Second, "added to the TTL a removed edge waits for")
@@ -58,15 +60,17 @@ func setupFleet(cmd *cobra.Command, fl convergeFlags) (fleetParts, error) {
 	if p.f, p.pub, err = dnsSetup(cmd, fl.timeout); err != nil {
 		return p, err
 	}
-	fc := firewallConfig(p.f.Config, fl.fw)
-	if err := fc.Validate(); err != nil {
-		return p, err
+	if !fl.noFW {
+		fc := firewallConfig(p.f.Config, fl.fw)
+		if err := fc.Validate(); err != nil {
+			return p, err
+		}
+		fw, err := openFirewall(fl.fw.backend, fc.Chain)
+		if err != nil {
+			return p, err
+		}
+		p.fw = deploy.IPTables{FW: fw, Base: fc}
 	}
-	fw, err := openFirewall(fl.fw.backend, fc.Chain)
-	if err != nil {
-		return p, err
-	}
-	p.fw = deploy.IPTables{FW: fw, Base: fc}
 	serverName := p.f.Probe.ServerName
 	if serverName == "" {
 		serverName = strings.TrimSuffix(p.f.Name, ".")
