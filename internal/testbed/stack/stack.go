@@ -7,8 +7,9 @@
 //	conf := o.AgentTLS()                // the agent's client TLS config
 //	o.StopFront()                       // the origin is gone; edges still accept
 //
-// It lives beside testbed, not in it, because relay and origin tests
-// import testbed and this package imports them.
+// New and NewEdge do the same without a test, for benchmarks. The package
+// lives beside testbed, not in it, because relay and origin tests import
+// testbed and this package imports them.
 package stack
 
 import (
@@ -17,6 +18,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,7 +39,9 @@ type Origin struct {
 	Front string // the front's address, which edges dial
 	Logs  *testbed.Buffer
 
-	front *origin.Front
+	front   *origin.Front
+	mu      sync.Mutex
+	closers []func() // run in reverse by Close
 }
 
 // Start runs a slapd, a core in mtls mode trusting PKI's CA that routes
@@ -43,18 +49,46 @@ type Origin struct {
 // 127.0.0.1, all stopped when the test ends.
 func Start(t testing.TB) *Origin {
 	t.Helper()
-	sl := testbed.StartSlapds(t, 1, testbed.SlapdConfig{})[0]
-	o := &Origin{PKI: testbed.NewPKI(t), Slapd: sl, Logs: &testbed.Buffer{}}
+	testbed.Need(t, "slapd", "slapadd")
+	o, err := New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		o.Close()
+		if t.Failed() {
+			t.Logf("origin log:\n%s", o.Logs.String())
+			t.Logf("output of slapd %s:\n%s", o.Slapd.Addr, o.Slapd.Output())
+		}
+	})
+	return o
+}
+
+// New is Start without a test, in dir (which must exist); Close stops it.
+func New(dir string) (o *Origin, err error) {
+	o = &Origin{Logs: &testbed.Buffer{}}
+	defer func() {
+		if err != nil {
+			o.Close()
+		}
+	}()
+	if o.PKI, err = testbed.NewPKIIn(mkdir(dir, "pki")); err != nil {
+		return nil, err
+	}
+	if o.Slapd, err = testbed.NewSlapd(mkdir(dir, "slapd"), testbed.SlapdConfig{}); err != nil {
+		return nil, err
+	}
+	o.onClose(o.Slapd.Stop)
 	log := slog.New(slog.NewJSONHandler(o.Logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 
-	host, port, _ := net.SplitHostPort(sl.Addr)
+	host, port, _ := net.SplitHostPort(o.Slapd.Addr)
 	file, err := dlp.Parse("ldap_proxy.json", []byte(fmt.Sprintf(`[
   {"object": "Defaults", "ConnectTimeout": 3, "OfflineRetryTimeout": 10},
   {"object": "LdapServer", "name": "L1", "host": %q, "port": %s, "ssl": 0},
   {"object": "LdapProxy", "name": "ldapConfiguration", "default": ["L1"]}
 ]`, host, port)))
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	table := origin.NewPeerTable()
 	cc := core.DefaultConfig()
@@ -66,30 +100,53 @@ func Start(t testing.TB) *Origin {
 	}
 	srv, err := core.New(cc, file, lookup, log.With("part", "core"), nil)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	coreLn := listen(t)
+	coreLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
 	o.Core = coreLn.Addr().String()
 	go srv.Serve(coreLn)
-	t.Cleanup(func() { shutdown(srv.Shutdown) })
+	o.onClose(func() { shutdown(srv.Shutdown) })
 
 	fc := origin.DefaultConfig()
 	fc.Inner = o.Core
 	fc.TrustedEdges = []string{"127.0.0.1"}
-	o.front, err = origin.New(fc, table, log.With("part", "front"), nil)
-	if err != nil {
-		t.Fatal(err)
+	if o.front, err = origin.New(fc, table, log.With("part", "front"), nil); err != nil {
+		return nil, err
 	}
-	frontLn := listen(t)
+	frontLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
 	o.Front = frontLn.Addr().String()
 	go o.front.Serve(frontLn)
-	t.Cleanup(func() {
-		o.StopFront()
-		if t.Failed() {
-			t.Logf("origin log:\n%s", o.Logs.String())
-		}
-	})
-	return o
+	o.onClose(o.StopFront)
+	return o, nil
+}
+
+func mkdir(dir, name string) string {
+	p := filepath.Join(dir, name)
+	os.MkdirAll(p, 0o700)
+	return p
+}
+
+func (o *Origin) onClose(f func()) {
+	o.mu.Lock()
+	o.closers = append(o.closers, f)
+	o.mu.Unlock()
+}
+
+// Close stops the edges made by NewEdge, the front, the core and slapd.
+func (o *Origin) Close() {
+	o.mu.Lock()
+	cs := o.closers
+	o.closers = nil
+	o.mu.Unlock()
+	for i := len(cs) - 1; i >= 0; i-- {
+		cs[i]()
+	}
 }
 
 // StopFront shuts the front down: the origin is gone, its port refuses,
@@ -126,9 +183,27 @@ func (o *Origin) EdgeAt(t testing.TB, name, listen string) *Edge {
 	return EdgeTo(t, name, listen, o.Front)
 }
 
+// NewEdge is EdgeAt without a test: Close stops it.
+func (o *Origin) NewEdge(name, listen string) (*Edge, error) {
+	e, err := newEdge(name, listen, o.Front)
+	if err == nil {
+		o.onClose(e.Stop)
+	}
+	return e, err
+}
+
 // EdgeTo starts an edge named name on listen relaying to origin (host:port).
 func EdgeTo(t testing.TB, name, listen, origin string) *Edge {
 	t.Helper()
+	e, err := newEdge(name, listen, origin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Stop)
+	return e
+}
+
+func newEdge(name, listen, origin string) (*Edge, error) {
 	cfg := relay.DefaultConfig()
 	cfg.Name = name
 	cfg.Origins = []string{origin}
@@ -136,24 +211,14 @@ func EdgeTo(t testing.TB, name, listen, origin string) *Edge {
 	cfg.DrainTimeout = 200 * time.Millisecond // Stop is an edge going away, not a long drain
 	e, err := relay.New(cfg, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	go e.Serve(ln)
-	t.Cleanup(func() { shutdown(e.Shutdown) })
-	return &Edge{Name: name, Addr: ln.Addr().String(), relay: e}
-}
-
-func listen(t testing.TB) net.Listener {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ln
+	return &Edge{Name: name, Addr: ln.Addr().String(), relay: e}, nil
 }
 
 func shutdown(f func(context.Context) error) {
