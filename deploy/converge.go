@@ -295,7 +295,11 @@ func (c *Converger) Run(ctx context.Context) error {
 		return err
 	}
 	if !c.DryRun {
-		c.printf("done: %s answers %s; the firewall allows %s", plan.Name, addrList(plan.After), edgeNames(cfg.Edges))
+		fw := "the firewall allows"
+		if c.Firewall == nil {
+			fw = "the origin's firewall must allow"
+		}
+		c.printf("done: %s answers %s; %s %s", plan.Name, addrList(plan.After), fw, edgeNames(cfg.Edges))
 	}
 	return nil
 }
