@@ -17,8 +17,12 @@ import (
 // (*Publisher).
 type DNSClient interface {
 	Read(ctx context.Context) (RRSet, error)
+	// Check proves the key may update the name, changing nothing.
+	Check(ctx context.Context) error
 	Apply(ctx context.Context, c Change) error
 }
+
+var _ DNSClient = (*Publisher)(nil)
 
 // Firewall is the origin host's firewall as convergence sees it.
 type Firewall interface {
@@ -49,7 +53,7 @@ type Converger struct {
 	Config    Config
 	StatePath string
 	DNS       DNSClient
-	Firewall  Firewall // nil: not managed here (fleet --no-firewall), steps 1 and 6 only say so
+	Firewall  Firewall // nil: no firewall steps (development, the demo)
 	Probe     ProbeFunc
 	Conns     ConnsFunc // nil: edges are waited for drain_timeout
 	// Slack is added to the TTL a removed edge waits for (resolvers that
@@ -152,6 +156,13 @@ func Reconcile(cfg Config, st *State, live RRSet) {
 // that is interrupted resumes where it stopped.
 func (c *Converger) Run(ctx context.Context) error {
 	cfg := c.Config
+	if !c.DryRun {
+		unlock, err := LockState(c.StatePath)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
 	st, err := LoadState(c.StatePath)
 	if err != nil {
 		return err
@@ -175,6 +186,13 @@ func (c *Converger) Run(ctx context.Context) error {
 			return nil
 		}
 		return st.Save(c.StatePath)
+	}
+	// A key the server refuses would stop the run at step 3, after the
+	// firewall changed: find out before.
+	if len(plan.Changes) > 0 && !c.DryRun {
+		if err := c.DNS.Check(ctx); err != nil {
+			return err
+		}
 	}
 	if err := save(); err != nil {
 		return err
@@ -223,8 +241,12 @@ func (c *Converger) Run(ctx context.Context) error {
 		if err := save(); err != nil {
 			return err
 		}
-		return fmt.Errorf("%w: %s not published (the firewall allows it; fix it and rerun): %s", ErrProbe,
-			strings.Join(failed, ", "), st.Edges[failed[0]].Error)
+		allowed := "the firewall allows it; "
+		if c.Firewall == nil {
+			allowed = ""
+		}
+		return fmt.Errorf("%w: %s not published (%sfix it and rerun): %s", ErrProbe,
+			strings.Join(failed, ", "), allowed, st.Edges[failed[0]].Error)
 	}
 
 	// 3 and 4. One UPDATE per change, additions first, each read back.
@@ -294,12 +316,12 @@ func (c *Converger) Run(ctx context.Context) error {
 	if err := save(); err != nil {
 		return err
 	}
-	if !c.DryRun {
-		fw := "the firewall allows"
-		if c.Firewall == nil {
-			fw = "the origin's firewall must allow"
-		}
-		c.printf("done: %s answers %s; %s %s", plan.Name, addrList(plan.After), fw, edgeNames(cfg.Edges))
+	switch {
+	case c.DryRun:
+	case c.Firewall == nil:
+		c.printf("done: %s answers %s", plan.Name, addrList(plan.After))
+	default:
+		c.printf("done: %s answers %s; the firewall allows %s", plan.Name, addrList(plan.After), edgeNames(cfg.Edges))
 	}
 	return nil
 }
@@ -341,7 +363,7 @@ func (c *Converger) allow(step string, edges []Edge, st *State) error {
 		return nil
 	}
 	if c.Firewall == nil {
-		c.printf("step %s firewall: not managed here; the origin's firewall must allow %s", step, edgeNames(edges))
+		c.printf("step %s firewall: skipped (no firewall)", step)
 		return nil
 	}
 	changed, err := c.Firewall.Allow(edges)

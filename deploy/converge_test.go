@@ -22,6 +22,8 @@ type fakeWorld struct {
 	probe   map[string]ProbeResult
 	conns   []int // successive answers of the metrics endpoint
 	clock   *testbed.Clock
+	// checkErr is what the server answers a key check.
+	checkErr error
 }
 
 func (w *fakeWorld) log(format string, args ...any) {
@@ -35,6 +37,8 @@ func (d fakeDNS) Read(context.Context) (RRSet, error) {
 	s.A, s.AAAA = slices.Clone(s.A), slices.Clone(s.AAAA)
 	return s, nil
 }
+
+func (d fakeDNS) Check(context.Context) error { return d.w.checkErr }
 
 func (d fakeDNS) Apply(_ context.Context, c Change) error {
 	switch c.Op {
@@ -279,5 +283,92 @@ func TestConvergeNoMetrics(t *testing.T) {
 	}
 	if !strings.Contains(c.Out.(*testbed.Buffer).String(), "e2 has no metrics endpoint: waiting drain_timeout (30s left)") {
 		t.Fatalf("output:\n%s", c.Out.(*testbed.Buffer).String())
+	}
+}
+
+// TestReconcile: the state's view of each edge from the inventory and the
+// live DNS set.
+func TestReconcile(t *testing.T) {
+	st := NewState()
+	st.Edges["e1"] = &EdgeState{IPv4: "192.0.2.1", State: StateActive}
+	st.Edges["gone"] = &EdgeState{IPv4: "192.0.2.9", State: StateActive}
+	st.Edges["never"] = &EdgeState{IPv4: "192.0.2.8", State: StateFailed}
+	cfg := validConfig()
+	// e1 is re-addressed; e2 is published; e3 is new.
+	cfg.Edges = []Edge{{Name: "e1", IPv4: "192.0.2.11"}, e2, e3}
+	live := RRSet{A: addrs("192.0.2.1", "192.0.2.2", "192.0.2.9")}
+	Reconcile(cfg, st, live)
+	want := map[string]string{"e1": StateNew, "e1.old": StateDraining, "e2": StateActive, "e3": StateNew, "gone": StateDraining}
+	if len(st.Edges) != len(want) {
+		t.Fatalf("state: %s", st.Marshal())
+	}
+	for name, state := range want {
+		if s := st.Edges[name]; s == nil || s.State != state {
+			t.Errorf("%s: %+v, want %s", name, s, state)
+		}
+	}
+	if st.Edges["e1.old"].IPv4 != "192.0.2.1" || st.Edges["e1"].IPv4 != "192.0.2.11" {
+		t.Errorf("re-addressed e1: %s", st.Marshal())
+	}
+}
+
+type fakeAllowed map[netip.Addr]bool
+
+func (f fakeAllowed) Allow([]Edge) (bool, error)            { return false, nil }
+func (f fakeAllowed) Allowed() (map[netip.Addr]bool, error) { return f, nil }
+
+// TestStatus: one row per inventory edge and per draining edge, each
+// column from its source.
+func TestStatus(t *testing.T) {
+	cfg := validConfig()
+	cfg.Edges = []Edge{e2, e3, {Name: "e4", IPv4: "192.0.2.4"}}
+	st := NewState()
+	st.Edges["e1"] = &EdgeState{IPv4: "192.0.2.1", Metrics: "192.0.2.1:9101", State: StateDraining}
+	live := RRSet{A: addrs("192.0.2.2", "192.0.2.3")}
+	fw := fakeAllowed{netip.MustParseAddr("192.0.2.1"): true, netip.MustParseAddr("192.0.2.2"): true, netip.MustParseAddr("192.0.2.3"): true, netip.MustParseAddr("2001:db8::3"): true}
+	probe := func(_ context.Context, addr string) ProbeResult {
+		if addr == "192.0.2.4:636" {
+			return ProbeResult{Error: "tcp connect 192.0.2.4:636: connection refused"}
+		}
+		return ProbeResult{OK: true, HandshakeMS: 3.25}
+	}
+	conns := func(context.Context, string) (int, error) { return 2, nil }
+	var b strings.Builder
+	PrintStatus(&b, Status(context.Background(), cfg, st, live, fw, probe, conns))
+	golden(t, "status", b.String())
+}
+
+// TestConvergeRefusedKey: a key the DNS server refuses stops the run
+// before the firewall or anything else changes.
+func TestConvergeRefusedKey(t *testing.T) {
+	w, conv := world(t)
+	conv(e1, e2).Run(context.Background())
+	w.checkErr = errors.New("dns: check update rights on 192.0.2.53:53 for ldap.example.net.: REFUSED")
+	c := conv(e2, e3)
+	if err := c.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "REFUSED") {
+		t.Fatalf("err = %v", err)
+	}
+	if len(w.events) != 0 {
+		t.Fatalf("a refused key still changed %q", w.events)
+	}
+}
+
+// TestConvergeReaddress: an edge whose address changes is published on the
+// new one first; the old one drains as "<name>.old" and is then dropped.
+func TestConvergeReaddress(t *testing.T) {
+	w, conv := world(t)
+	conv(e1, e2).Run(context.Background())
+	moved := e1
+	moved.IPv4 = "192.0.2.11"
+	w.conns = []int{0}
+	if err := conv(moved, e2).Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"firewall e1 e1.old e2", "probe 192.0.2.11:636", "dns add A 192.0.2.11 (e1)", "dns remove A 192.0.2.1 (e1.old)",
+		"conns 192.0.2.1:9101 = 0", "firewall e1 e2",
+	}
+	if !slices.Equal(w.events, want) {
+		t.Fatalf("events:\n%s\nwant:\n%s", strings.Join(w.events, "\n"), strings.Join(want, "\n"))
 	}
 }

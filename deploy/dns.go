@@ -354,19 +354,8 @@ func addrRR(name string, a netip.Addr, ttl uint32) dns.RR {
 // to check that the change is there.
 func (p *Publisher) Apply(ctx context.Context, c Change) error {
 	what := fmt.Sprintf("dns: update %s (%s) on %s", p.Name, c.Describe(), p.Server)
-	r, err := p.exchange(ctx, p.update(c), "tcp")
-	if r != nil && r.Rcode != dns.RcodeSuccess {
-		// A refusal comes unsigned or signed; either way it is the answer.
-		return updateRefused(what, r, p.KeyName)
-	}
-	if err != nil {
-		if errors.Is(err, dns.ErrSig) || errors.Is(err, dns.ErrTime) || errors.Is(err, dns.ErrSecret) {
-			return fmt.Errorf("%s: the answer's TSIG does not verify with key %s: %w", what, p.KeyName, err)
-		}
-		return fmt.Errorf("%s: %w", what, oneLineNetErr(err))
-	}
-	if r.IsTsig() == nil {
-		return fmt.Errorf("%s: the answer is not signed with key %s", what, p.KeyName)
+	if err := p.send(ctx, p.update(c), what); err != nil {
+		return err
 	}
 	got, err := p.Read(ctx)
 	if err != nil {
@@ -379,6 +368,35 @@ func (p *Publisher) Apply(ctx context.Context, c Change) error {
 		return fmt.Errorf("%s: accepted, but the server still answers %s", what, c.Addr)
 	case c.Op == OpTTL && got.TTLOf(c.Type) != c.TTL:
 		return fmt.Errorf("%s: accepted, but the server answers TTL %d", what, got.TTLOf(c.Type))
+	}
+	return nil
+}
+
+// Check proves, changing nothing, that the server accepts the key's
+// UPDATEs of the name: it deletes a record no edge can have (A 0.0.0.0),
+// which a server applies as a no-op or refuses as any other change.
+func (p *Publisher) Check(ctx context.Context) error {
+	m := new(dns.Msg).SetUpdate(p.Zone)
+	m.Remove([]dns.RR{addrRR(p.Name, netip.IPv4Unspecified(), 0)})
+	m.SetTsig(p.KeyName, p.Algorithm, 300, time.Now().Unix())
+	return p.send(ctx, m, fmt.Sprintf("dns: check update rights on %s for %s", p.Server, p.Name))
+}
+
+// send sends one signed UPDATE and checks its answer.
+func (p *Publisher) send(ctx context.Context, m *dns.Msg, what string) error {
+	r, err := p.exchange(ctx, m, "tcp")
+	if r != nil && r.Rcode != dns.RcodeSuccess {
+		// A refusal comes unsigned or signed; either way it is the answer.
+		return updateRefused(what, r, p.KeyName)
+	}
+	if err != nil {
+		if errors.Is(err, dns.ErrSig) || errors.Is(err, dns.ErrTime) || errors.Is(err, dns.ErrSecret) {
+			return fmt.Errorf("%s: the answer's TSIG does not verify with key %s: %w", what, p.KeyName, err)
+		}
+		return fmt.Errorf("%s: %w", what, oneLineNetErr(err))
+	}
+	if r.IsTsig() == nil {
+		return fmt.Errorf("%s: the answer is not signed with key %s", what, p.KeyName)
 	}
 	return nil
 }

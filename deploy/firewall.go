@@ -51,3 +51,5 @@ func (t IPTables) Allowed() (map[netip.Addr]bool, error) {
 	}
 	return m, nil
 }
+
+var _ Firewall = IPTables{}

@@ -1,13 +1,19 @@
-// Package deploy holds the fleet's inventory (fleet.yaml) and, in later
-// files, DNS publishing, rendering, push and rotation.
+// Package deploy is the operator's side of the fleet: the inventory
+// (fleet.yaml) as the desired state, DNS publishing of the edges as the
+// A/AAAA set of one name (RFC 2136 + TSIG), an embedded authoritative DNS
+// server, and the convergence that brings DNS and the origin's firewall to
+// the inventory in one safe order, resumable through a state file.
 //
-//	cfg := deploy.DefaultConfig()
-//	// cmd/fleet fills cfg from fleet.yaml with cli.Load
-//	if err := cfg.Validate(); err != nil { … }
-//	for _, e := range cfg.Edges { … e.IPv4, e.IPv6 … }
+//	cfg := deploy.DefaultConfig()          // cmd/fleet fills it from fleet.yaml
+//	err := cfg.ValidateDNS()
+//	pub, err := deploy.NewPublisher(cfg)   // reads and updates the name's RRsets
+//	plan, err := deploy.PlanDNS(cfg.Name, live, cfg.Edges, ttl, nil)
+//	c := &deploy.Converger{Config: cfg, StatePath: p, DNS: pub, Firewall: fw, Probe: probe}
+//	err = c.Run(ctx)                       // the six steps of DESIGN.md §8
 //
 // The package never reads fleet.yaml itself: cmd/fleet does, with the
-// strict loader, into the plain Config below.
+// strict loader, into the plain Config below; the probe, the firewall, the
+// metrics scrape and the clock are injected.
 package deploy
 
 import (
@@ -83,6 +89,17 @@ type Edge struct {
 	// (host:port or a URL; optional): where fleet reads its active
 	// connections while it drains.
 	Metrics string `mapstructure:"metrics"`
+}
+
+// String is the edge as --in takes it: name=ipv4[,ipv6].
+func (e Edge) String() string {
+	var a []string
+	for _, s := range []string{e.IPv4, e.IPv6} {
+		if s != "" {
+			a = append(a, s)
+		}
+	}
+	return e.Name + "=" + strings.Join(a, ",")
 }
 
 // Addrs are the edge's addresses, IPv4 first; unparsable ones are left
@@ -215,11 +232,15 @@ func (c Config) Validate() error {
 		if e.IPv4 != "" {
 			if a, err := netip.ParseAddr(e.IPv4); err != nil || !a.Is4() {
 				bad(key+".ipv4", "%q is not an IPv4 address", e.IPv4)
+			} else if a.IsUnspecified() || a.IsMulticast() {
+				bad(key+".ipv4", "%s is not the address of one host", a)
 			}
 		}
 		if e.IPv6 != "" {
 			if a, err := netip.ParseAddr(e.IPv6); err != nil || !a.Is6() || a.Is4In6() || a.Zone() != "" {
 				bad(key+".ipv6", "%q is not an IPv6 address", e.IPv6)
+			} else if a.IsUnspecified() || a.IsMulticast() {
+				bad(key+".ipv6", "%s is not the address of one host", a)
 			}
 		}
 		for fam, a := range map[string]string{"ipv4": e.IPv4, "ipv6": e.IPv6} {

@@ -10,7 +10,8 @@ import (
 )
 
 // RotateInventory returns fleet.yaml's content with edge out replaced by
-// in, at the same place in the edge list; everything else, comments
+// in (which may be out on new addresses), at the same place in the edge
+// list; everything else, comments
 // included, is kept (the YAML is re-indented by two). The comment above
 // the old edge stays unless it names it.
 func RotateInventory(src []byte, out string, in Edge) ([]byte, error) {
@@ -30,7 +31,7 @@ func RotateInventory(src []byte, out string, in Edge) ([]byte, error) {
 		if item.Kind != yaml.MappingNode {
 			continue
 		}
-		if n := mapValue(item, "name"); n != nil && n.Value == in.Name {
+		if n := mapValue(item, "name"); n != nil && n.Value == in.Name && in.Name != out {
 			return nil, fmt.Errorf("fleet.yaml: edge %q is already listed", in.Name)
 		}
 		if n := mapValue(item, "name"); n != nil && n.Value == out {

@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -17,10 +18,9 @@ import (
 type ServerConfig struct {
 	Zone     string // the zone served
 	ZoneFile string // where the zone is kept across restarts
-	Listen   string // host:port, UDP and TCP
-	// NS is the zone's name server ("ns1.<zone>" when empty); its address
-	// record is the listen address when that is one host.
-	NS string
+	// NS is the zone's name server ("ns1.<zone>" when empty); NSAddr, when
+	// set, is its address record in a new zone.
+	NS, NSAddr string
 	// KeyName, Algorithm and Secret (base64): the TSIG key updates must be
 	// signed with.
 	KeyName, Algorithm, Secret string
@@ -39,14 +39,43 @@ type Server struct {
 	zone *Zone
 
 	udp, tcp *dns.Server
-	// Addr is the address it listens on (the port chosen when Listen's is 0).
+	// Addr is the address it serves on, once Serve is called.
 	Addr string
+}
+
+var _ dns.Handler = (*Server)(nil)
+
+// Validate reports what the server cannot run with.
+func (c ServerConfig) Validate() error {
+	var errs []error
+	if !isDomain(c.Zone) {
+		errs = append(errs, fmt.Errorf("zone: %q is not a domain name", c.Zone))
+	}
+	if c.ZoneFile == "" {
+		errs = append(errs, errors.New("zone file: required"))
+	}
+	if c.KeyName == "" || c.Secret == "" {
+		errs = append(errs, errors.New("dns.tsig: a key name and secret are required to accept updates"))
+	}
+	for _, n := range c.Names {
+		if !isDomain(n) || !inZone(n, c.Zone) {
+			errs = append(errs, fmt.Errorf("name: %q is not inside zone %q", n, c.Zone))
+		}
+	}
+	if c.NSAddr != "" && net.ParseIP(c.NSAddr) == nil {
+		errs = append(errs, fmt.Errorf("ns address: %q is not an IP address", c.NSAddr))
+	}
+	return errors.Join(errs...)
 }
 
 // NewServer loads the zone file, or creates the zone (SOA and NS) and
 // writes it when the file does not exist. A zone file that does not parse
 // is an error naming it.
 func NewServer(cfg ServerConfig) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.Names = slices.Clone(cfg.Names)
 	s := &Server{cfg: cfg, log: cfg.Log}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -63,11 +92,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	b, err := os.ReadFile(cfg.ZoneFile)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		host, _, _ := net.SplitHostPort(cfg.Listen)
-		if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
-			host = ""
-		}
-		if s.zone, err = NewZone(s.cfg.Zone, s.cfg.NS, host); err != nil {
+		if s.zone, err = NewZone(s.cfg.Zone, s.cfg.NS, cfg.NSAddr); err != nil {
 			return nil, err
 		}
 		if err := WriteFileAtomic(cfg.ZoneFile, s.zone.Marshal(), 0o644); err != nil {
@@ -83,17 +108,29 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	return s, nil
 }
 
-// Start listens on UDP and TCP and serves until Close.
-func (s *Server) Start() error {
-	pc, err := net.ListenPacket("udp", s.cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("dns serve: %w", err)
-	}
-	ln, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
+// Listen opens the UDP and TCP sockets of addr (the TCP one on the port
+// the UDP one got, for a port 0: another port when that one is taken in
+// TCP, as it may be on a busy machine).
+func Listen(addr string) (net.PacketConn, net.Listener, error) {
+	_, port, _ := net.SplitHostPort(addr)
+	for try := 0; ; try++ {
+		pc, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("dns serve: %w", err)
+		}
+		ln, err := net.Listen("tcp", pc.LocalAddr().String())
+		if err == nil {
+			return pc, ln, nil
+		}
 		pc.Close()
-		return fmt.Errorf("dns serve: %w", err)
+		if port != "0" || try == 20 {
+			return nil, nil, fmt.Errorf("dns serve: %w", err)
+		}
 	}
+}
+
+// Serve answers on pc (UDP) and ln (TCP) until Close; it returns at once.
+func (s *Server) Serve(pc net.PacketConn, ln net.Listener) {
 	s.Addr = pc.LocalAddr().String()
 	secret := map[string]string{s.cfg.KeyName: s.cfg.Secret}
 	s.udp = &dns.Server{PacketConn: pc, Handler: s, TsigSecret: secret, MsgAcceptFunc: acceptMsg}
@@ -102,7 +139,6 @@ func (s *Server) Start() error {
 		go srv.ActivateAndServe()
 	}
 	s.log.Info("dns server started", "addr", s.Addr, "zone", s.cfg.Zone, "serial", s.serial())
-	return nil
 }
 
 // acceptMsg is miekg/dns's default filter with UPDATE let in: one zone
@@ -200,7 +236,7 @@ func (s *Server) update(w dns.ResponseWriter, r *dns.Msg) *dns.Msg {
 	m := new(dns.Msg).SetReply(r)
 	t := r.IsTsig()
 	refuse := func(rcode int, why string) *dns.Msg {
-		s.log.Warn("dns update refused", "result", dns.RcodeToString[rcode], "err", why, "agent", w.RemoteAddr().String())
+		s.log.Warn("dns update refused", "result", dns.RcodeToString[rcode], "err", why, "client", w.RemoteAddr().String())
 		m.Rcode = rcode
 		return m
 	}
@@ -241,12 +277,15 @@ func (s *Server) update(w dns.ResponseWriter, r *dns.Msg) *dns.Msg {
 			return refuse(rcode, why)
 		}
 	}
+	if bytes.Equal(z.Marshal(), s.zone.Marshal()) {
+		return m // nothing changed (a no-op delete): no new serial
+	}
 	z.SOA().Serial++
 	if err := WriteFileAtomic(s.cfg.ZoneFile, z.Marshal(), 0o644); err != nil {
 		return refuse(dns.RcodeServerFailure, err.Error())
 	}
 	s.zone = z
-	s.log.Info("dns update applied", "op", "update", "result", "success", "serial", z.SOA().Serial, "agent", w.RemoteAddr().String())
+	s.log.Info("dns update applied", "op", "update", "result", "success", "serial", z.SOA().Serial, "client", w.RemoteAddr().String())
 	return m
 }
 

@@ -10,6 +10,8 @@ import (
 	"os"
 	"sort"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // StateFile is the state file's name, beside fleet.yaml.
@@ -147,4 +149,22 @@ func (s *State) Sorted() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// LockState takes the state file's lock (fleet.state.json.lock, flock):
+// one convergence at a time per inventory. The lock goes with the process,
+// so a killed command leaves none behind.
+func LockState(path string) (unlock func(), err error) {
+	f, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("state lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("state %s: another fleet apply or rotate is running on this inventory", path)
+		}
+		return nil, fmt.Errorf("state lock %s: %w", path+".lock", err)
+	}
+	return func() { unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
 }

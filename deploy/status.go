@@ -18,7 +18,7 @@ import (
 type StatusRow struct {
 	Edge, Address string
 	InDNS         string // yes, no, partial (some of its addresses)
-	InFirewall    string // yes, no, partial, "?" when the rules cannot be read
+	InFirewall    string // yes, no, partial, "?" when the rules cannot be read, "-" without a firewall
 	Handshake     string // "3.1 ms", or the probe's error
 	Active        string // active connections from metrics, "-" without
 	State         string // active, draining, new, failed
@@ -48,7 +48,7 @@ func Status(ctx context.Context, cfg Config, st *State, live RRSet, fw Firewall,
 		}
 	}
 	var allowed map[netip.Addr]bool
-	fwErr := errors.New("firewall not managed here")
+	fwErr := errors.New("no firewall")
 	if fw != nil {
 		allowed, fwErr = fw.Allowed()
 	}
@@ -63,7 +63,9 @@ func Status(ctx context.Context, cfg Config, st *State, live RRSet, fw Firewall,
 		row := StatusRow{Edge: it.e.Name, Address: strings.Join(strs, ","), State: it.state, Active: "-"}
 		row.InDNS = yesNo(len(addrs), count(addrs, live.Has))
 		row.InFirewall = "?"
-		if fwErr == nil {
+		if fw == nil {
+			row.InFirewall = "-"
+		} else if fwErr == nil {
 			row.InFirewall = yesNo(len(addrs), count(addrs, func(a netip.Addr) bool { return allowed[a] }))
 		}
 		if it.state == StateNew && row.InDNS == "yes" {
@@ -73,6 +75,14 @@ func Status(ctx context.Context, cfg Config, st *State, live RRSet, fw Firewall,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// Connections first: the probe's own must not count.
+			if it.e.Metrics != "" && conns != nil {
+				if n, err := conns(ctx, it.e.Metrics); err == nil {
+					rows[i].Active = strconv.Itoa(n)
+				} else {
+					rows[i].Active = "?"
+				}
+			}
 			if len(addrs) > 0 && probe != nil {
 				r := probe(ctx, net.JoinHostPort(addrs[0].String(), strconv.Itoa(cfg.Probe.Port)))
 				if r.OK {
@@ -82,13 +92,6 @@ func Status(ctx context.Context, cfg Config, st *State, live RRSet, fw Firewall,
 					if rows[i].State != StateDraining {
 						rows[i].State = StateFailed
 					}
-				}
-			}
-			if it.e.Metrics != "" && conns != nil {
-				if n, err := conns(ctx, it.e.Metrics); err == nil {
-					rows[i].Active = strconv.Itoa(n)
-				} else {
-					rows[i].Active = "?"
 				}
 			}
 		}()

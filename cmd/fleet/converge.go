@@ -36,8 +36,8 @@ func (fl *convergeFlags) register(fs *pflag.FlagSet, withDryRun bool) {
 	fs.StringVar(&fl.fw.chain, "chain", firewall.DockerUser, "firewall hook chain: DOCKER-USER or INPUT (an origin not in Docker)")
 	fs.StringVar(&fl.fw.backend, "backend", "auto", "iptables backend: auto, nft or legacy")
 	fs.BoolVar(&fl.fw.createChain, "create-chain", false, "create the hook chain when it is missing")
+	fs.BoolVar(&fl.noFW, "no-firewall", false, "leave the firewall alone: no steps 1 and 6 (development, an origin without one)")
 	fs.DurationVar(&fl.timeout, "timeout", 5*time.Second, "bound on each exchange with the DNS server")
-	fs.BoolVar(&fl.noFW, "no-firewall", false, "leave the firewall alone: DNS and probes only (make demo; an origin whose firewall is managed elsewhere)")
 	if withDryRun {
 		fs.BoolVar(&fl.dryRun, "dry-run", false, "print what would be done, change nothing")
 		fs.DurationVar(&fl.slack, "slack", 5*time.Second, "added to the TTL a removed edge waits for")
@@ -193,13 +193,14 @@ func rotateInventory(cmd *cobra.Command, p fleetParts, out string, in deploy.Edg
 	cfg := p.f.Config
 	old, hasOld := cfg.Edge(out)
 	cur, hasIn := cfg.Edge(in.Name)
+	readdress := out == in.Name // the same edge on new addresses
 	switch {
-	case !hasOld && hasIn && cur.IPv4 == in.IPv4 && cur.IPv6 == in.IPv6:
-		fmt.Fprintf(cmd.OutOrStdout(), "fleet.yaml already lists %s instead of %s: resuming\n", in.Name, out)
+	case hasIn && cur.IPv4 == in.IPv4 && cur.IPv6 == in.IPv6 && (!hasOld || readdress):
+		fmt.Fprintf(cmd.OutOrStdout(), "fleet.yaml already lists %s instead of %s: resuming\n", in, out)
 		return cfg, nil
 	case !hasOld:
 		return cfg, fmt.Errorf("--out %s: no such edge in fleet.yaml", out)
-	case hasIn:
+	case hasIn && !readdress:
 		return cfg, fmt.Errorf("--in %s: already in fleet.yaml", in.Name)
 	}
 	if p.f.path == "" {
@@ -217,7 +218,7 @@ func rotateInventory(cmd *cobra.Command, p fleetParts, out string, in deploy.Edg
 		return cfg, fmt.Errorf("--in: %w", err)
 	}
 	if dryRun {
-		fmt.Fprintf(cmd.OutOrStdout(), "would edit %s: %s out, %s in\n", p.f.path, out, in.Name)
+		fmt.Fprintf(cmd.OutOrStdout(), "would edit %s: %s out, %s in\n", p.f.path, out, in)
 		return next, nil
 	}
 	src, err := os.ReadFile(p.f.path)
@@ -243,7 +244,7 @@ func rotateInventory(cmd *cobra.Command, p fleetParts, out string, in deploy.Edg
 	if err := deploy.WriteFileAtomic(p.f.path, edited, 0o600); err != nil {
 		return cfg, err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "edited %s: %s out, %s in\n", p.f.path, out, in.Name)
+	fmt.Fprintf(cmd.OutOrStdout(), "edited %s: %s out, %s in\n", p.f.path, out, in)
 	return next, nil
 }
 

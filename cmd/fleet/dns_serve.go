@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"net"
 	"os/signal"
 	"path/filepath"
 	"syscall"
@@ -49,17 +50,25 @@ or any RFC 2136 server instead.`,
 					file = filepath.Join(filepath.Dir(f.path), zoneFile)
 				}
 			}
+			// The name server's address record: the listen address, when
+			// that is one host.
+			nsAddr, _, _ := net.SplitHostPort(listen)
+			if ip := net.ParseIP(nsAddr); ip == nil || ip.IsUnspecified() {
+				nsAddr = ""
+			}
 			srv, err := deploy.NewServer(deploy.ServerConfig{
-				Zone: f.Zone, ZoneFile: file, Listen: listen, NS: ns,
+				Zone: f.Zone, ZoneFile: file, NS: ns, NSAddr: nsAddr,
 				KeyName: f.DNS.TSIG.Name, Algorithm: f.DNS.TSIG.Algorithm, Secret: secret,
 				Names: []string{f.Name}, Log: log,
 			})
 			if err != nil {
 				return err
 			}
-			if err := srv.Start(); err != nil {
+			pc, ln, err := deploy.Listen(listen)
+			if err != nil {
 				return exitError{1, err}
 			}
+			srv.Serve(pc, ln)
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			<-ctx.Done()

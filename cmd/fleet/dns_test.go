@@ -240,6 +240,18 @@ func TestDNSCommands(t *testing.T) {
 			wantSet(t, "unrelated name", digSet(t, addr, "other.example.test", "A"), "192.0.2.99")
 			wantSet(t, "unrelated RRset of name", digSet(t, addr, "ldap.example.test", "TXT"), `"not ours"`)
 
+			// A TTL change rewrites each family's set in one UPDATE.
+			cfg = inventory(t, dir, addr, key, "ldap.example.test", "e2=192.0.2.2", "e3=192.0.2.3")
+			os.WriteFile(cfg, []byte(strings.Replace(readFile(t, cfg), "ttl: 60", "ttl: 30", 1)), 0o600)
+			if r := fleetRun(t, nil, "--config", cfg, "dns", "apply"); r.code != 0 || !strings.Contains(r.stdout, "ttl A -> 30, read back") {
+				t.Fatalf("ttl change: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+			}
+			dh, dp, _ := net.SplitHostPort(addr)
+			out, _ := exec.Command("dig", "@"+dh, "-p", dp, "+noall", "+answer", "ldap.example.test", "A").CombinedOutput()
+			if strings.Count(string(out), "\t30\tIN\tA\t") != 2 {
+				t.Fatalf("after the TTL change dig answers:\n%s", out)
+			}
+
 			unchanged := func(what string) {
 				t.Helper()
 				wantSet(t, what, digSet(t, addr, "ldap.example.test", "A"), "192.0.2.2", "192.0.2.3")
@@ -306,4 +318,13 @@ func TestDNSServeCorruptZone(t *testing.T) {
 	if b, _ := os.ReadFile(zf); string(b) != corrupt {
 		t.Fatalf("the corrupt zone file was rewritten:\n%s", b)
 	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -74,3 +74,30 @@ func TestBadBackendIsConfigError(t *testing.T) {
 		}
 	}
 }
+
+// TestDocInventory: the fleet.yaml of docs/dns-deploy.md loads and passes
+// the checks publishing needs.
+func TestDocInventory(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "dns-deploy.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "```yaml\n")
+	yml, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/dns-deploy.md has no yaml block")
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "fleet.yaml")
+	os.WriteFile(path, []byte(yml), 0o600)
+	os.WriteFile(filepath.Join(dir, "fleet.key"), []byte("key \"fleet-key\" {\n\talgorithm hmac-sha256;\n\tsecret \"c2VjcmV0\";\n};\n"), 0o600)
+	cmd := newRoot()
+	cmd.ParseFlags([]string{"--config", path})
+	f, _, err := loadFleet(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.ValidateDNS(); err != nil || len(f.Edges) != 2 || f.TTL != 60 {
+		t.Fatalf("the documented inventory: %v (%+v)", err, f.Config)
+	}
+}

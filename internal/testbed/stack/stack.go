@@ -49,8 +49,16 @@ type Origin struct {
 // 127.0.0.1, all stopped when the test ends.
 func Start(t testing.TB) *Origin {
 	t.Helper()
+	return StartOn(t, nil)
+}
+
+// StartOn is Start with the front accepting on frontLn (a listener of a
+// network namespace, say; nil: a free loopback port) and honouring PROXY
+// headers from trusted (addresses or CIDRs; none: 127.0.0.1).
+func StartOn(t testing.TB, frontLn net.Listener, trusted ...string) *Origin {
+	t.Helper()
 	testbed.Need(t, "slapd", "slapadd")
-	o, err := New(t.TempDir())
+	o, err := newOrigin(t.TempDir(), frontLn, trusted)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +73,9 @@ func Start(t testing.TB) *Origin {
 }
 
 // New is Start without a test, in dir (which must exist); Close stops it.
-func New(dir string) (o *Origin, err error) {
+func New(dir string) (*Origin, error) { return newOrigin(dir, nil, nil) }
+
+func newOrigin(dir string, frontLn net.Listener, trusted []string) (o *Origin, err error) {
 	o = &Origin{Logs: &testbed.Buffer{}}
 	defer func() {
 		if err != nil {
@@ -112,13 +122,17 @@ func New(dir string) (o *Origin, err error) {
 
 	fc := origin.DefaultConfig()
 	fc.Inner = o.Core
-	fc.TrustedEdges = []string{"127.0.0.1"}
+	fc.TrustedEdges = trusted
+	if len(trusted) == 0 {
+		fc.TrustedEdges = []string{"127.0.0.1"}
+	}
 	if o.front, err = origin.New(fc, table, log.With("part", "front"), nil); err != nil {
 		return nil, err
 	}
-	frontLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
+	if frontLn == nil {
+		if frontLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return nil, err
+		}
 	}
 	o.Front = frontLn.Addr().String()
 	go o.front.Serve(frontLn)
