@@ -23,8 +23,8 @@ import (
 // core's line shows claimed (the agent, 127.0.0.10) and measured (the
 // edge's source) as two different addresses; fleet rotate removed the
 // agent's edge from DNS; the watcher moved the agent to another edge and
-// its next search was measured from there; the script exits 0 and leaves
-// nothing listening.
+// its next search was measured from there; fleet status shows the black
+// hole failed; the script exits 0 and leaves nothing listening.
 func TestDemo(t *testing.T) {
 	testbed.Need(t, "slapd", "slapadd", "ldapsearch", "openssl")
 	bin := buildBinaries(t)
@@ -99,6 +99,11 @@ func TestDemo(t *testing.T) {
 	}
 	if !strings.Contains(story, "LDAPSOCKET_BIND_ADDRESSES=127.0.0.10 ldapsearch -H ldaps://"+to+":"+edgePort) {
 		t.Errorf("the ldapsearch line to try by hand is missing or not through %s", to)
+	}
+
+	// fleet status: the black hole is still published, and failing.
+	if !regexp.MustCompile(`(?m)^edge-c\s+127\.0\.0\.4\s+yes\s.*no answer within.*\sfailed$`).MatchString(story) {
+		t.Errorf("fleet status does not show edge-c (127.0.0.4) in DNS and failed")
 	}
 
 	// Nothing is left behind.

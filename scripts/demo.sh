@@ -292,9 +292,12 @@ LINE=$(core_lines | tail -1)
 echo "$LINE"
 echo "measured is now $(sed -n 's/.* measured=\([^ ]*\).*/\1/p' <<<"$LINE") (was $MEASURED): the agent moved"
 
+say "the fleet at a glance: fleet status (edge-c, the black hole, is the next to rotate out)"
+"$BIN/fleet" --config fleet.yaml status --no-firewall
+
 say "try it by hand (the demo keeps running; Ctrl-C stops and cleans up)"
 printf ' '; printf ' %q' "${SEARCH[@]}"; echo
-echo "  rank again:  ${PROBE[*]} rank"
+echo "  rank again:  cd $DIR && ${PROBE[*]} rank"
 echo "  the fleet:   cd $DIR && $BIN/fleet --config fleet.yaml status --no-firewall"
 echo "  peers: curl -s http://$PEERS/peers   backends: curl -s http://$PEERS/backends"
 echo "  logs: $DIR/origin.log $DIR/edge-*.log $DIR/watch.log"
