@@ -37,6 +37,7 @@ type Config struct {
 	Origin Origin `mapstructure:"origin"`
 	Probe  Probe  `mapstructure:"probe"`
 	Edges  []Edge `mapstructure:"edges"`
+	Deploy Deploy `mapstructure:"deploy"` // how fleet deploy installs an edge (render.go)
 	// DrainTimeout bounds how long a removed edge stays allowed by the
 	// firewall waiting for its active connections to reach zero (after its
 	// TTL wait).
@@ -124,6 +125,7 @@ func DefaultConfig() Config {
 		Origin:       Origin{Ports: []int{8636}},
 		Probe:        Probe{Budget: 2 * time.Second, Port: 636},
 		DrainTimeout: 30 * time.Second,
+		Deploy:       DefaultDeploy(),
 	}
 }
 

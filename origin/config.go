@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/edgefleet/edgefleet/internal/accept"
 )
 
 // Untrusted policies: what happens to a connection from outside
@@ -39,7 +41,14 @@ type Config struct {
 	// HeaderTimeout bounds how long a connection may take to deliver its
 	// first bytes and, when it starts a PROXY header, the whole header.
 	HeaderTimeout time.Duration `mapstructure:"header_timeout"`
+	// MaxConns is the most connections the front holds open at once; one
+	// more is closed at once (result max-conns). The edge's default.
+	MaxConns int `mapstructure:"max_conns"`
 }
+
+// DefaultMaxConns is front.max_conns's default, the edge's max_conns
+// default (DESIGN.md §2).
+const DefaultMaxConns = 100000
 
 // DefaultConfig is the front's configuration with DESIGN.md's defaults.
 func DefaultConfig() Config {
@@ -50,6 +59,7 @@ func DefaultConfig() Config {
 		Untrusted:     UntrustedPassthrough,
 		RequireHeader: false,
 		HeaderTimeout: 5 * time.Second,
+		MaxConns:      DefaultMaxConns,
 	}
 }
 
@@ -78,10 +88,8 @@ func (c Config) parse() (parsed, error) {
 	if err != nil || ihost == "" || iport == "" {
 		return p, fmt.Errorf("front.inner: %q is not host:port", c.Inner)
 	}
-	for _, l := range c.Listen {
-		if loops(l, ihost, iport) {
-			return p, fmt.Errorf("front.inner: %q is the front's own listen address %q: every connection would be forwarded to itself", c.Inner, l)
-		}
+	if l := accept.SelfTarget(c.Listen, c.Inner); l != "" {
+		return p, fmt.Errorf("front.inner: %q is the front's own listen address %q: every connection would be forwarded to itself", c.Inner, l)
 	}
 	for _, s := range c.TrustedEdges {
 		pf, err := parsePrefix(s)
@@ -105,23 +113,10 @@ func (c Config) parse() (parsed, error) {
 	if c.HeaderTimeout <= 0 {
 		return p, fmt.Errorf("front.header_timeout: %v must be positive", c.HeaderTimeout)
 	}
+	if c.MaxConns <= 0 {
+		return p, fmt.Errorf("front.max_conns: %d must be positive", c.MaxConns)
+	}
 	return p, nil
-}
-
-// loops reports whether forwarding to ihost:iport reaches the listener l
-// itself: same port, and l's host is the same or a wildcard that ihost
-// (a loopback address or "localhost") is covered by.
-func loops(l, ihost, iport string) bool {
-	lhost, lport, _ := net.SplitHostPort(l)
-	if lport != iport {
-		return false
-	}
-	if lhost == ihost {
-		return true
-	}
-	wild := lhost == "" || lhost == "0.0.0.0" || lhost == "::"
-	a, err := netip.ParseAddr(ihost)
-	return wild && (ihost == "localhost" || (err == nil && (a.IsLoopback() || a.IsUnspecified())))
 }
 
 var errShortMapped = errors.New("an IPv4-mapped prefix needs at least /96")

@@ -22,6 +22,10 @@ func TestConfigValidate(t *testing.T) {
 		{"inner without host", func(c *Config) { c.Inner = ":1636" }, `front.inner: ":1636" is not host:port`},
 		{"inner is the listener", func(c *Config) { c.Listen = []string{"127.0.0.1:8636"}; c.Inner = "127.0.0.1:8636" }, `front.inner: "127.0.0.1:8636" is the front's own listen address "127.0.0.1:8636": every connection would be forwarded to itself`},
 		{"inner on a wildcard listener", func(c *Config) { c.Inner = "127.0.0.1:8636" }, `front.inner: "127.0.0.1:8636" is the front's own listen address ":8636": every connection would be forwarded to itself`},
+		{"inner is localhost", func(c *Config) { c.Listen = []string{"127.0.0.1:8636"}; c.Inner = "localhost:8636" }, `front.inner: "localhost:8636" is the front's own listen address "127.0.0.1:8636": every connection would be forwarded to itself`},
+		{"inner is v4-mapped", func(c *Config) { c.Listen = []string{"127.0.0.1:8636"}; c.Inner = "[::ffff:127.0.0.1]:8636" }, `front.inner: "[::ffff:127.0.0.1]:8636" is the front's own listen address "127.0.0.1:8636": every connection would be forwarded to itself`},
+		{"inner is 0.0.0.0", func(c *Config) { c.Listen = []string{"127.0.0.1:8636"}; c.Inner = "0.0.0.0:8636" }, `front.inner: "0.0.0.0:8636" is the front's own listen address "127.0.0.1:8636": every connection would be forwarded to itself`},
+		{"max_conns zero", func(c *Config) { c.MaxConns = 0 }, `front.max_conns: 0 must be positive`},
 		{"inner on another address, same port", func(c *Config) { c.Listen = []string{"192.0.2.1:8636"}; c.Inner = "127.0.0.1:8636" }, ""},
 		{"bad cidr", func(c *Config) { c.TrustedEdges = []string{"10.0.0.0/33"} }, `front.trusted_edges: "10.0.0.0/33" is not a CIDR or an IP address`},
 		{"mapped prefix shorter than the mapping", func(c *Config) { c.TrustedEdges = []string{"::ffff:127.0.0.0/8"} }, `front.trusted_edges: "::ffff:127.0.0.0/8" is not a CIDR or an IP address (an IPv4-mapped prefix needs at least /96)`},
@@ -106,27 +110,5 @@ func TestJudge(t *testing.T) {
 		if got := judge(tt.trusted, tt.k, tt.require).result; got != tt.want {
 			t.Errorf("judge(trusted=%v, %v, require=%v) = %q, want %q", tt.trusted, tt.k, tt.require, got, tt.want)
 		}
-	}
-}
-
-func TestLimiter(t *testing.T) {
-	now := time.Unix(1000, 0)
-	l := newLimiter(3, 10*time.Second, func() time.Time { return now })
-	var allowed []int
-	for i := range 10 {
-		if ok, _ := l.allow(); ok {
-			allowed = append(allowed, i)
-		}
-	}
-	if len(allowed) != 3 {
-		t.Fatalf("allowed %v in one window, want 3", allowed)
-	}
-	now = now.Add(10 * time.Second)
-	ok, suppressed := l.allow()
-	if !ok || suppressed != 7 {
-		t.Fatalf("next window: allow = %v, suppressed %d; want true, 7", ok, suppressed)
-	}
-	if _, s := l.allow(); s != 0 {
-		t.Fatalf("suppressed reported twice: %d", s)
 	}
 }

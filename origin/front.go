@@ -9,9 +9,9 @@ import (
 	"net"
 	"net/netip"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/internal/splice"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -42,7 +42,10 @@ type Front struct {
 	table    *PeerTable
 	log      *slog.Logger
 	m        *metrics
-	refusals *limiter
+	refusals *accept.Limiter
+	// own holds the inner connections, so that one coming back to the
+	// front (inner is the front itself) is refused.
+	own *accept.Own
 	// dialer sets no keepalive on the loopback connection to inner: it
 	// saves four setsockopt calls per connection, and a local peer that
 	// dies resets its connections itself.
@@ -84,8 +87,9 @@ func New(cfg Config, table *PeerTable, log *slog.Logger, reg prometheus.Register
 		dialer:    net.Dialer{Timeout: innerDialTimeout, KeepAlive: -1},
 		listeners: map[net.Listener]struct{}{},
 		sessions:  map[*session]struct{}{},
+		own:       accept.NewOwn(),
 	}
-	f.refusals = newLimiter(refusalLogBurst, refusalLogWindow, f.now)
+	f.refusals = accept.NewLimiter(refusalLogBurst, refusalLogWindow, f.now)
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	if err := f.m.register(reg); err != nil {
 		return nil, fmt.Errorf("origin: register metrics: %w", err)
@@ -117,36 +121,25 @@ func (f *Front) Serve(ln net.Listener) error {
 		delete(f.listeners, ln)
 		f.mu.Unlock()
 	}()
-	var backoff time.Duration
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if f.isClosing() {
-				return nil
-			}
-			if !temporary(err) {
-				return fmt.Errorf("accept on %s: %w", ln.Addr(), err)
-			}
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			f.log.Warn("accept failed, retrying", "error", err, "in", backoff)
-			time.Sleep(backoff)
-			continue
-		}
-		backoff = 0
-		f.handlers.Go(func() { f.HandleConn(c) })
+	loop := accept.Loop{
+		Handle:  func(c net.Conn) { f.handlers.Go(func() { f.HandleConn(c) }) },
+		Closing: f.isClosing,
+		Log:     f.log,
+		Own:     f.own,
+		Looped:  func(c net.Conn) { f.looped(c) },
+		Now:     f.now,
 	}
+	return loop.Serve(ln)
 }
 
-// temporary reports accept errors worth retrying: out of file descriptors
-// or memory, which closing connections will cure.
-func temporary(err error) bool {
-	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED} {
-		if errors.Is(err, e) {
-			return true
-		}
+// looped counts a connection that came from one of the front's own inner
+// connections (inner is the front itself) and was closed.
+func (f *Front) looped(c net.Conn) {
+	f.m.conns.WithLabelValues(HeaderNone, ResultLoop).Inc()
+	if ok, suppressed := f.refusals.Allow(); ok {
+		f.log.Warn("connection from the front itself refused: front.inner is this front", "measured", formatAddr(c.RemoteAddr()),
+			"inner", f.cfg.Inner, "suppressed", suppressed)
 	}
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }
 
 func (f *Front) isClosing() bool {
@@ -194,10 +187,15 @@ func (f *Front) HandleConn(c net.Conn) {
 	s := &session{f: f, c: c, start: f.now(), measured: formatAddr(c.RemoteAddr())}
 	s.header = HeaderNone
 	f.mu.Lock()
-	if f.closing {
+	if f.closing || len(f.sessions) >= f.cfg.MaxConns {
+		result := ResultShutdown
+		if !f.closing {
+			result = ResultMaxConns
+		}
 		f.mu.Unlock()
+		f.own.Forget(c)
 		c.Close()
-		f.m.conns.WithLabelValues(HeaderNone, ResultShutdown).Inc()
+		f.m.conns.WithLabelValues(HeaderNone, result).Inc()
 		return
 	}
 	f.wg.Add(1)
@@ -213,6 +211,7 @@ type session struct {
 	c        net.Conn
 	start    time.Time
 	measured string
+	inner    net.Conn // the connection to inner, once dialled
 	headerInfo
 
 	mu   sync.Mutex
@@ -221,6 +220,7 @@ type session struct {
 
 // end releases what HandleConn took, once the connection is over.
 func (s *session) end() {
+	s.f.own.Forget(s.c)
 	s.f.m.active.Dec()
 	s.f.mu.Lock()
 	delete(s.f.sessions, s)
@@ -266,6 +266,14 @@ func (s *session) run() {
 		return
 	}
 	inner := ic.(*net.TCPConn)
+	if f.own.Dialed(inner) { // inner is this front: the connection came back
+		f.table.endDial(token)
+		inner.Close()
+		s.refuse(ResultLoop, "front.inner is this front", nil)
+		s.end()
+		return
+	}
+	s.inner = inner
 	port := inner.LocalAddr().(*net.TCPAddr).Port
 	f.table.insert(token, Peer{
 		InnerPort: port,
@@ -275,6 +283,7 @@ func (s *session) run() {
 		ID:        s.id,
 		Header:    s.header,
 		Since:     s.start,
+		Inner:     inner.LocalAddr().String(),
 	})
 	f.m.ok(s.header).Inc()
 
@@ -309,6 +318,7 @@ func (s *session) run() {
 func (s *session) closed(res splice.Result, port int, token uint64) {
 	f := s.f
 	f.table.remove(port, token)
+	f.own.Closed(s.inner)
 	if res.Up != 0 || res.Down != 0 {
 		// Typed attributes: no value boxed into an interface.
 		f.log.LogAttrs(context.Background(), slog.LevelInfo, "connection closed",
@@ -379,7 +389,7 @@ func (s *session) refuse(result, msg string, err error) error {
 	defer s.c.Close() // after counting: whoever sees the close sees the count
 	s.f.m.conns.WithLabelValues(s.header, result).Inc()
 	if msg != "" {
-		if ok, suppressed := s.f.refusals.allow(); ok {
+		if ok, suppressed := s.f.refusals.Allow(); ok {
 			attrs := []any{"claimed", s.claimed, "measured", s.measured, "header", s.header, "reason", result}
 			if err != nil {
 				attrs = append(attrs, "error", err)

@@ -699,3 +699,66 @@ func parked(t *testing.T) {
 		return !strings.Contains(stacks, "splice.(*flow).run(") && !strings.Contains(stacks, "origin.(*session).run(")
 	})
 }
+
+// TestFrontMaxConns (issue 8 item 7): with front.max_conns open
+// connections, one more is closed at once and counted; a freed slot
+// serves again.
+func TestFrontMaxConns(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.MaxConns = 2 })
+	var open []*net.TCPConn
+	for range 2 {
+		c := h.dialFrom(clientIP)
+		roundTrip(t, c, nil, payload)
+		open = append(open, c)
+	}
+	c := h.dialFrom(clientIP)
+	expectClosed(t, c)
+	eventually(t, "the refusal counted", func() bool { return h.metric(conns(HeaderNone, ResultMaxConns)) == 1 })
+	open[0].Close()
+	eventually(t, "a slot freed", func() bool { return h.metric("edgefleet_origin_connections_active", nil) == 1 })
+	roundTrip(t, h.dialFrom(clientIP), nil, payload)
+}
+
+// TestFrontLoopCut (issue 8 item 4): a front whose inner is itself (here
+// a listener the configuration does not name, where the start check cannot
+// see it) closes the connection that comes back from its own inner socket
+// and counts it, instead of chaining until the file descriptors run out.
+func TestFrontLoopCut(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Listen = []string{"127.0.0.1:1"}
+	cfg.Inner = ln.Addr().String()
+	reg := prometheus.NewRegistry()
+	logs := &testbed.Buffer{}
+	table := NewPeerTable()
+	f, err := New(cfg, table, slog.New(slog.NewJSONHandler(logs, nil)), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- f.Serve(ln) }()
+	defer func() {
+		f.Shutdown(t.Context())
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	for i := range 20 {
+		c := dialFrom(t, clientIP, ln.Addr().String())
+		c.Write(payload)
+		expectClosed(t, c)
+		c.Close()
+		eventually(t, "the loop counted", func() bool {
+			return metricValue(t, reg, "edgefleet_origin_connections_total", map[string]string{"header": HeaderNone, "result": ResultLoop}) > float64(i)
+		})
+	}
+	eventually(t, "every connection over", func() bool {
+		return metricValue(t, reg, "edgefleet_origin_connections_active", nil) == 0 && table.Len() == 0
+	})
+	if loops := metricValue(t, reg, "edgefleet_origin_connections_total", map[string]string{"header": HeaderNone, "result": ResultLoop}); loops > 40 {
+		t.Fatalf("%v loops for 20 clients: the loop chained", loops)
+	}
+}

@@ -17,6 +17,8 @@ const (
 	ResultNoHeader   = "no-header"   // require_header, a trusted source sent none
 	ResultInnerError = "inner-error" // inner could not be dialled
 	ResultShutdown   = "shutdown"    // accepted while the front was shutting down
+	ResultMaxConns   = "max-conns"   // refused: front.max_conns connections already open
+	ResultLoop       = "loop"        // came from one of the front's own inner connections (inner is the front): closed
 )
 
 type metrics struct {

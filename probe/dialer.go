@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -71,11 +72,13 @@ func (d *Dialer) probe(ctx context.Context, addr string) Result {
 }
 
 // Current is the ranking in use (the zero Ranking before the first
-// Select, Rank or DialContext).
+// Select, Rank or DialContext), a copy.
 func (d *Dialer) Current() Ranking {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.cur
+	r := d.cur
+	r.Addresses, r.Ranking = slices.Clone(r.Addresses), slices.Clone(r.Ranking)
+	return r
 }
 
 // Rank resolves the name, probes every address and writes the ranking to
@@ -156,7 +159,7 @@ func (d *Dialer) measure(ctx context.Context, addrs []string) Ranking {
 		r.Chosen = r.Ranking[0].Addr
 	}
 	d.log().Info("ranked", "target", d.Config.Name, "edge", r.Chosen, "result", okCount(r.Ranking))
-	if err := d.save(r); err != nil {
+	if err := d.commit(r); err != nil {
 		d.log().Warn("cannot write the state file: no choice", "err", err)
 		r.Chosen, r.NoChoice = "", err.Error()
 		return r
@@ -192,14 +195,31 @@ func (d *Dialer) use(r Ranking) Ranking {
 }
 
 // choose makes addr the current edge and saves that, so the choice (a
-// failover, a switch back) survives a restart.
-func (d *Dialer) choose(addr string) error {
+// failover, a switch back) survives a restart. When the state file cannot
+// be written the choice is kept in memory only if keep is set (the agent
+// is already connected there); otherwise nothing changes.
+func (d *Dialer) choose(addr string, keep bool) error {
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	r := d.cur
 	r.Chosen = addr
+	err := d.save(r)
+	if err == nil || keep {
+		d.cur = r
+	}
+	return err
+}
+
+// commit saves r and makes it the ranking in use; saves are serialised
+// so the file always holds the last ranking in use.
+func (d *Dialer) commit(r Ranking) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.save(r); err != nil {
+		return err
+	}
 	d.cur = r
-	d.mu.Unlock()
-	return d.save(r)
+	return nil
 }
 
 // DialContext connects to the chosen edge, else to each other edge that
@@ -220,7 +240,7 @@ func (d *Dialer) DialContext(ctx context.Context) (net.Conn, error) {
 		}
 		if addr != r.Chosen {
 			d.log().Info("failover", "edge", addr, "target", r.Chosen)
-			if err := d.choose(addr); err != nil {
+			if err := d.choose(addr, true); err != nil {
 				d.log().Warn("cannot write the state file", "err", err)
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/edgefleet/edgefleet/probe"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -15,7 +16,7 @@ import (
 // TestMonitor: an edge whose origin is gone still answers TCP, but the
 // handshake fails, so the monitor says down; a working edge is up; a
 // refused address is down without a connect time. The gauges and GET
-// /status say the same.
+// /status say the same; an address leaving the set loses its series.
 func TestMonitor(t *testing.T) {
 	f := newFleet(t, kindEdge, kindOrphan, kindRefused)
 	up, orphan, refused := f.addrs[0], f.addrs[1], f.addrs[2]
@@ -64,6 +65,18 @@ func TestMonitor(t *testing.T) {
 		}
 	}
 
+	// The refused address leaves the set: its series go with it.
+	f.Unpublish(t, refused)
+	if st := m.Round(context.Background()); len(st.Edges) != 2 {
+		t.Fatalf("after the removal: %+v", st)
+	}
+	if _, ok := metric(t, reg, "edgefleet_probe_edge_up", refused); ok {
+		t.Error("an address that left the set kept its edge_up series")
+	}
+	if _, ok := metric(t, reg, "edgefleet_probe_edge_up", up); !ok {
+		t.Error("the working edge lost its series")
+	}
+
 	srv := httptest.NewServer(m)
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + "/status")
@@ -72,7 +85,7 @@ func TestMonitor(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	var got probe.Status
-	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || len(got.Edges) != 3 || got.Name != cfg.Name {
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || len(got.Edges) != 2 || got.Name != cfg.Name {
 		t.Fatalf("GET /status: %+v %v", got, err)
 	}
 	var table strings.Builder
@@ -85,21 +98,5 @@ func TestMonitor(t *testing.T) {
 // metric is the value of series name{addr} in reg, and whether it exists.
 func metric(t *testing.T, reg *prometheus.Registry, name, addr string) (float64, bool) {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "addr" && l.GetValue() == addr {
-					return m.GetGauge().GetValue(), true
-				}
-			}
-		}
-	}
-	return 0, false
+	return testbed.Metric(t, reg, name, map[string]string{"addr": addr})
 }

@@ -111,3 +111,30 @@ func TestRankFewerThanTwo(t *testing.T) {
 		t.Fatal("a state file for one address")
 	}
 }
+
+// TestWatcherRotation: the chosen edge is removed from the A set in the
+// real named (what fleet rotate does): the next watcher round moves the
+// agent to the remaining edge with a better-edge event, and the state
+// file records the new set and choice.
+func TestWatcherRotation(t *testing.T) {
+	f := newFleet(t, kindEdge, kindEdge, kindEdge)
+	cfg := f.config(t)
+	d := f.dialer(cfg)
+	r := d.Rank(context.Background())
+	if r.Chosen == "" {
+		t.Fatalf("no choice: %+v", r)
+	}
+	w := &probe.Watcher{Dialer: d}
+	if ev, ok := w.Round(context.Background()); ok {
+		t.Fatalf("a switch with nothing changed: %+v", ev)
+	}
+	f.Unpublish(t, r.Chosen)
+	ev, ok := w.Round(context.Background())
+	if !ok || ev.Reason != probe.ReasonBetterEdge || ev.From != r.Chosen || ev.To == r.Chosen || ev.To == "" {
+		t.Fatalf("after the chosen edge left the set: %+v %v", ev, ok)
+	}
+	st, err := probe.LoadState(cfg.State)
+	if err != nil || st.Chosen != ev.To || len(st.Addresses) != 2 {
+		t.Fatalf("state after the rotation: %+v %v", st, err)
+	}
+}

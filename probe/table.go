@@ -4,13 +4,40 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
 
+// table is a tabwriter whose lines lose the padding of an empty last cell.
+type table struct {
+	*tabwriter.Writer
+	buf strings.Builder
+	out io.Writer
+}
+
+func newTable(out io.Writer) *table {
+	t := &table{out: out}
+	t.Writer = tabwriter.NewWriter(&t.buf, 0, 4, 2, ' ', 0)
+	return t
+}
+
+// Flush writes the table to its output.
+func (t *table) Flush() error {
+	if err := t.Writer.Flush(); err != nil {
+		return err
+	}
+	var b strings.Builder
+	for l := range strings.Lines(t.buf.String()) {
+		b.WriteString(strings.TrimRight(l, " \n") + "\n")
+	}
+	_, err := io.WriteString(t.out, b.String())
+	return err
+}
+
 // WriteTable prints st as a table, one edge a line.
 func (st Status) WriteTable(out io.Writer) error {
-	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	w := newTable(out)
 	fmt.Fprintf(w, "%s at %s\n", st.Name, st.MeasuredAt.UTC().Format(time.RFC3339))
 	if st.Error != "" {
 		fmt.Fprintf(w, "error: %s\n", st.Error)
@@ -28,7 +55,7 @@ func (st Status) WriteTable(out io.Writer) error {
 
 // WriteTable prints r as a table, the chosen edge marked.
 func (r Ranking) WriteTable(out io.Writer) error {
-	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	w := newTable(out)
 	fmt.Fprintf(w, "%s at %s: %d address(es)\n", r.Name, r.MeasuredAt.UTC().Format(time.RFC3339), len(r.Addresses))
 	if r.NoChoice != "" {
 		fmt.Fprintf(w, "no choice (dial %s): %s\n", r.Name, r.NoChoice)

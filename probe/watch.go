@@ -118,10 +118,14 @@ func (w *Watcher) remeasure(ctx context.Context, cur Ranking, addrs []string) (E
 		next.Chosen = cur.Chosen
 	}
 	d.log().Info("re-measured", "target", d.Config.Name, "edge", next.Chosen, "result", okCount(next.Ranking))
-	if err := d.save(next); err != nil {
-		d.log().Warn("cannot write the state file", "err", err)
+	if err := d.commit(next); err != nil {
+		// Unwritable: no choice, as for the dialer. The live session
+		// stays where it is; a reconnect dials the name.
+		d.log().Warn("cannot write the state file: no choice", "err", err)
+		next.Chosen, next.NoChoice = "", err.Error()
+		d.use(next)
+		return Event{}, false
 	}
-	d.use(next)
 	if next.Chosen == cur.Chosen || next.Chosen == "" {
 		return Event{}, false
 	}
@@ -166,10 +170,11 @@ func (w *Watcher) retryAbove(ctx context.Context, cur Ranking) (Event, bool) {
 	if pick.Addr == "" {
 		return Event{}, false
 	}
-	w.resetStreaks()
-	if err := d.choose(pick.Addr); err != nil {
-		d.log().Warn("cannot write the state file", "err", err)
+	if err := d.choose(pick.Addr, false); err != nil {
+		d.log().Warn("cannot write the state file: staying", "edge", cur.Chosen, "err", err)
+		return Event{}, false
 	}
+	w.resetStreaks()
 	return w.event(cur.Chosen, curEntry, pick), true
 }
 

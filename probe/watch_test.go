@@ -75,7 +75,7 @@ func TestWatcherStreak(t *testing.T) {
 	if d.Current().Chosen != edgeA {
 		t.Fatalf("chosen %q, want A", d.Current().Chosen)
 	}
-	d.choose(edgeB) // the failover
+	d.choose(edgeB, true) // the failover
 	w := &Watcher{Dialer: d}
 	round := func() (Event, bool) { clock.Advance(time.Minute); return w.Round(context.Background()) }
 
@@ -253,4 +253,27 @@ func TestWatcherRunJitter(t *testing.T) {
 			prev = r
 		}
 	})
+}
+
+// TestWatcherUnwritableState: a switch that cannot be written down is not
+// made (no choice, as for the dialer): no event, the session stays.
+func TestWatcherUnwritableState(t *testing.T) {
+	d, f, clock := newFakeDialer(t, 10, 100)
+	d.choose(edgeB, true)
+	w := &Watcher{Dialer: d}
+	f.set(edgeA, 10, true)
+	clock.Advance(time.Minute)
+	w.Round(context.Background())
+	d.Config.State = t.TempDir() + "/missing-dir/state.json"
+	clock.Advance(time.Minute)
+	if ev, ok := w.Round(context.Background()); ok {
+		t.Fatalf("a switch the state file cannot record: %+v", ev)
+	}
+	if d.Current().Chosen != edgeB {
+		t.Fatalf("chosen %q, want B still", d.Current().Chosen)
+	}
+	clock.Advance(2 * time.Hour) // the re-measurement cannot be written either
+	if ev, ok := w.Round(context.Background()); ok || d.Current().Chosen != "" || d.Current().NoChoice == "" {
+		t.Fatalf("stale re-measure with an unwritable state: %+v %v, current %+v", ev, ok, d.Current())
+	}
 }

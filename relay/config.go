@@ -6,6 +6,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/edgefleet/edgefleet/internal/accept"
 )
 
 // Config is the edge's configuration (DESIGN.md §2). cmd/edge fills it from
@@ -106,6 +108,21 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// CheckSelf reports an origin that is the edge itself, in any spelling
+// (localhost, an IPv4-mapped address, 0.0.0.0, an address of this host
+// under a wildcard listen): every connection would be relayed to itself.
+// Unlike Validate it depends on the host it runs on (its addresses, its
+// resolver), so it is checked where the edge runs — New and cmd/edge —
+// not where a configuration is rendered for another machine.
+func (c Config) CheckSelf() error {
+	for _, a := range c.Origins {
+		if l := accept.SelfTarget(c.Listen, a); l != "" {
+			return fmt.Errorf("origins: %q is the edge's own listen address %q: every connection would be relayed to itself", a, l)
+		}
+	}
+	return nil
+}
+
 // checkHostPort accepts "host:port" with a numeric port; a listen address
 // may leave the host empty (all interfaces).
 func checkHostPort(a string, listen bool) error {
@@ -117,8 +134,13 @@ func checkHostPort(a string, listen bool) error {
 		return fmt.Errorf("%q has no host", a)
 	}
 	p, err := strconv.Atoi(port)
-	if err != nil || p < 0 || p > 65535 || (p == 0 && !listen) {
+	switch {
+	case err != nil:
 		return fmt.Errorf("%q: bad port %q", a, port)
+	case listen && (p < 0 || p > 65535): // 0: the kernel picks one (tests)
+		return fmt.Errorf("%q: port %d is outside 1-65535", a, p)
+	case !listen && (p < 1 || p > 65535):
+		return fmt.Errorf("%q: port %d is outside 1-65535", a, p)
 	}
 	return nil
 }

@@ -24,9 +24,18 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/internal/splice"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
+)
+
+// A refused connection (a client's own PROXY header, a loop) logs at most
+// refusalLogBurst lines per refusalLogWindow; the next line says how many
+// were suppressed.
+const (
+	refusalLogBurst  = 10
+	refusalLogWindow = 10 * time.Second
 )
 
 // Edge relays client connections to the origins.
@@ -40,6 +49,11 @@ type Edge struct {
 	// workers run relay's setup (dial, header) in goroutines whose stacks
 	// have grown already.
 	workers splice.Workers
+	// own holds the edge's origin connections, so that a connection coming
+	// back from one of them (an origin that is this edge) is refused.
+	own *accept.Own
+	// refusals rate-limits the log lines of refused connections.
+	refusals *accept.Limiter
 
 	// ctx is cancelled when Shutdown gives up waiting, so pending origin
 	// dials stop too.
@@ -61,10 +75,13 @@ type conn struct {
 	forced bool         // closed by Shutdown
 }
 
-// New checks cfg and returns an edge that records its metrics into reg
-// (nil: not registered anywhere).
+// New checks cfg (Validate and CheckSelf) and returns an edge that records
+// its metrics into reg (nil: not registered anywhere).
 func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Edge, error) {
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.CheckSelf(); err != nil {
 		return nil, err
 	}
 	m, err := newMetrics(reg)
@@ -86,7 +103,9 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Edge, error)
 		listeners: map[net.Listener]struct{}{},
 		conns:     map[*conn]struct{}{},
 		idle:      make(chan struct{}),
+		own:       accept.NewOwn(),
 	}
+	e.refusals = accept.NewLimiter(refusalLogBurst, refusalLogWindow, func() time.Time { return e.now() })
 	e.dialer = net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: -1}
 	if cfg.Keepalive > 0 {
 		e.dialer.KeepAliveConfig = net.KeepAliveConfig{Enable: true, Idle: cfg.Keepalive, Interval: cfg.Keepalive, Count: 4}
@@ -133,38 +152,38 @@ func (e *Edge) Serve(ln net.Listener) error {
 	// checked once, on the first connection.
 	inherit := setKeepalive(ln, e.cfg.Keepalive) == nil
 	checked := false
-	var backoff time.Duration
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			e.mu.Lock()
-			closing := e.closing
-			e.mu.Unlock()
-			if closing {
-				return nil
+	loop := accept.Loop{
+		Handle: func(c net.Conn) {
+			if inherit && !checked {
+				inherit, checked = hasKeepalive(c, e.cfg.Keepalive), true
 			}
-			// Out of file descriptors and the like: wait and go on, as
-			// net/http does, rather than give up the listener.
-			if ne, ok := err.(net.Error); ok && ne.Timeout() || isTemporary(err) {
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				e.log.Warn("accept", "err", err, "retry_in", backoff)
-				time.Sleep(backoff)
-				continue
-			}
-			return err
-		}
-		backoff = 0
-		if inherit && !checked {
-			inherit, checked = hasKeepalive(c, e.cfg.Keepalive), true
-		}
-		kaSet := inherit
-		e.workers.Go(func() { e.relay(c, kaSet, nil) })
+			kaSet := inherit
+			e.workers.Go(func() { e.relay(c, kaSet, nil) })
+		},
+		Closing: e.isClosing,
+		Log:     e.log,
+		Own:     e.own,
+		Looped:  func(net.Conn) { e.looped() },
+		Now:     e.now,
 	}
+	return loop.Serve(ln)
 }
 
-func isTemporary(err error) bool {
-	var t interface{ Temporary() bool }
-	return errors.As(err, &t) && t.Temporary()
+func (e *Edge) isClosing() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closing
+}
+
+// looped counts a connection that came from one of the edge's own origin
+// connections (its origin is itself) and was closed; the line is
+// rate-limited like every refusal.
+func (e *Edge) looped() {
+	e.m.total[ResultLoop].Inc()
+	if ok, suppressed := e.refusals.Allow(); ok {
+		e.log.Warn("connection from the edge itself refused: an origin is this edge", "origins", e.orig.addrs(),
+			"suppressed", suppressed)
+	}
 }
 
 // HandleConn relays one client connection and returns when it is closed.
@@ -189,11 +208,13 @@ func (e *Edge) relay(c net.Conn, keepaliveSet bool, over func()) {
 	switch {
 	case e.closing:
 		e.mu.Unlock()
+		e.own.Forget(c)
 		c.Close()
 		over()
 		return
 	case len(e.conns) >= e.cfg.MaxConns:
 		e.mu.Unlock()
+		e.own.Forget(c)
 		c.Close()
 		e.m.total[ResultMaxConns].Inc()
 		over()
@@ -227,6 +248,13 @@ func (e *Edge) relay(c net.Conn, keepaliveSet bool, over func()) {
 		e.done(rc)
 		over()
 		return
+	case e.own.Dialed(server): // the origin is this edge: the connection came back
+		c.Close()
+		server.Close()
+		e.looped()
+		e.done(rc)
+		over()
+		return
 	}
 
 	hdr, err := proxyHeader(e.cfg.ProxyProtocol, c.RemoteAddr(), c.LocalAddr(), id, e.cfg.Name)
@@ -244,6 +272,7 @@ func (e *Edge) relay(c net.Conn, keepaliveSet bool, over func()) {
 		e.closed(rc, id, addr, start, res)
 		over()
 	})
+	pair.Screen(screenProxy) // on the first read the copy makes anyway
 	e.mu.Lock()
 	rc.pair = pair
 	forced = rc.forced
@@ -266,6 +295,15 @@ func (e *Edge) closed(rc *conn, id, origin string, start time.Time, res splice.R
 		reason = ResultDrain
 	}
 	e.mu.Unlock()
+	if errors.Is(res.Err, errClientProxy) {
+		e.m.total[ResultClientProxy].Inc()
+		e.m.clientProxy.Inc()
+		if ok, suppressed := e.refusals.Allow(); ok {
+			e.log.Warn("client proxy header refused", "id", id, "client", rc.client.RemoteAddr().String(),
+				"origin", origin, "suppressed", suppressed)
+		}
+		return
+	}
 	if reason == ResultEOF && res.Up == 0 && res.Down == 0 {
 		e.m.total[ResultEmpty].Inc()
 		return
@@ -293,6 +331,10 @@ func (e *Edge) closed(rc *conn, id, origin string, start time.Time, res splice.R
 
 // done forgets rc and wakes Shutdown when it was the last one.
 func (e *Edge) done(rc *conn) {
+	e.own.Forget(rc.client)
+	if rc.server != nil {
+		e.own.Closed(rc.server)
+	}
 	e.m.active.Dec()
 	e.mu.Lock()
 	delete(e.conns, rc)
@@ -311,7 +353,9 @@ var errNoOrigin = errors.New("no origin reachable")
 
 // dialOrigin connects to the first origin of the plan that answers.
 func (e *Edge) dialOrigin() (net.Conn, string, error) {
-	for _, o := range e.orig.plan(e.now()) {
+	plan, claim := e.orig.plan(e.now())
+	defer e.orig.release(plan, claim)
+	for _, o := range plan {
 		t0 := time.Now()
 		c, err := e.dialer.DialContext(e.ctx, "tcp", o.addr)
 		e.m.dial.Observe(time.Since(t0).Seconds())

@@ -539,6 +539,8 @@ func TestMetricNames(t *testing.T) {
 		"edgefleet_edge_bytes_total":         "COUNTER[direction]",
 		"edgefleet_edge_origin_dial_seconds": "HISTOGRAM[]",
 		"edgefleet_edge_origin_up":           "GAUGE[origin]",
+		// Not in DESIGN.md §2: issue 8 item 3 (clients refused for a PROXY header of their own).
+		"edgefleet_edge_client_proxy_headers_total": "COUNTER[]",
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("metrics\n got %v\nwant %v", got, want)
@@ -578,7 +580,7 @@ func TestValidate(t *testing.T) {
 		{"no origins", func(c *Config) { c.Origins = nil }, "origins: at least one"},
 		{"origin without port", func(c *Config) { c.Origins = []string{"10.0.0.1"} }, `origins: "10.0.0.1" is not host:port`},
 		{"origin without host", func(c *Config) { c.Origins = []string{":8636"} }, `origins: ":8636" has no host`},
-		{"origin bad port", func(c *Config) { c.Origins = []string{"a:99999"} }, `bad port "99999"`},
+		{"origin bad port", func(c *Config) { c.Origins = []string{"a:99999"} }, `"a:99999": port 99999 is outside 1-65535`},
 		{"origin twice", func(c *Config) { c.Origins = []string{"a:1", "a:1"} }, "listed twice"},
 		{"ipv6 origin", func(c *Config) { c.Origins = []string{"[::1]:8636"} }, ""},
 		{"no listen", func(c *Config) { c.Listen = nil }, "listen: at least one"},
@@ -595,11 +597,27 @@ func TestValidate(t *testing.T) {
 		{"empty name", func(c *Config) { c.Name = "" }, "name: must not be empty"},
 		{"name with space", func(c *Config) { c.Name = "edge one" }, "name:"},
 		{"long name", func(c *Config) { c.Name = strings.Repeat("x", 256) }, "name: longer than 255"},
+		// An origin that is the edge itself (issue 8 item 4), in any spelling.
+		{"origin is the listen address", func(c *Config) { c.Listen = []string{"127.0.0.1:636"}; c.Origins = []string{"127.0.0.1:636"} },
+			`origins: "127.0.0.1:636" is the edge's own listen address "127.0.0.1:636": every connection would be relayed to itself`},
+		{"origin localhost", func(c *Config) { c.Listen = []string{"127.0.0.1:636"}; c.Origins = []string{"localhost:636"} },
+			`origins: "localhost:636" is the edge's own listen address "127.0.0.1:636"`},
+		{"origin v4-mapped", func(c *Config) { c.Listen = []string{"127.0.0.1:636"}; c.Origins = []string{"[::ffff:127.0.0.1]:636"} },
+			`origins: "[::ffff:127.0.0.1]:636" is the edge's own listen address "127.0.0.1:636"`},
+		{"origin loopback under a wildcard listen", func(c *Config) { c.Listen = []string{"0.0.0.0:636"}; c.Origins = []string{"127.0.0.1:636"} },
+			`origins: "127.0.0.1:636" is the edge's own listen address "0.0.0.0:636"`},
+		{"origin 0.0.0.0", func(c *Config) { c.Listen = []string{"127.0.0.1:636"}; c.Origins = []string{"0.0.0.0:636"} },
+			`origins: "0.0.0.0:636" is the edge's own listen address "127.0.0.1:636"`},
+		{"origin on another port", func(c *Config) { c.Listen = []string{"0.0.0.0:636"}; c.Origins = []string{"127.0.0.1:637"} }, ""},
+		{"origin on another loopback address", func(c *Config) { c.Listen = []string{"127.0.0.2:636"}; c.Origins = []string{"127.0.0.1:636"} }, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := ok
 			tc.mod(&c)
 			err := c.Validate()
+			if err == nil {
+				err = c.CheckSelf()
+			}
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Fatalf("unexpected error %v", err)
@@ -655,4 +673,100 @@ func TestKeepalive(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLoopCutAtRunTime (issue 8 item 4): an edge whose origin turns out
+// to be itself (here set at run time, where the start check cannot see
+// it) relays one connection to itself, recognises the connection that
+// comes back from its own origin socket, closes it and counts it, instead
+// of chaining until the file descriptors run out.
+func TestLoopCutAtRunTime(t *testing.T) {
+	other := startOrigin(t, true, echo)
+	e := startEdge(t, Config{Origins: []string{other.addr}})
+	e.SetOrigins([]string{e.addr})
+	for i := 1; i <= 20; i++ {
+		if got, _ := tryRoundTrip(t, e.addr, "x"); got != "" {
+			t.Fatalf("a looped connection answered %q", got)
+		}
+	}
+	e.waitValue(t, 0, "edgefleet_edge_connections_active")
+	if n := e.value(t, "edgefleet_edge_connections_total", "result", ResultLoop); n < 20 {
+		t.Fatalf("%v loops counted for 20 clients", n)
+	}
+	// A client connection and its hop back, now and then one hop more when
+	// the hop was accepted before its origin socket was recorded (then the
+	// origin side cuts it): never a chain.
+	var ended float64
+	for _, r := range results {
+		ended += e.value(t, "edgefleet_edge_connections_total", "result", r)
+	}
+	if ended > 60 {
+		t.Fatalf("%v connections for 20 clients: the loop chained", ended)
+	}
+	if lines := e.logs.JSONLines("connection from the edge itself refused: an origin is this edge"); len(lines) == 0 {
+		t.Fatalf("no log line for the loop; log:\n%s", e.logs.String())
+	}
+	e.SetOrigins([]string{other.addr})
+	if got := roundTrip(t, e.addr, "back"); got != "back" {
+		t.Fatalf("after the origin was fixed: %q", got)
+	}
+}
+
+// TestOneRetryAtATime (issue 8 item 8): while a connection retries an
+// OFFLINE origin (a black hole: the attempt lasts connect_timeout), every
+// other new client takes the next selectable origin at once instead of
+// joining the retry. The OFFLINE window runs on the injected clock.
+func TestOneRetryAtATime(t *testing.T) {
+	clock := testbed.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	hole := testbed.BlackHole(t)
+	good := startOrigin(t, true, echo)
+	e := startEdge(t, Config{Origins: []string{hole, good.addr}, ConnectTimeout: time.Minute, OfflineRetry: time.Minute},
+		func(e *Edge) { e.now = clock.Now })
+	plan, claim := e.orig.plan(clock.Now()) // the black hole failed once: OFFLINE
+	e.orig.fail(plan[0], clock.Now())
+	e.orig.release(plan, claim)
+	clock.Advance(time.Minute) // its offline_retry is over: the next client retries it
+
+	retrier, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer retrier.Close()
+	e.waitValue(t, 1, "edgefleet_edge_connections_active")
+	deadline := time.Now().Add(10 * time.Second)
+	for !e.retrying(hole) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first client never started the retry of the OFFLINE origin")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for i := range 5 { // each would wait a minute on the black hole before the fix
+		if got := roundTrip(t, e.addr, "x"); got != "x" {
+			t.Fatalf("client %d: %q", i, got)
+		}
+	}
+	if !e.retrying(hole) {
+		t.Fatal("the retry ended before the other clients were served: the test proves nothing")
+	}
+	lines := e.waitLines(t, "connection closed", 5)
+	for _, l := range lines {
+		if l["origin"] != good.addr {
+			t.Fatalf("a client went to %v during the retry, want %s", l["origin"], good.addr)
+		}
+	}
+	if n := e.value(t, "edgefleet_edge_origin_dial_seconds"); n != 5 {
+		t.Fatalf("%v finished dials, want the 5 to the good origin (the retry still in flight)", n)
+	}
+}
+
+// retrying reports whether a plan holds the retry of addr.
+func (te *testEdge) retrying(addr string) bool {
+	te.orig.mu.Lock()
+	defer te.orig.mu.Unlock()
+	for _, o := range te.orig.list {
+		if o.addr == addr {
+			return o.claim != 0
+		}
+	}
+	return false
 }

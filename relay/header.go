@@ -1,8 +1,11 @@
 package relay
 
 import (
+	"bytes"
+	"errors"
 	"net"
 
+	"github.com/edgefleet/edgefleet/internal/splice"
 	"github.com/pires/go-proxyproto"
 )
 
@@ -30,4 +33,32 @@ func proxyHeader(version string, client, local net.Addr, id, name string) ([]byt
 		}
 	}
 	return h.Format()
+}
+
+// The PROXY signatures a client's first bytes must not start with: the
+// edge's own header is the only one the origin may see.
+var (
+	sigV1 = []byte("PROXY ")
+	sigV2 = proxyproto.SIGV2
+)
+
+// errClientProxy refuses a client whose first bytes are a PROXY header of
+// its own: behind an edge with proxy_protocol off (or v1), the front would
+// otherwise honour it as the trusted edge's claim.
+var errClientProxy = errors.New("client sent a PROXY header of its own")
+
+// screenProxy is the edge's splice.Pair.Screen check: a whole v1 or v2
+// signature refuses the client, a prefix of one waits for more, anything
+// else (a TLS ClientHello, an LDAP PDU) passes at the first byte.
+func screenProxy(b []byte) error {
+	for _, sig := range [][]byte{sigV1, sigV2} {
+		n := min(len(b), len(sig))
+		if bytes.Equal(b[:n], sig[:n]) {
+			if n == len(sig) {
+				return errClientProxy
+			}
+			return splice.ErrMore
+		}
+	}
+	return nil
 }

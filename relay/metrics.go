@@ -14,9 +14,11 @@ const (
 	ResultNoOrigin    = "no-origin"    // every origin tried failed to connect
 	ResultMaxConns    = "max-conns"    // refused: max_conns connections already open
 	ResultDrain       = "drain"        // still open at the end of drain_timeout, closed by Shutdown
+	ResultLoop        = "loop"         // came from one of the edge's own origin connections (an origin is this edge): closed
+	ResultClientProxy = "client-proxy" // the client's first bytes were a PROXY header of its own: refused
 )
 
-var results = []string{ResultEOF, ResultEmpty, ResultClientError, ResultServerError, ResultNoOrigin, ResultMaxConns, ResultDrain}
+var results = []string{ResultEOF, ResultEmpty, ResultClientError, ResultServerError, ResultNoOrigin, ResultMaxConns, ResultDrain, ResultLoop, ResultClientProxy}
 
 type metrics struct {
 	active   prometheus.Gauge
@@ -24,6 +26,8 @@ type metrics struct {
 	up, down prometheus.Counter
 	dial     prometheus.Histogram
 	originUp *prometheus.GaugeVec
+	// clientProxy counts clients refused for sending a PROXY header.
+	clientProxy prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -52,12 +56,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "edgefleet_edge_origin_up",
 			Help: "1 when the origin is selectable, 0 while it is OFFLINE after a failed connect.",
 		}, []string{"origin"}),
+		clientProxy: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgefleet_edge_client_proxy_headers_total",
+			Help: "Clients refused because their first bytes were a PROXY header (v1 or v2) of their own.",
+		}),
 	}
 	for _, r := range results {
 		m.total[r] = total.WithLabelValues(r)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.active, total, bytes, m.dial, m.originUp} {
+		for _, c := range []prometheus.Collector{m.active, total, bytes, m.dial, m.originUp, m.clientProxy} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

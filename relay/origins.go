@@ -10,6 +10,10 @@ type origin struct {
 	addr     string
 	offline  bool
 	failedAt time.Time // last failed connect; meaningful while offline
+	// claim is the plan that is retrying this OFFLINE origin (0: none).
+	// One retry at a time: while it is in flight, other connections take
+	// the next selectable origin instead of paying connect_timeout too.
+	claim uint64
 }
 
 // originSet orders the origins for each new connection: configured order,
@@ -18,8 +22,9 @@ type origin struct {
 type originSet struct {
 	retry time.Duration
 
-	mu   sync.Mutex
-	list []*origin
+	mu    sync.Mutex
+	list  []*origin
+	plans uint64 // the last plan's claim number
 }
 
 func newOriginSet(addrs []string, retry time.Duration) *originSet {
@@ -53,25 +58,56 @@ func (s *originSet) set(addrs []string) (removed []string) {
 	return removed
 }
 
-// plan returns the origins to try, in order, for a connection made at now.
-func (s *originSet) plan(now time.Time) []*origin {
+// plan returns the origins to try, in order, for a connection made at
+// now, and the plan's claim: every OFFLINE origin in it is retried by this
+// plan alone until release. Selectable origins come in configured order
+// with the OFFLINE ones whose offline_retry has passed, unless another
+// plan retries them already; when that leaves nothing, the least recently
+// failed OFFLINE origin nobody retries, or else the one being retried
+// (there is no other way to reach anything).
+func (s *originSet) plan(now time.Time) ([]*origin, uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.plans++
+	claim := s.plans
 	var out []*origin
-	var oldest *origin
+	var oldest, oldestClaimed *origin
 	for _, o := range s.list {
-		if !o.offline || now.Sub(o.failedAt) >= s.retry {
+		switch {
+		case !o.offline:
 			out = append(out, o)
-			continue
-		}
-		if oldest == nil || o.failedAt.Before(oldest.failedAt) {
+		case o.claim != 0:
+			if oldestClaimed == nil || o.failedAt.Before(oldestClaimed.failedAt) {
+				oldestClaimed = o
+			}
+		case now.Sub(o.failedAt) >= s.retry:
+			o.claim = claim
+			out = append(out, o)
+		case oldest == nil || o.failedAt.Before(oldest.failedAt):
 			oldest = o
 		}
 	}
-	if len(out) == 0 && oldest != nil {
-		out = append(out, oldest)
+	if len(out) == 0 {
+		switch {
+		case oldest != nil:
+			oldest.claim = claim
+			out = append(out, oldest)
+		case oldestClaimed != nil:
+			out = append(out, oldestClaimed)
+		}
 	}
-	return out
+	return out, claim
+}
+
+// release ends the retries plan claim made on the origins of list.
+func (s *originSet) release(list []*origin, claim uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, o := range list {
+		if o.claim == claim {
+			o.claim = 0
+		}
+	}
 }
 
 // fail marks o OFFLINE from now and reports whether it was selectable
@@ -103,4 +139,15 @@ func (s *originSet) states() map[string]bool {
 		m[o.addr] = !o.offline
 	}
 	return m
+}
+
+// addrs returns the configured addresses in order.
+func (s *originSet) addrs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, len(s.list))
+	for i, o := range s.list {
+		out[i] = o.addr
+	}
+	return out
 }

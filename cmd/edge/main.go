@@ -4,6 +4,7 @@
 //
 //	edge --config edge.yaml
 //	edge --origins origin.example:8636 --listen :636
+//	edge --config edge.yaml --check   # exit 2 and one line when the file is bad
 //
 // SIGTERM or SIGINT stops accepting and drains open connections for up to
 // drain_timeout (a second signal closes them at once); SIGHUP re-reads the
@@ -58,7 +59,10 @@ func load(fs *pflag.FlagSet, path string) (edgeFile, error) {
 			return cfg, fmt.Errorf("metrics: %q is not host:port", cfg.Metrics)
 		}
 	}
-	return cfg, cfg.Config.Validate()
+	if err := cfg.Config.Validate(); err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.CheckSelf() // this is the host the edge runs on (or --check runs on)
 }
 
 func main() {
@@ -70,6 +74,7 @@ func main() {
 	f.String("proxy-protocol", "", "v2, v1 or off (overrides proxy_protocol)")
 	f.String("metrics", "", "address of the metrics endpoint (overrides metrics)")
 	f.String("source", "", "local IP the origin connections are made from (overrides source)")
+	check := f.Bool("check", false, "check the configuration, print it is ok and exit without listening (fleet deploy push runs it)")
 	root.RunE = func(cmd *cobra.Command, args []string) error {
 		if len(args) > 0 {
 			cli.Fatal("edge", fmt.Errorf("unexpected argument %q", args[0]))
@@ -78,6 +83,10 @@ func main() {
 		cfg, err := load(cmd.Flags(), path)
 		if err != nil {
 			cli.Fatal("edge", err)
+		}
+		if *check {
+			fmt.Fprintf(cmd.OutOrStdout(), "edge: configuration ok (name %s, origins %v)\n", cfg.Name, cfg.Origins)
+			return nil
 		}
 		run(cfg, func() (edgeFile, error) { return load(cmd.Flags(), path) })
 		return nil
@@ -180,6 +189,9 @@ func reloadOrigins(e *relay.Edge, cfg *edgeFile, reload func() (edgeFile, error)
 	if err != nil {
 		log.Error("reload failed, keeping the running configuration", "err", err)
 		return
+	}
+	if restart := slices.DeleteFunc(cli.Changed(*cfg, next), func(k string) bool { return k == "origins" }); len(restart) > 0 {
+		log.Warn("reload: changed keys need a restart, still running with their old values", "keys", restart)
 	}
 	if slices.Equal(next.Origins, cfg.Origins) {
 		log.Info("reload: origins unchanged", "origins", cfg.Origins)

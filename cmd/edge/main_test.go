@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -74,7 +76,11 @@ func TestBadConfig(t *testing.T) {
 		{name: "zero max_conns", yaml: "origins: [o:1]\nmax_conns: 0\n", want: "max_conns: 0 must be positive"},
 		{name: "max_conns not a number", yaml: "origins: [o:1]\nmax_conns: many\n", want: "max_conns"},
 		{name: "bad log format", yaml: "origins: [o:1]\nlog:\n  format: xml\n", want: `log.format: "xml"`},
-		{name: "bad metrics", yaml: "origins: [o:1]\nmetrics: 9101\n", want: `metrics: "9101" is not host:port`},
+		{name: "bad metrics", yaml: "origins: [o:1]\nmetrics: \"9101\"\n", want: `metrics: "9101" is not host:port`},
+		{name: "metrics a number", yaml: "origins: [o:1]\nmetrics: 9101\n", want: `metrics: 9101 is not a string (quote it)`},
+		{name: "boolean duration", yaml: "origins: [o:1]\nconnect_timeout: true\n", want: "connect_timeout: true is not a duration"},
+		{name: "fractional max_conns", yaml: "origins: [o:1]\nmax_conns: 1.9\n", want: "max_conns: 1.9 is not a whole number"},
+		{name: "origin is the edge", yaml: "listen: ['127.0.0.1:6360']\norigins: ['localhost:6360']\n", want: `origins: "localhost:6360" is the edge's own listen address`},
 		{name: "source not an IP", yaml: "origins: [o:1]\nsource: edge-a.example\n", want: `source: "edge-a.example" is not an IP address`},
 		{name: "source with port", args: []string{"--origins", "o:1", "--source", "127.0.0.2:0"}, want: `source: "127.0.0.2:0" is not an IP address`},
 		{name: "broken yaml", yaml: "origins: [o:1\n", want: "config "},
@@ -82,6 +88,7 @@ func TestBadConfig(t *testing.T) {
 		{name: "bad env", env: []string{"EDGEFLEET_ORIGINS=o:1", "EDGEFLEET_KEEPALIVE=-1s"}, want: "keepalive"},
 		{name: "bad flag value", args: []string{"--origins", "o:1", "--proxy-protocol", "v9"}, want: `proxy_protocol: "v9"`},
 		{name: "unknown flag", args: []string{"--origin", "o:1"}, want: "unknown flag: --origin"},
+		{name: "check of a bad file", yaml: "origins: [o:1]\nlisten_on: [':1']\n", args: []string{"--check"}, want: `unknown key "listen_on"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := tc.args
@@ -114,6 +121,25 @@ func TestBadConfig(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCheck: --check on a good file prints one line and exits 0 without
+// listening (the port it names is still free afterwards).
+func TestCheck(t *testing.T) {
+	addr := testbed.FreeAddr(t, "127.0.0.1")
+	path := testbed.WriteFile(t, t.TempDir(), "edge.yaml", "name: e1\nlisten: ['"+addr+"']\norigins: ['192.0.2.2:8636']\nmetrics: ''\n")
+	out, err := exec.Command(edgeBin(t), "--config", path, "--check").CombinedOutput()
+	if err != nil {
+		t.Fatalf("edge --check: %v\n%s", err, out)
+	}
+	if want := "edge: configuration ok (name e1, origins [192.0.2.2:8636])\n"; string(out) != want {
+		t.Fatalf("output %q, want %q", out, want)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("%s is taken after --check: %v", addr, err)
+	}
+	ln.Close()
 }
 
 // edgeProc is a running edge binary with its stderr at hand.
@@ -268,6 +294,18 @@ func TestSIGHUPReloadsOrigins(t *testing.T) {
 		t.Fatal("open connection broken by the reload")
 	}
 
+	// Keys other than origins need a restart: the reload says which.
+	cfg, _ = os.ReadFile(e.config)
+	os.WriteFile(e.config, append(cfg, "max_conns: 7\nconnect_timeout: 1s\n"...), 0o600)
+	e.Cmd.Process.Signal(syscall.SIGHUP)
+	deadline = time.Now().Add(10 * time.Second)
+	for !strings.Contains(e.Output(), `"msg":"reload: changed keys need a restart, still running with their old values","keys":["connect_timeout","max_conns"]`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning naming connect_timeout and max_conns:\n%s", e.Output())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
 	// A broken file keeps the running configuration.
 	os.WriteFile(e.config, []byte("origins: [\n"), 0o600)
 	e.Cmd.Process.Signal(syscall.SIGHUP)
@@ -314,3 +352,74 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("--version: %q, %v", out, err)
 	}
 }
+
+// TestSurvivesFDExhaustion (issue 8 item 6): the edge under a low
+// RLIMIT_NOFILE, flooded until accept fails with "too many open files",
+// relays again once the flood is gone.
+func TestSurvivesFDExhaustion(t *testing.T) {
+	origin := echoOrigin(t, "A")
+	addr := testbed.FreeAddr(t, "127.0.0.1")
+	path := testbed.WriteFile(t, t.TempDir(), "edge.yaml",
+		"name: edge-bin\nlisten: ['"+addr+"']\nmetrics: ''\nlog:\n  format: json\norigins: ['"+origin+"']\n")
+	p := testbed.StartNofile(t, 40, edgeBin(t), "--config", path)
+	testbed.WaitTCP(t, addr, 10*time.Second)
+	closeAll := testbed.Flood(t, addr, 60)
+	testbed.WaitOutput(t, p, 20*time.Second, "accept failed, retrying", "too many open files")
+	closeAll()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err == nil {
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			b := make([]byte, 1)
+			_, err = io.ReadFull(c, b)
+			c.Close()
+			if err == nil && string(b) == "A" {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the edge does not relay again after the flood: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if p.Cmd.ProcessState != nil {
+		t.Fatalf("the edge exited: %v", p.Cmd.ProcessState)
+	}
+}
+
+// TestInvalidConfigs loads each testdata/invalid-*.yml (CoreDNS and
+// blackbox_exporter style): the error must be exactly the one in
+// testdata/invalid.golden for that file (regenerate with -update). Wrong
+// types are errors naming the key, never silent conversions (issue 8
+// item 10: connect_timeout: true was 1 ns, max_conns: 1.9 was 1).
+func TestInvalidConfigs(t *testing.T) {
+	files, err := filepath.Glob("testdata/invalid-*.yml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no testdata/invalid-*.yml: %v", err)
+	}
+	var got strings.Builder
+	for _, f := range files {
+		_, err := load(nil, f)
+		if err == nil {
+			t.Errorf("%s: loaded without an error", f)
+			continue
+		}
+		fmt.Fprintf(&got, "%s: %s\n", filepath.Base(f), err)
+	}
+	golden := filepath.Join("testdata", "invalid.golden")
+	if *update {
+		if err := os.WriteFile(golden, []byte(got.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.String() != string(want) {
+		t.Fatalf("errors differ from %s:\n got:\n%s\nwant:\n%s", golden, got.String(), want)
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite testdata/invalid.golden")

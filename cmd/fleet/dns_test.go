@@ -11,45 +11,24 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
 // fleetBin builds this command once per test run and returns the binary.
 func fleetBin(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "fleet-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "fleet")
-		cmd := exec.Command("go", "build", "-o", binPath, ".")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = errors.New(string(out))
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("go build: %v", buildErr)
-	}
-	return binPath
+	f, _ := binaries(t)
+	return f
 }
 
+// TestMain removes the binaries the tests built (binaries).
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
 	}
 	os.Exit(code)
 }
@@ -261,6 +240,11 @@ func TestDNSCommands(t *testing.T) {
 			wrong := inventory(t, t.TempDir(), addr, bad, "ldap.example.test", "e2=192.0.2.2", "e3=192.0.2.3", "e4=192.0.2.4")
 			oneLineFailure(t, "wrong key", fleetRun(t, nil, "--config", wrong, "dns", "apply"), 1, "rejected TSIG key fleet-key.")
 			unchanged("after the wrong key")
+
+			unknown := inventory(t, t.TempDir(), addr, key, "ldap.example.test", "e2=192.0.2.2", "e3=192.0.2.3", "e4=192.0.2.4")
+			os.WriteFile(unknown, []byte(strings.Replace(readFile(t, unknown), "name: fleet-key", "name: other-key", 1)), 0o600)
+			oneLineFailure(t, "unknown key", fleetRun(t, nil, "--config", unknown, "dns", "apply"), 1, "rejected TSIG key other-key.: BADKEY")
+			unchanged("after the unknown key")
 
 			other := inventory(t, t.TempDir(), addr, key, "forbidden.example.test", "e4=192.0.2.4")
 			oneLineFailure(t, "unauthorised name", fleetRun(t, nil, "--config", other, "dns", "apply"), 1, "REFUSED")

@@ -52,6 +52,9 @@ IPv6, through the iptables backend dockerd uses.`,
 			}
 			var p *firewall.Plan
 			if fl.offline {
+				if err := checkBackend(fl.backend); err != nil {
+					return err // bad however the plan is made
+				}
 				p, err = firewall.NewPlan(c, 1)
 			} else {
 				var fw *firewall.Firewall
@@ -203,14 +206,22 @@ func firewallConfig(inv deploy.Config, fl firewallFlags) firewall.Config {
 	return c
 }
 
+// checkBackend refuses a --backend value that is not one of the three
+// (exit 2).
+func checkBackend(backend string) error {
+	switch backend {
+	case "", "auto", firewall.BackendNFT, firewall.BackendLegacy:
+		return nil
+	}
+	return exitError{2, fmt.Errorf("--backend %q: want nft, legacy or auto", backend)}
+}
+
 // openFirewall opens the iptables backend: a --backend value that is not
 // one of the three is a bad configuration (exit 2); a backend that cannot be
 // used (no binary) is a failure (exit 1).
 func openFirewall(backend, chain string) (*firewall.Firewall, error) {
-	switch backend {
-	case "", "auto", firewall.BackendNFT, firewall.BackendLegacy:
-	default:
-		return nil, exitError{2, fmt.Errorf("--backend %q: want nft, legacy or auto", backend)}
+	if err := checkBackend(backend); err != nil {
+		return nil, err
 	}
 	fw, err := firewall.Open(backend, chain)
 	if err != nil {

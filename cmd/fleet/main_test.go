@@ -2,10 +2,16 @@ package main
 
 import (
 	"errors"
+	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/edgefleet/edgefleet/internal/testbed"
 )
 
 func TestLoadFleet(t *testing.T) {
@@ -64,9 +70,9 @@ log: {format: json}
 func TestBadBackendIsConfigError(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fleet.yaml")
 	os.WriteFile(path, []byte("name: ldap.example.net\norigin: {interface: eth0}\nedges: [{name: e1, ipv4: 203.0.113.10}]\n"), 0o600)
-	for _, sub := range []string{"plan", "apply", "check", "remove"} {
+	for _, sub := range []string{"plan", "plan --offline", "apply", "check", "remove"} {
 		cmd := newRoot()
-		cmd.SetArgs([]string{"--config", path, "firewall", sub, "--backend", "bogus"})
+		cmd.SetArgs(append([]string{"--config", path, "firewall"}, append(strings.Fields(sub), "--backend", "bogus")...))
 		err := cmd.Execute()
 		var ee exitError
 		if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), `--backend "bogus"`) {
@@ -75,8 +81,49 @@ func TestBadBackendIsConfigError(t *testing.T) {
 	}
 }
 
+// TestInvalidInventories loads each testdata/invalid-*.yml and validates
+// it: the error must be exactly the one in testdata/invalid.golden
+// (regenerate with -update). `origin.ports: [true]` used to plan rules for
+// port 1 and leave the real port open (issue 8 item 10).
+func TestInvalidInventories(t *testing.T) {
+	files, err := filepath.Glob("testdata/invalid-*.yml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no testdata/invalid-*.yml: %v", err)
+	}
+	var got strings.Builder
+	for _, f := range files {
+		cmd := newRoot()
+		cmd.ParseFlags([]string{"--config", f})
+		inv, _, err := loadFleet(cmd)
+		if err == nil {
+			err = inv.Validate()
+		}
+		if err == nil {
+			t.Errorf("%s: loaded and validated without an error", f)
+			continue
+		}
+		fmt.Fprintf(&got, "%s: %s\n", filepath.Base(f), strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	golden := filepath.Join("testdata", "invalid.golden")
+	if *update {
+		if err := os.WriteFile(golden, []byte(got.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.String() != string(want) {
+		t.Fatalf("errors differ from %s:\n got:\n%s\nwant:\n%s", golden, got.String(), want)
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite testdata/invalid.golden")
+
 // TestDocInventory: the fleet.yaml of docs/dns-deploy.md loads and passes
-// the checks publishing needs.
+// the checks publishing needs, and the documented fleet dns sessions print
+// what the document shows, run against the embedded server.
 func TestDocInventory(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "dns-deploy.md"))
 	if err != nil {
@@ -99,5 +146,27 @@ func TestDocInventory(t *testing.T) {
 	}
 	if err := f.ValidateDNS(); err != nil || len(f.Edges) != 2 || f.TTL != 60 {
 		t.Fatalf("the documented inventory: %v (%+v)", err, f.Config)
+	}
+
+	testbed.Need(t, "dig")
+	port, _ := testbed.LowPort("127.0.0.1")
+	server := "127.0.0.1:" + strconv.Itoa(port)
+	t.Setenv("EDGEFLEET_DNS_SERVER", server) // the documented port may be taken
+	testbed.Start(t, fleetBin(t), "--config", path, "dns", "serve")
+	waitDNS(t, server)
+	sessions := regexp.MustCompile("(?s)```\n(\\$ fleet dns (?:plan|apply|list).*?)```").FindAllStringSubmatch(string(b), -1)
+	if len(sessions) < 3 {
+		t.Fatalf("docs/dns-deploy.md shows %d fleet dns sessions, want plan, apply and list", len(sessions))
+	}
+	for _, sess := range sessions {
+		cmds := strings.Split(sess[1], "$ ")[1:]
+		for _, c := range cmds {
+			line, want, _ := strings.Cut(c, "\n")
+			args := append(strings.Fields(line)[1:], "--config", path)
+			r := fleetRun(t, nil, args...)
+			if r.code != 0 || r.stdout != want {
+				t.Errorf("%s: exit %d\n%s%s\nthe document shows:\n%s", line, r.code, r.stdout, r.stderr, want)
+			}
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/edgefleet/edgefleet/origin"
 	"github.com/edgefleet/edgefleet/origin/ldap/core"
@@ -20,7 +21,7 @@ import (
 
 // coreSection is the `core:` section of the origin's configuration (DESIGN.md
 // §4). This is the seam between the front (main.go) and the LDAP routing
-// core: main.go only calls defaultCore and startCore.
+// core: main.go only calls defaultCore, buildCore and serveCore.
 type coreSection struct {
 	Enabled       bool    `mapstructure:"enabled"`
 	Listen        string  `mapstructure:"listen"`
@@ -31,6 +32,12 @@ type coreSection struct {
 	TLS           coreTLS `mapstructure:"tls"`
 	BackendCA     string  `mapstructure:"backend_ca"` // PEM bundle verifying ssl:1 servers (proxy_mode 2)
 	MaxPDU        int     `mapstructure:"max_pdu"`    // bytes
+	// Outstanding operations per client before and after a bind.
+	MaxPending     int `mapstructure:"max_pending"`
+	MaxPendingAuth int `mapstructure:"max_pending_auth"`
+	// Bounds on a started PDU and on each write to a client.
+	PDUTimeout   time.Duration `mapstructure:"pdu_timeout"`
+	WriteTimeout time.Duration `mapstructure:"write_timeout"`
 }
 
 type coreTLS struct {
@@ -52,6 +59,11 @@ func defaultCore() coreSection {
 		Config:    "ldap_proxy.json",
 		TLS:       coreTLS{Mode: d.TLSMode, StartTLS: d.StartTLS},
 		MaxPDU:    d.MaxPDU,
+
+		MaxPending:     d.MaxPending,
+		MaxPendingAuth: d.MaxPendingAuth,
+		PDUTimeout:     d.PDUTimeout,
+		WriteTimeout:   d.WriteTimeout,
 	}
 }
 
@@ -77,17 +89,21 @@ type peerTable interface {
 	Lookup(port int) (origin.Peer, bool)
 }
 
-// startCore starts the LDAP routing core when enabled. peers is the front's
-// peer table (for claimed/measured lookups by the core's client port), mux is
-// the peers_api mux (the core adds GET /backends). An error that carries an
-// exit status implements interface{ ExitCode() int } (19 for a bad DLP file).
-func startCore(cfg coreSection, peers peerTable, mux *http.ServeMux, log *slog.Logger, reg prometheus.Registerer) (stop func(context.Context) error, err error) {
+// buildCore checks the core section and builds the LDAP routing core
+// (nil when disabled) without listening: configuration is checked before
+// anything listens. peers is the front's peer table (for claimed/measured
+// lookups by the core's client port). An error that carries an exit status
+// implements interface{ ExitCode() int } (19 for a bad DLP file).
+func buildCore(cfg coreSection, peers peerTable, log *slog.Logger, reg prometheus.Registerer) (*core.Server, error) {
 	if !cfg.Enabled {
-		return func(context.Context) error { return nil }, nil
+		return nil, nil
 	}
 	ccfg, err := cfg.coreConfig()
 	if err != nil {
 		return nil, err
+	}
+	if _, _, err := net.SplitHostPort(cfg.Listen); err != nil {
+		return nil, fmt.Errorf("core.listen: %q is not host:port", cfg.Listen)
 	}
 	var file *dlp.File
 	if cfg.ProxyMode >= 1 {
@@ -103,7 +119,7 @@ func startCore(cfg coreSection, peers peerTable, mux *http.ServeMux, log *slog.L
 	if peers != nil {
 		lookup = func(port int) (core.Peer, bool) {
 			p, ok := peers.Lookup(port)
-			return core.Peer{Claimed: p.Claimed, Measured: p.Measured, Edge: p.Edge, ID: p.ID}, ok
+			return core.Peer{Claimed: p.Claimed, Measured: p.Measured, Edge: p.Edge, ID: p.ID, Inner: p.Inner}, ok
 		}
 	}
 	srv, err := core.New(ccfg, file, lookup, log, reg)
@@ -113,10 +129,13 @@ func startCore(cfg coreSection, peers peerTable, mux *http.ServeMux, log *slog.L
 		}
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("core.listen: %w", err)
-	}
+	return srv, nil
+}
+
+// serveCore serves the core on ln (bound by the caller after every check)
+// and adds GET /backends to mux (the peers_api mux); a listener that fails
+// is sent on failed. It returns the core's Shutdown.
+func serveCore(cfg coreSection, srv *core.Server, ln net.Listener, mux *http.ServeMux, log *slog.Logger, failed chan<- error) func(context.Context) error {
 	if mux != nil {
 		mux.Handle("/backends", srv.BackendsHandler())
 	}
@@ -128,10 +147,10 @@ func startCore(cfg coreSection, peers peerTable, mux *http.ServeMux, log *slog.L
 		"tls", cfg.TLS.Mode, "config", cfg.Config)
 	go func() {
 		if err := srv.Serve(ln); err != nil {
-			log.Error("core stopped", "error", err)
+			failed <- fmt.Errorf("core: %w", err)
 		}
 	}()
-	return srv.Shutdown, nil
+	return srv.Shutdown
 }
 
 // coreConfig reads the certificate, CA and pins files named by the section.
@@ -139,6 +158,8 @@ func (cfg coreSection) coreConfig() (core.Config, error) {
 	c := core.DefaultConfig()
 	c.Name, c.ProxyMode, c.DefaultServer, c.MaxPDU = cfg.Name, cfg.ProxyMode, cfg.DefaultServer, cfg.MaxPDU
 	c.TLSMode, c.StartTLS = cfg.TLS.Mode, cfg.TLS.StartTLS
+	c.MaxPending, c.MaxPendingAuth = cfg.MaxPending, cfg.MaxPendingAuth
+	c.PDUTimeout, c.WriteTimeout = cfg.PDUTimeout, cfg.WriteTimeout
 	if c.TLSMode != core.TLSOff {
 		if cfg.TLS.Cert == "" || cfg.TLS.Key == "" {
 			return c, fmt.Errorf("core.tls.mode %s needs core.tls.cert and core.tls.key", c.TLSMode)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
+	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/origin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -54,17 +56,21 @@ func main() {
 			cli.Fatal("origin", fmt.Errorf("unexpected argument %q", args[0]))
 		}
 		path, _ := cmd.Flags().GetString("config")
-		cfg := defaults()
-		if err := cli.Load(cmd.Flags(), path, &cfg); err != nil {
+		load := func() (originFile, error) {
+			cfg := defaults()
+			if err := cli.Load(cmd.Flags(), path, &cfg); err != nil {
+				return cfg, err
+			}
+			if err := cfg.Log.Validate(); err != nil {
+				return cfg, err
+			}
+			return cfg, cfg.Front.Validate()
+		}
+		cfg, err := load()
+		if err != nil {
 			cli.Fatal("origin", err)
 		}
-		if err := cfg.Log.Validate(); err != nil {
-			cli.Fatal("origin", err)
-		}
-		if err := cfg.Front.Validate(); err != nil {
-			cli.Fatal("origin", err)
-		}
-		return run(cfg)
+		return run(cfg, load)
 	}
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "origin:", err)
@@ -73,8 +79,9 @@ func main() {
 }
 
 // run starts the front, the HTTP endpoints and the core, and returns when a
-// signal has stopped them. Startup failures exit with one line.
-func run(cfg originFile) error {
+// signal has stopped them; reload re-reads the configuration for SIGHUP.
+// Startup failures exit with one line.
+func run(cfg originFile, reload func() (originFile, error)) error {
 	logw := cli.NewLogWriter(os.Stderr)
 	defer logw.Close()
 	log := cli.Logger(cfg.Log, logw)
@@ -82,11 +89,36 @@ func run(cfg originFile) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	// Everything is checked and built before a single port is bound.
 	table := origin.NewPeerTable()
 	front, err := origin.New(cfg.Front, table, log, reg)
 	if err != nil {
 		fatal(err)
 	}
+	srv, err := buildCore(cfg.Core, table, log, reg)
+	if err != nil {
+		code := cli.ExitConfig
+		var ec interface{ ExitCode() int }
+		if errors.As(err, &ec) {
+			code = ec.ExitCode()
+		}
+		logw.Close()
+		cli.FatalCode("origin", err, code)
+	}
+	endpoints := []struct {
+		key, addr string
+		h         http.Handler
+	}{{"peers_api", cfg.PeersAPI, nil}, {"metrics", cfg.Metrics, nil}}
+	for _, ep := range endpoints {
+		if _, _, err := net.SplitHostPort(ep.addr); ep.addr != "" && err != nil {
+			fatal(fmt.Errorf("%s: %q is not host:port", ep.key, ep.addr))
+		}
+	}
+	if cfg.Core.Enabled && accept.SelfTarget([]string{cfg.Core.Listen}, cfg.Front.Inner) == "" {
+		log.Warn("front.inner is not core.listen: connections go past the core", "inner", cfg.Front.Inner,
+			"core_listen", cfg.Core.Listen)
+	}
+
 	var lns []net.Listener
 	for _, addr := range cfg.Front.Listen {
 		ln, err := frontListen(addr)
@@ -95,17 +127,20 @@ func run(cfg originFile) error {
 		}
 		lns = append(lns, ln)
 	}
-
+	var coreLn net.Listener
+	if srv != nil {
+		if coreLn, err = net.Listen("tcp", cfg.Core.Listen); err != nil {
+			fatal(fmt.Errorf("core.listen: %w", err))
+		}
+	}
 	peers := http.NewServeMux()
 	peers.Handle("/peers", table.Handler())
 	peers.Handle("/peers/", table.Handler())
 	metrics := http.NewServeMux()
 	metrics.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	endpoints[0].h, endpoints[1].h = peers, metrics
 	var servers []*http.Server
-	for _, ep := range []struct {
-		key, addr string
-		h         http.Handler
-	}{{"peers_api", cfg.PeersAPI, peers}, {"metrics", cfg.Metrics, metrics}} {
+	for _, ep := range endpoints {
 		if ep.addr == "" {
 			continue
 		}
@@ -122,46 +157,57 @@ func run(cfg originFile) error {
 		}()
 	}
 
-	serveErr := make(chan error, len(lns))
+	// A listener that really fails ends the binary: never a front that
+	// forwards to a core nobody accepts for.
+	serveErr := make(chan error, len(lns)+1)
 	for _, ln := range lns {
-		go func() { serveErr <- front.Serve(ln) }()
+		go func() {
+			if err := front.Serve(ln); err != nil {
+				serveErr <- fmt.Errorf("front: %w", err)
+			}
+		}()
 		log.Info("front listening", "addr", ln.Addr().String(), "inner", cfg.Front.Inner,
 			"trusted_edges", cfg.Front.TrustedEdges, "untrusted", cfg.Front.Untrusted,
-			"require_header", cfg.Front.RequireHeader)
+			"require_header", cfg.Front.RequireHeader, "max_conns", cfg.Front.MaxConns)
 	}
-
-	stopCore, err := startCore(cfg.Core, table, peers, log, reg)
-	if err != nil {
-		code := 2
-		var ec interface{ ExitCode() int }
-		if errors.As(err, &ec) {
-			code = ec.ExitCode()
-		}
-		logw.Close()
-		cli.FatalCode("origin", err, code)
+	stopCore := func(context.Context) error { return nil }
+	if srv != nil {
+		stopCore = serveCore(cfg.Core, srv, coreLn, peers, log, serveErr)
 	}
 
 	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	var failed error
-	select {
-	case s := <-sig:
-		log.Info("shutting down", "signal", s.String(), "drain_timeout", drainTimeout.String())
-	case err := <-serveErr:
-		if err != nil {
-			log.Error("front stopped", "error", err)
+wait:
+	for {
+		select {
+		case s := <-sig:
+			if s == syscall.SIGHUP {
+				reloaded(cfg, reload, log)
+				continue
+			}
+			log.Info("shutting down", "signal", s.String(), "drain_timeout", drainTimeout.String())
+		case err := <-serveErr:
+			log.Error("listener failed", "err", err)
 			failed = err
 		}
+		break wait
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
 	go func() {
-		select {
-		case <-sig:
-			log.Info("second signal: closing open connections")
-			cancel()
-		case <-ctx.Done():
+		for {
+			select {
+			case s := <-sig:
+				if s == syscall.SIGHUP {
+					continue
+				}
+				log.Info("second signal: closing open connections")
+				cancel()
+			case <-ctx.Done():
+			}
+			return
 		}
 	}()
 	if err := front.Shutdown(ctx); err != nil {
@@ -178,6 +224,21 @@ func run(cfg originFile) error {
 		os.Exit(1)
 	}
 	return nil
+}
+
+// reloaded answers SIGHUP: the origin applies nothing at run time, so it
+// re-reads the configuration only to name the keys that changed (they need
+// a restart) instead of dying of the signal's default action.
+func reloaded(cfg originFile, reload func() (originFile, error), log *slog.Logger) {
+	next, err := reload()
+	switch changed := cli.Changed(cfg, next); {
+	case err != nil:
+		log.Error("reload failed, keeping the running configuration", "err", err)
+	case len(changed) > 0:
+		log.Warn("reload: changed keys need a restart, still running with their old values", "keys", changed)
+	default:
+		log.Info("reload: configuration unchanged")
+	}
 }
 
 // Go's default keepalive for accepted connections: idle and interval 15s,

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/edgefleet/deploy/monitoring"
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/edgefleet/edgefleet/internal/testbed/stack"
 	"github.com/edgefleet/edgefleet/probe"
@@ -190,5 +193,45 @@ func TestBadConfiguration(t *testing.T) {
 				t.Fatalf("exit %d, stderr %q; want 2 and %q", code, errOut, tc.want)
 			}
 		})
+	}
+}
+
+// TestMonitorMetrics: `probe monitor` serves every family
+// deploy/monitoring lists for the probe on /metrics, with a sample, and
+// GET /status as JSON.
+func TestMonitorMetrics(t *testing.T) {
+	bin := buildProbe(t)
+	f := stack.NewFleet(t, stack.KindEdge, stack.KindOrphan)
+	addr := testbed.FreeAddr(t, "127.0.0.1")
+	testbed.Start(t, bin, append(fleetArgs(f), "monitor", "--metrics", addr, "--interval", "1h")...)
+	testbed.WaitTCP(t, addr, 10*time.Second)
+	var st probe.Status
+	for deadline := time.Now().Add(10 * time.Second); len(st.Edges) == 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("GET /status shows no round after 10 s")
+		}
+		resp, err := http.Get("http://" + addr + "/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+	}
+	if len(st.Edges) != 2 || !st.Edges[0].Up || st.Edges[1].Up {
+		t.Fatalf("status %+v, want the edge up and the orphan down", st)
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for name, typ := range monitoring.Exported["probe"] {
+		if !strings.Contains(string(body), "\n# TYPE "+name+" "+typ+"\n"+name) {
+			t.Errorf("/metrics lacks %s %s with a sample", typ, name)
+		}
+	}
+	if !strings.Contains(string(body), `edgefleet_probe_edge_up{addr="`+f.Addrs[1]+`"} 0`) {
+		t.Errorf("/metrics does not say the orphan edge is down:\n%s", body)
 	}
 }

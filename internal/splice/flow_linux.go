@@ -26,9 +26,11 @@ type flow struct {
 	h          *half
 	done       func(Result)
 	grace      time.Duration
-	token      uint64 // key in parked.flows; 0 until first parked
-	registered bool   // src is in the epoll set (disarmed while not parked)
-	bulk       bool   // the last burst was large: start the next with splice
+	token      uint64             // key in parked.flows; 0 until first parked
+	registered bool               // src is in the epoll set (disarmed while not parked)
+	bulk       bool               // the last burst was large: start the next with splice
+	screen     func([]byte) error // Pair.Screen's check of the first bytes; nil once passed
+	held       []byte             // bytes received while screen wanted more
 	n          int64
 	rerr, werr error
 }
@@ -132,10 +134,38 @@ func (f *flow) run() (idle bool) {
 					return true
 				case m == 0: // EOF
 					smallBufs.Put(b)
+					if len(f.held) > 0 { // a prefix the screen could not decide on
+						var w int64
+						w, werr = writeAll(f.dr, f.held)
+						f.n += w
+						f.held = nil
+					}
 					return true
 				}
+				data := b[:m]
+				if f.screen != nil {
+					if f.held != nil {
+						f.held = append(f.held, data...)
+						data = f.held
+					}
+					switch err := f.screen(data); {
+					case err == ErrMore:
+						if f.held == nil {
+							f.held = append([]byte(nil), data...)
+						}
+						smallBufs.Put(b)
+						continue
+					case err != nil:
+						smallBufs.Put(b)
+						f.held = nil
+						serr = err
+						return true
+					}
+					f.screen = nil
+				}
 				var w int64
-				w, werr = writeAll(f.dr, b[:m])
+				w, werr = writeAll(f.dr, data)
+				f.held = nil
 				smallBufs.Put(b)
 				f.n += w
 				burstBytes += w

@@ -110,6 +110,24 @@ type Pair struct {
 // already). Like Start, it does not wait for the pair to finish.
 func (p *Pair) Run() { p.start(false) }
 
+// ErrMore is what a Screen function returns when the bytes so far are too
+// few to decide.
+var ErrMore = errors.New("splice: more bytes needed")
+
+// Screen, called before Run, makes the client's first bytes pass check
+// before any is forwarded: check sees everything received so far and
+// returns nil to forward it (screening ends), ErrMore to wait for more, or
+// another error to refuse the client: the pair closes and that error is
+// the Result's Err (reason client-error). The check rides on the reads the
+// copy makes anyway; it costs a read more only while a client's bytes are
+// a prefix check cannot decide on.
+func (p *Pair) Screen(check func(first []byte) error) {
+	p.j.screen = check
+	if p.j.async {
+		p.j.flows[0].screen = check
+	}
+}
+
 // Close closes both connections; done is called once both directions
 // have seen it.
 func (p *Pair) Close() { p.j.closeBoth() }
@@ -129,7 +147,7 @@ func (p *Pair) start(detach bool) {
 		return
 	}
 	go func() {
-		j.up = j.copy(j.server, j.client)
+		j.up = j.screenCopy()
 		if j.finish() {
 			j.done(j.result())
 		}
@@ -146,11 +164,12 @@ func (p *Pair) start(detach bool) {
 type joint struct {
 	client, server net.Conn
 	once           sync.Once
-	left           atomic.Int32 // directions still copying
-	up, down       half         // each written by its own goroutine before finish
-	flows          [2]*flow     // Start's directions (up, down), to resume if parked
-	async          bool         // flows are used (both connections plain TCP)
-	done           func(Result) // Start's callback
+	left           atomic.Int32       // directions still copying
+	up, down       half               // each written by its own goroutine before finish
+	flows          [2]*flow           // Start's directions (up, down), to resume if parked
+	async          bool               // flows are used (both connections plain TCP)
+	done           func(Result)       // Start's callback
+	screen         func([]byte) error // Pair.Screen's check, nil once passed
 }
 
 type half struct {
@@ -166,6 +185,50 @@ func (j *joint) copy(dst, src net.Conn) half {
 		j.closeBoth()
 	}
 	return half{n, rerr, werr}
+}
+
+// screenCopy is copy(server, client) after the client's first bytes have
+// passed j.screen, for pairs that are not plain TCP (blocking copies).
+func (j *joint) screenCopy() half {
+	if j.screen == nil {
+		return j.copy(j.server, j.client)
+	}
+	var held []byte
+	buf := make([]byte, 4096)
+	for {
+		m, err := j.client.Read(buf)
+		held = append(held, buf[:m]...)
+		if m > 0 {
+			switch serr := j.screen(held); {
+			case serr == nil:
+				if _, werr := j.server.Write(held); werr != nil {
+					j.closeBoth()
+					return half{0, nil, werr}
+				}
+				h := j.copy(j.server, j.client)
+				h.n += int64(len(held))
+				return h
+			case serr != ErrMore:
+				j.closeBoth()
+				return half{0, serr, nil}
+			}
+		}
+		if err == io.EOF { // a prefix, then EOF: forward it and finish
+			n, werr := j.server.Write(held)
+			if werr == nil {
+				if cw, ok := j.server.(interface{ CloseWrite() error }); ok {
+					cw.CloseWrite()
+				}
+			} else {
+				j.closeBoth()
+			}
+			return half{int64(n), nil, werr}
+		}
+		if err != nil {
+			j.closeBoth()
+			return half{0, err, nil}
+		}
+	}
 }
 
 func (j *joint) closeBoth() {

@@ -338,7 +338,7 @@ func BlackHole(t testing.TB) string { return BlackHoleAt(t, "127.0.0.1:0") }
 // e.g. one address of an A set whose edges share a port.
 func BlackHoleAt(t testing.TB, addr string) string {
 	t.Helper()
-	addr, closeFn, err := newBlackHole(addr)
+	addr, closeFn, err := NewBlackHoleAt(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,9 +347,10 @@ func BlackHoleAt(t testing.TB, addr string) string {
 }
 
 // NewBlackHole is BlackHole without a test.
-func NewBlackHole() (addr string, closeFn func(), err error) { return newBlackHole("127.0.0.1:0") }
+func NewBlackHole() (addr string, closeFn func(), err error) { return NewBlackHoleAt("127.0.0.1:0") }
 
-func newBlackHole(at string) (addr string, closeFn func(), err error) {
+// NewBlackHoleAt is BlackHoleAt without a test.
+func NewBlackHoleAt(at string) (addr string, closeFn func(), err error) {
 	ap, err := netip.ParseAddrPort(at)
 	if err != nil || !ap.Addr().Is4() {
 		return "", nil, fmt.Errorf("black hole at %q: want an IPv4 ip:port", at)

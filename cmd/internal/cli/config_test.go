@@ -38,7 +38,7 @@ func TestLoad(t *testing.T) {
 			check: func(s sample) bool { return s.Timeout == 2*time.Second && s.Front.Inner == "127.0.0.1:7" }},
 		{name: "env list", env: "EDGEFLEET_LISTEN=:1;:2", check: func(s sample) bool { return len(s.Listen) == 2 }},
 		{name: "env int list", env: "EDGEFLEET_PORTS=636;8636", check: func(s sample) bool { return len(s.Ports) == 2 && s.Ports[1] == 8636 }},
-		{name: "bad int", yaml: "ports: [x]\n", wantErr: `'ports[0]'`},
+		{name: "bad int", yaml: "ports: [x]\n", wantErr: `ports[0]: "x" is not a whole number`},
 		{name: "unknown top key", yaml: "timeout: 1s\nbogus: 1\n", wantErr: `unknown key "bogus"`},
 		{name: "unknown nested key", yaml: "front:\n  innr: x\n", wantErr: `unknown key "front.innr"`},
 		{name: "bad duration", yaml: "timeout: soon\n", wantErr: `bad duration "soon"`},
@@ -73,4 +73,77 @@ func TestLoad(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMisspeltEnvWarns: an EDGEFLEET_* variable that is no key gets one
+// warning line naming it (it used to be ignored silently); known ones none.
+func TestMisspeltEnvWarns(t *testing.T) {
+	var out strings.Builder
+	warnOut = &out
+	defer func() { warnOut = os.Stderr }()
+	t.Setenv("EDGEFLEET_TIMEOUTT", "1s")
+	t.Setenv("EDGEFLEET_FRONT_INNER", "127.0.0.1:7")
+	s := defaults()
+	if err := Load(nil, "", &s); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 1 || !strings.HasSuffix(lines[0], ": warning: EDGEFLEET_TIMEOUTT is not a configuration key: ignored") {
+		t.Fatalf("warnings %q, want one line for EDGEFLEET_TIMEOUTT", out.String())
+	}
+	if s.Front.Inner != "127.0.0.1:7" {
+		t.Fatalf("the known variable was not applied: %+v", s)
+	}
+}
+
+// TestStrictTypes: values of the wrong type are errors naming the key,
+// never conversions; text from the environment still converts.
+func TestStrictTypes(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"timeout: true\n", `config: timeout: true is not a duration (want e.g. 3s, 500ms)`},
+		{"ports: [true]\n", `config: ports[0]: true is not a whole number`},
+		{"ports: [1.5]\n", `config: ports[0]: 1.5 is not a whole number`},
+		{"ports: [1e30]\n", `config: ports[0]: 1e+30 is out of range (-9223372036854775808 to 9223372036854775807)`},
+		{"listen: 5\n", `config: listen: 5 is not a list`},
+		{"front: 5\n", `front: 5 is not a section`},
+		{"front:\n  inner: 5\n", `config: front.inner: 5 is not a string (quote it)`},
+		{"fronts: {}\n", `unknown key "fronts"`},
+		{"fronts:\n", `unknown key "fronts"`},
+	} {
+		path := filepath.Join(t.TempDir(), "c.yaml")
+		os.WriteFile(path, []byte(tc.yaml), 0o600)
+		s := defaults()
+		err := Load(nil, path, &s)
+		if err == nil || !strings.HasSuffix(err.Error(), tc.want) {
+			t.Errorf("%q: err = %v, want it to end in %q", tc.yaml, err, tc.want)
+		}
+	}
+	t.Setenv("EDGEFLEET_PORTS", "636,8636")
+	s := defaults()
+	if err := Load(nil, "", &s); err != nil || len(s.Ports) != 2 || s.Ports[1] != 8636 {
+		t.Fatalf("ports from the environment: %v, %v", s.Ports, err)
+	}
+}
+
+// FuzzLoad: any file either loads or fails with one line naming what is
+// wrong; never a panic, never a multi-line error.
+func FuzzLoad(f *testing.F) {
+	for _, seed := range []string{
+		"timeout: 250ms\nfront:\n  inner: 127.0.0.1:9\nlisten: [\":1\", \":2\"]\n",
+		"timeout: true\n", "ports: [true, 1.5, 1e30, \"x\"]\n", "front: 5\n", "fronts:\n", "listen: {a: b}\n",
+		"log: {format: json, level: [1]}\n", "ports: [-1]\n", "front: {inner: {x: 1}}\n",
+	} {
+		f.Add(seed)
+	}
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, yaml string) {
+		path := filepath.Join(dir, "c.yaml")
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s := defaults()
+		if err := Load(nil, path, &s); err != nil && strings.Contains(err.Error(), "\n") {
+			t.Fatalf("%q: a multi-line error: %q", yaml, err)
+		}
+	})
 }

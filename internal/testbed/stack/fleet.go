@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
+	"github.com/miekg/dns"
 )
 
 // Kind is what stands at one address of a Fleet's A set.
@@ -49,7 +50,11 @@ func NewFleet(t testing.TB, kinds ...Kind) *Fleet {
 	t.Helper()
 	f := &Fleet{Origin: Start(t), Edges: map[string]*Edge{}}
 	var gone *Origin
-	port, err := sharedPort(len(kinds))
+	var ips []string
+	for i := range kinds {
+		ips = append(ips, fmt.Sprintf("127.0.0.%d", i+2))
+	}
+	port, err := SharedPort(ips)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +62,7 @@ func NewFleet(t testing.TB, kinds ...Kind) *Fleet {
 	host := testbed.ServerName[:len(testbed.ServerName)-len(Zone)-1]
 	var records []string
 	for i, kind := range kinds {
-		ip := fmt.Sprintf("127.0.0.%d", i+2)
+		ip := ips[i]
 		addr := net.JoinHostPort(ip, strconv.Itoa(port))
 		records = append(records, host+" 60 IN A "+ip)
 		f.Addrs = append(f.Addrs, addr)
@@ -90,17 +95,38 @@ func (f *Fleet) RestartEdge(t testing.TB, addr string) {
 	f.Edges[addr] = f.Origin.EdgeAt(t, old.Name, addr)
 }
 
-// sharedPort finds a port free on 127.0.0.2 … 127.0.0.(n+1), below the
-// ephemeral range.
-func sharedPort(n int) (int, error) {
+// Unpublish removes addr's A record from the name with an RFC 2136 update
+// signed with named's TSIG key, as `fleet rotate` does: the edge keeps
+// running, it is only no longer in the set.
+func (f *Fleet) Unpublish(t testing.TB, addr string) {
+	t.Helper()
+	ip, _, _ := net.SplitHostPort(addr)
+	rr, err := dns.NewRR(dns.Fqdn(testbed.ServerName) + " 60 IN A " + ip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := new(dns.Msg)
+	m.SetUpdate(f.Named.Zone)
+	m.Remove([]dns.RR{rr})
+	m.SetTsig(f.Named.KeyName, f.Named.KeyAlgorithm, 300, time.Now().Unix())
+	c := &dns.Client{Timeout: 5 * time.Second, TsigSecret: map[string]string{f.Named.KeyName: f.Named.KeySecret}}
+	r, _, err := c.Exchange(m, f.Named.Addr)
+	if err != nil || r.Rcode != dns.RcodeSuccess {
+		t.Fatalf("remove %s from %s: %v %v", ip, testbed.ServerName, r, err)
+	}
+}
+
+// SharedPort finds a port free on every one of ips right now, below the
+// ephemeral range: an A set whose addresses all serve one port.
+func SharedPort(ips []string) (int, error) {
 	for range 50 {
-		port, err := testbed.LowPort("127.0.0.2")
+		port, err := testbed.LowPort(ips[0])
 		if err != nil {
 			return 0, err
 		}
 		free := true
-		for i := range n {
-			ln, err := net.Listen("tcp", net.JoinHostPort(fmt.Sprintf("127.0.0.%d", i+2), strconv.Itoa(port)))
+		for _, ip := range ips {
+			ln, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
 			if err != nil {
 				free = false
 				break
@@ -111,5 +137,5 @@ func sharedPort(n int) (int, error) {
 			return port, nil
 		}
 	}
-	return 0, fmt.Errorf("no port free on 127.0.0.2-%d", n+1)
+	return 0, fmt.Errorf("no port free on all of %s … %s", ips[0], ips[len(ips)-1])
 }

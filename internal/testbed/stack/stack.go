@@ -49,16 +49,16 @@ type Origin struct {
 // 127.0.0.1, all stopped when the test ends.
 func Start(t testing.TB) *Origin {
 	t.Helper()
-	return StartOn(t, nil)
+	return StartOn(t, nil, "127.0.0.1")
 }
 
 // StartOn is Start with the front accepting on frontLn (a listener of a
 // network namespace, say; nil: a free loopback port) and honouring PROXY
-// headers from trusted (addresses or CIDRs; none: 127.0.0.1).
+// headers from trusted (addresses or CIDRs).
 func StartOn(t testing.TB, frontLn net.Listener, trusted ...string) *Origin {
 	t.Helper()
 	testbed.Need(t, "slapd", "slapadd")
-	o, err := newOrigin(t.TempDir(), frontLn, trusted)
+	o, err := NewOn(t.TempDir(), frontLn, trusted...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,12 +73,16 @@ func StartOn(t testing.TB, frontLn net.Listener, trusted ...string) *Origin {
 }
 
 // New is Start without a test, in dir (which must exist); Close stops it.
-func New(dir string) (*Origin, error) { return newOrigin(dir, nil, nil) }
+func New(dir string) (*Origin, error) { return NewOn(dir, nil, "127.0.0.1") }
 
-func newOrigin(dir string, frontLn net.Listener, trusted []string) (o *Origin, err error) {
+// NewOn is StartOn without a test.
+func NewOn(dir string, frontLn net.Listener, trusted ...string) (o *Origin, err error) {
 	o = &Origin{Logs: &testbed.Buffer{}}
 	defer func() {
 		if err != nil {
+			if frontLn != nil {
+				frontLn.Close()
+			}
 			o.Close()
 		}
 	}()
@@ -123,9 +127,6 @@ func newOrigin(dir string, frontLn net.Listener, trusted []string) (o *Origin, e
 	fc := origin.DefaultConfig()
 	fc.Inner = o.Core
 	fc.TrustedEdges = trusted
-	if len(trusted) == 0 {
-		fc.TrustedEdges = []string{"127.0.0.1"}
-	}
 	if o.front, err = origin.New(fc, table, log.With("part", "front"), nil); err != nil {
 		return nil, err
 	}

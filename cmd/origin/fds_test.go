@@ -1,0 +1,98 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/edgefleet/edgefleet/internal/testbed"
+)
+
+// TestSurvivesFDExhaustion (issue 8 item 6): the origin binary under a
+// low RLIMIT_NOFILE is flooded with connections until accept fails with
+// "too many open files"; once the flood is gone, it accepts and serves
+// again. The core used to stop accepting for good while its listener
+// stayed open. Each server is flooded on its own: flooding the front with
+// the core behind it in the same process can leave the front's
+// connections holding every descriptor while they wait for the core to
+// accept their inner connections, which it then cannot.
+func TestSurvivesFDExhaustion(t *testing.T) {
+	bin := buildOrigin(t)
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testbed.ServeConns(t, echo, func(c net.Conn) {
+		io.Copy(c, c)
+		c.(*net.TCPConn).CloseWrite()
+	})
+	for _, tc := range []struct {
+		name  string
+		flood string // "front" or "core"
+		core  bool
+	}{{"core", "core", true}, {"front", "front", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			front := testbed.FreeAddr(t, "127.0.0.1")
+			coreAddr := testbed.FreeAddr(t, "127.0.0.1")
+			inner := coreAddr
+			if !tc.core {
+				inner = echo.Addr().String()
+			}
+			cfg := testbed.WriteFile(t, t.TempDir(), "origin.yaml", fmt.Sprintf(`front:
+  listen: [%q]
+  inner: %q
+peers_api: ""
+metrics: ""
+log:
+  format: json
+core:
+  enabled: %v
+  listen: %q
+  proxy_mode: 0
+  default_server: %q
+`, front, inner, tc.core, coreAddr, echo.Addr()))
+			p := testbed.StartNofile(t, 40, bin, "--config", cfg)
+			testbed.WaitTCP(t, front, 10*time.Second)
+			flooded := map[string]string{"front": front, "core": coreAddr}[tc.flood]
+			closeAll := testbed.Flood(t, flooded, 60)
+			testbed.WaitOutput(t, p, 20*time.Second, "accept failed, retrying", "too many open files", flooded)
+			closeAll()
+			echoed(t, flooded, "after the flood")
+			echoed(t, front, "through the front")
+			if p.Cmd.ProcessState != nil {
+				t.Fatalf("the origin exited: %v", p.Cmd.ProcessState)
+			}
+		})
+	}
+}
+
+// echoed round-trips msg through addr (a server that forwards to an echo
+// service), retrying for a while: a server that backed off may take up to
+// a second to accept again.
+func echoed(t *testing.T, addr, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last error
+	for time.Now().Before(deadline) {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err == nil {
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			io.WriteString(c, msg)
+			c.(*net.TCPConn).CloseWrite()
+			var b []byte
+			b, err = io.ReadAll(c)
+			c.Close()
+			if err == nil && string(b) == msg {
+				return
+			}
+			if err == nil {
+				err = fmt.Errorf("got %q", b)
+			}
+		}
+		last = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s does not serve again: %v", addr, last)
+}

@@ -1,0 +1,113 @@
+// Package accept is the one accept loop of the edge, the origin front and
+// the LDAP core (DESIGN.md §11), and what goes with accepting: refusing
+// connections that come back from the server's own outbound sockets (a
+// relay pointed at itself), the start-time check for such a configuration,
+// and a log-line rate limiter.
+//
+//	own := accept.NewOwn()            // the server records its outbound sockets here
+//	l := accept.Loop{Handle: s.handle, Closing: s.closing, Log: log, Own: own, Looped: countLoop}
+//	err := l.Serve(ln)                 // nil after Shutdown; otherwise the listener really failed
+//
+// Temporary accept errors (out of file descriptors or memory, an aborted
+// connection) never end serving: the loop waits 5 ms, doubling to 1 s as
+// net/http does, and logs one line per logWindow at most.
+package accept
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"syscall"
+	"time"
+)
+
+// Backoff bounds: the first wait after a temporary error, and the longest.
+const (
+	minBackoff = 5 * time.Millisecond
+	maxBackoff = time.Second
+	// logWindow is how often at most a temporary accept error is logged
+	// (the line says how many were suppressed since the last one).
+	logWindow = 10 * time.Second
+)
+
+// Loop is the configuration of one server's accept loop.
+type Loop struct {
+	// Handle serves an accepted connection; it is called in the loop's
+	// goroutine and must not block (start a goroutine or hand it to a
+	// worker).
+	Handle func(net.Conn)
+	// Closing reports whether the server closed the listener itself
+	// (Shutdown): an accept error then ends Serve with nil.
+	Closing func() bool
+	// Log receives the temporary-error lines; nil discards them.
+	Log *slog.Logger
+	// Own, when set, holds the server's outbound sockets: a connection
+	// accepted from one of them is a loop, closed at once.
+	Own *Own
+	// Looped, when set, is called after such a connection was closed
+	// (to count it).
+	Looped func(net.Conn)
+	// Now is the clock of the log rate limit; nil is time.Now.
+	Now func() time.Time
+	// Sleep waits out a backoff; nil is time.Sleep.
+	Sleep func(time.Duration)
+}
+
+// Serve accepts on ln until the listener fails for good or Closing reports
+// true. It returns nil in the second case and the accept error, naming the
+// listener, in the first: the caller ends the process rather than live on
+// without accepting.
+func (l *Loop) Serve(ln net.Listener) error {
+	log := l.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	sleep := l.Sleep
+	if sleep == nil {
+		sleep = time.Sleep
+	}
+	limit := NewLimiter(1, logWindow, l.Now)
+	var backoff time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if l.Closing != nil && l.Closing() {
+				return nil
+			}
+			if !Temporary(err) {
+				return fmt.Errorf("accept on %s: %w", ln.Addr(), err)
+			}
+			backoff = min(max(2*backoff, minBackoff), maxBackoff)
+			if ok, suppressed := limit.Allow(); ok {
+				log.Warn("accept failed, retrying", "addr", ln.Addr().String(), "err", err,
+					"retry_in", backoff, "suppressed", suppressed)
+			}
+			sleep(backoff)
+			continue
+		}
+		backoff = 0
+		if l.Own != nil && l.Own.Accepted(c) {
+			c.Close()
+			if l.Looped != nil {
+				l.Looped(c)
+			}
+			continue
+		}
+		l.Handle(c)
+	}
+}
+
+// Temporary reports accept errors that closing connections or waiting
+// cures: out of file descriptors (EMFILE, ENFILE) or memory (ENOBUFS,
+// ENOMEM), a connection reset or aborted before it was accepted, a timeout.
+func Temporary(err error) bool {
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM,
+		syscall.ECONNABORTED, syscall.ECONNRESET, syscall.EINTR, syscall.EAGAIN, syscall.EPROTO, syscall.EPERM} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

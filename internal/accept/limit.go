@@ -1,0 +1,45 @@
+package accept
+
+import (
+	"sync"
+	"time"
+)
+
+// Limiter lets through at most burst log lines per window and counts the
+// rest, so a flood (of refused connections, of accept errors) cannot flood
+// the log. The next line let through reports how many were suppressed.
+type Limiter struct {
+	mu         sync.Mutex
+	now        func() time.Time
+	window     time.Duration
+	burst      int
+	start      time.Time
+	n          int
+	suppressed int
+}
+
+// NewLimiter returns a limiter of burst lines per window; now nil is
+// time.Now.
+func NewLimiter(burst int, window time.Duration, now func() time.Time) *Limiter {
+	if now == nil {
+		now = time.Now
+	}
+	return &Limiter{now: now, window: window, burst: burst}
+}
+
+// Allow reports whether a line may be written now and, if so, how many
+// were suppressed since the last one.
+func (l *Limiter) Allow() (ok bool, suppressed int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now := l.now(); now.Sub(l.start) >= l.window {
+		l.start, l.n = now, 0
+	}
+	if l.n >= l.burst {
+		l.suppressed++
+		return false, 0
+	}
+	l.n++
+	suppressed, l.suppressed = l.suppressed, 0
+	return true, suppressed
+}

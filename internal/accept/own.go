@@ -1,0 +1,113 @@
+package accept
+
+import (
+	"net"
+	"net/netip"
+	"sync"
+)
+
+// Own is the set of a relay's own outbound sockets, so that it never
+// relays a connection that comes from one of them: an edge whose origin
+// is itself, or a front whose inner is itself, would otherwise chain one
+// connection until the file descriptors run out.
+//
+// An outbound socket's local address is known once its connect returns,
+// and the listener may accept the looped connection before that. So both
+// sides register: Accepted remembers a connection from this host that
+// matched nothing yet, and Dialed, finding it, cuts the loop from its side.
+// Each is one map operation under a mutex; no system call.
+type Own struct {
+	mu  sync.Mutex
+	out map[netip.AddrPort]struct{} // local addresses of open outbound sockets
+	in  map[netip.AddrPort]net.Conn // accepted from this host, by remote address, until Forget
+}
+
+// NewOwn returns an empty set.
+func NewOwn() *Own {
+	return &Own{out: map[netip.AddrPort]struct{}{}, in: map[netip.AddrPort]net.Conn{}}
+}
+
+// Accepted reports whether c comes from one of the outbound sockets (the
+// caller closes it). Otherwise a connection from this host is remembered
+// until Forget, for Dialed.
+func (o *Own) Accepted(c net.Conn) bool {
+	remote, local, ok := ends(c)
+	if !ok {
+		return false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, mine := o.out[remote]; mine {
+		return true
+	}
+	if sameHost(remote, local) {
+		o.in[remote] = c
+	}
+	return false
+}
+
+// Forget drops an accepted connection that is over.
+func (o *Own) Forget(c net.Conn) {
+	remote, local, ok := ends(c)
+	if !ok || !sameHost(remote, local) {
+		return
+	}
+	o.mu.Lock()
+	if o.in[remote] == c {
+		delete(o.in, remote)
+	}
+	o.mu.Unlock()
+}
+
+// Dialed records the outbound connection c. When a connection accepted
+// earlier came from it, the loop is cut: that connection is closed and
+// Dialed reports true (the caller closes c).
+func (o *Own) Dialed(c net.Conn) bool {
+	_, local, ok := ends(c)
+	if !ok {
+		return false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if in, looped := o.in[local]; looped {
+		delete(o.in, local)
+		in.Close()
+		return true
+	}
+	o.out[local] = struct{}{}
+	return false
+}
+
+// Closed forgets the outbound connection c.
+func (o *Own) Closed(c net.Conn) {
+	_, local, ok := ends(c)
+	if !ok {
+		return
+	}
+	o.mu.Lock()
+	delete(o.out, local)
+	o.mu.Unlock()
+}
+
+// ends returns c's remote and local addresses, IPv4-mapped ones unmapped
+// (a dual-stack listener sees an IPv4 peer as mapped).
+func ends(c net.Conn) (remote, local netip.AddrPort, ok bool) {
+	r, ok1 := c.RemoteAddr().(*net.TCPAddr)
+	l, ok2 := c.LocalAddr().(*net.TCPAddr)
+	if !ok1 || !ok2 || r == nil || l == nil {
+		return remote, local, false
+	}
+	remote, local = r.AddrPort(), l.AddrPort()
+	return unmap(remote), unmap(local), true
+}
+
+func unmap(a netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+}
+
+// sameHost reports whether a connection between remote and local comes
+// from this host; only those are remembered for Dialed (one through a NAT
+// hairpin is still caught when Dialed registers first).
+func sameHost(remote, local netip.AddrPort) bool {
+	return remote.Addr() == local.Addr() || remote.Addr().IsLoopback()
+}

@@ -1,0 +1,62 @@
+package testbed
+
+import (
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// StartNofile runs bin with args like Start, under an RLIMIT_NOFILE of n
+// (soft and hard: the Go runtime raises a soft limit to the hard one), set
+// by sh's ulimit before it execs bin: the process is bin itself.
+func StartNofile(t testing.TB, n int, bin string, args ...string) *Proc {
+	t.Helper()
+	sh := append([]string{"-c", `ulimit -n ` + strconv.Itoa(n) + ` && exec "$0" "$@"`, bin}, args...)
+	return StartCmd(t, exec.Command("sh", sh...))
+}
+
+// Flood opens up to n connections to addr, each sending one byte, and
+// keeps them open until the returned function closes them all: enough of
+// them make a server with a low RLIMIT_NOFILE run out of descriptors.
+func Flood(t testing.TB, addr string, n int) (closeAll func()) {
+	t.Helper()
+	var conns []net.Conn
+	for range n {
+		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		if err != nil {
+			break // the backlog is full
+		}
+		c.Write([]byte{0x30})
+		conns = append(conns, c)
+	}
+	return func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}
+}
+
+// WaitOutput waits until p's output contains every one of want.
+func WaitOutput(t testing.TB, p *Proc, within time.Duration, want ...string) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		out, missing := p.Output(), ""
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				missing = w
+				break
+			}
+		}
+		if missing == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in the output of %s after %v:\n%s", missing, p.Cmd.Path, within, out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
