@@ -43,7 +43,8 @@ const (
 // address; BIND 9 publishing the name; an agent in its own namespace with
 // a probe.Dialer and a probe.Watcher keeping one LDAP session and issuing
 // a read and a write in turn. While it runs the agent's edge is rotated
-// out (fleet rotate) and the directory in use is killed. Then: no read
+// out (fleet rotate) and the directory in use is killed with an operation
+// in flight. Then: no read
 // failed; no write is in two directories; every write that succeeded is
 // in one; the agent ended on the better of the two edges left; every
 // operation's core line has claimed (the agent) and measured (an edge);
@@ -187,8 +188,13 @@ edges:
 	}
 	ag.waitOps(t, "operations through edge-c after the rotation", 20, func(r record) bool { return r.Edge == nearC })
 
-	// The directory in use dies under the session: the core fails over.
+	// The directory in use dies under the session with an operation in
+	// flight: frozen first (the request waits in its socket), then
+	// killed. The core fails over: a read is replayed on the next
+	// directory, a write is not (it fails, or it was never applied).
 	killed := lastTarget(t, origin.Output())
+	slapds[killed].Freeze()
+	time.Sleep(300 * time.Millisecond) // several operation periods: one is in flight
 	killedAt := ag.count()
 	slapds[killed].Kill()
 	ag.waitOps(t, fmt.Sprintf("operations after L%d was killed", killed+1), 30, func(r record) bool { return r.Seq > 0 })
