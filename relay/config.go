@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -119,6 +120,15 @@ func (c Config) CheckSelf() error {
 		if l := accept.SelfTarget(c.Listen, a); l != "" {
 			return fmt.Errorf("origins: %q is the edge's own listen address %q: every connection would be relayed to itself", a, l)
 		}
+	}
+	if c.Source != "" {
+		// Every origin connection would fail to bind: say so at start,
+		// not as one OFFLINE origin after another.
+		ln, err := net.Listen("tcp", net.JoinHostPort(c.Source, "0"))
+		if err != nil {
+			return fmt.Errorf("source: %q is not an address of this host: %v", c.Source, errors.Unwrap(err))
+		}
+		ln.Close()
 	}
 	return nil
 }

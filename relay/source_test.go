@@ -20,3 +20,23 @@ func TestValidateSource(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckSelfSource: a source that is not an address of this host is
+// refused where the edge runs (New, cmd/edge) with one line, not found out
+// as every origin going OFFLINE.
+func TestCheckSelfSource(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Origins = []string{"origin.example:8636"}
+	cfg.Source = "127.0.0.3"
+	if err := cfg.CheckSelf(); err != nil {
+		t.Fatalf("source 127.0.0.3 (loopback, local): %v", err)
+	}
+	cfg.Source = "192.0.2.1" // TEST-NET-1: on no host
+	err := cfg.CheckSelf()
+	if err == nil || err.Error() != `source: "192.0.2.1" is not an address of this host: bind: cannot assign requested address` {
+		t.Fatalf("source 192.0.2.1: %v", err)
+	}
+	if _, err := New(cfg, nil, nil); err == nil {
+		t.Fatal("New accepted a source that is not an address of this host")
+	}
+}

@@ -82,6 +82,7 @@ func TestBadConfig(t *testing.T) {
 		{name: "fractional max_conns", yaml: "origins: [o:1]\nmax_conns: 1.9\n", want: "max_conns: 1.9 is not a whole number"},
 		{name: "origin is the edge", yaml: "listen: ['127.0.0.1:6360']\norigins: ['localhost:6360']\n", want: `origins: "localhost:6360" is the edge's own listen address`},
 		{name: "source not an IP", yaml: "origins: [o:1]\nsource: edge-a.example\n", want: `source: "edge-a.example" is not an IP address`},
+		{name: "source not here", yaml: "origins: [o:1]\nsource: 192.0.2.1\n", want: `source: "192.0.2.1" is not an address of this host: bind: cannot assign requested address`},
 		{name: "source with port", args: []string{"--origins", "o:1", "--source", "127.0.0.2:0"}, want: `source: "127.0.0.2:0" is not an IP address`},
 		{name: "broken yaml", yaml: "origins: [o:1\n", want: "config "},
 		{name: "missing file", args: []string{"--config", "does-not-exist.yaml"}, want: "does-not-exist.yaml"},
