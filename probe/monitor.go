@@ -197,3 +197,5 @@ func b2f(b bool) float64 {
 	}
 	return 0
 }
+
+var _ http.Handler = (*Monitor)(nil)

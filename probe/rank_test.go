@@ -138,3 +138,33 @@ func TestWatcherRotation(t *testing.T) {
 		t.Fatalf("state after the rotation: %+v %v", st, err)
 	}
 }
+
+// TestNoChoicePaths: a name the DNS does not know, and a set where nobody
+// answers, both end in no choice; the dialer then dials the name and
+// fails exactly as it would without edgefleet.
+func TestNoChoicePaths(t *testing.T) {
+	f := newFleet(t, kindRefused, kindRefused)
+	cfg := f.config(t)
+
+	unknown := cfg
+	unknown.Name = "nowhere.edgefleet.test"
+	d := f.dialer(unknown)
+	if r := d.Rank(context.Background()); r.Chosen != "" || !strings.Contains(r.NoChoice, "resolve nowhere.edgefleet.test") {
+		t.Fatalf("unknown name: %+v", r)
+	}
+	if _, err := d.DialContext(context.Background()); err == nil || !strings.Contains(err.Error(), "no such host") {
+		t.Fatalf("dial of an unknown name: %v, want the resolver's no such host", err)
+	}
+
+	d = f.dialer(cfg)
+	r := d.Rank(context.Background())
+	if r.Chosen != "" || r.NoChoice != "no address answered the probe" || len(r.Ranking) != 2 {
+		t.Fatalf("nobody answers: %+v", r)
+	}
+	if st, err := probe.LoadState(cfg.State); err != nil || st.Chosen != "" || len(st.Ranking) != 2 {
+		t.Fatalf("the state of a set nobody answered: %+v %v", st, err)
+	}
+	if _, err := d.DialContext(context.Background()); err == nil || !strings.Contains(err.Error(), "dial "+cfg.Name) {
+		t.Fatalf("dial with nobody answering: %v, want the name's own dial error", err)
+	}
+}

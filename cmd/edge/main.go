@@ -99,6 +99,10 @@ func main() {
 // run serves until a signal stops it; reload re-reads the configuration
 // for SIGHUP. Startup failures exit with one line.
 func run(cfg edgeFile, reload func() (edgeFile, error)) {
+	// Signals are ours before anything listens: a SIGHUP that comes as
+	// soon as a port answers must not end the process.
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	logw := cli.NewLogWriter(os.Stderr)
 	log := cli.Logger(cfg.Log, logw)
 	fatal := func(err error) { logw.Close(); cli.Fatal("edge", err) }
@@ -142,8 +146,6 @@ func run(cfg edgeFile, reload func() (edgeFile, error)) {
 			"proxy_protocol", cfg.ProxyProtocol, "source", cfg.Source, "metrics", cfg.Metrics)
 	}
 
-	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	failed := false
 wait:
 	for {

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"flag"
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -86,37 +85,15 @@ func TestBadBackendIsConfigError(t *testing.T) {
 // (regenerate with -update). `origin.ports: [true]` used to plan rules for
 // port 1 and leave the real port open (issue 8 item 10).
 func TestInvalidInventories(t *testing.T) {
-	files, err := filepath.Glob("testdata/invalid-*.yml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no testdata/invalid-*.yml: %v", err)
-	}
-	var got strings.Builder
-	for _, f := range files {
+	testbed.InvalidConfigs(t, *update, func(path string) error {
 		cmd := newRoot()
-		cmd.ParseFlags([]string{"--config", f})
+		cmd.ParseFlags([]string{"--config", path})
 		inv, _, err := loadFleet(cmd)
 		if err == nil {
 			err = inv.Validate()
 		}
-		if err == nil {
-			t.Errorf("%s: loaded and validated without an error", f)
-			continue
-		}
-		fmt.Fprintf(&got, "%s: %s\n", filepath.Base(f), strings.ReplaceAll(err.Error(), "\n", "; "))
-	}
-	golden := filepath.Join("testdata", "invalid.golden")
-	if *update {
-		if err := os.WriteFile(golden, []byte(got.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.String() != string(want) {
-		t.Fatalf("errors differ from %s:\n got:\n%s\nwant:\n%s", golden, got.String(), want)
-	}
+		return err
+	})
 }
 
 var update = flag.Bool("update", false, "rewrite testdata/invalid.golden")

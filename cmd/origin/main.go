@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 )
 
@@ -47,6 +48,20 @@ func defaults() originFile {
 	}
 }
 
+// load reads the configuration (file, environment, flags) and checks what
+// can be checked without reading other files; the core's section is checked
+// by buildCore, still before anything listens.
+func load(fs *pflag.FlagSet, path string) (originFile, error) {
+	cfg := defaults()
+	if err := cli.Load(fs, path, &cfg); err != nil {
+		return cfg, err
+	}
+	if err := cfg.Log.Validate(); err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.Front.Validate()
+}
+
 func main() {
 	root := cli.Root("origin", "the origin: PROXY-sniffing front and LDAP routing core")
 	root.Flags().String("peers-api", "", "address of the peers API (overrides peers_api)")
@@ -56,21 +71,12 @@ func main() {
 			cli.Fatal("origin", fmt.Errorf("unexpected argument %q", args[0]))
 		}
 		path, _ := cmd.Flags().GetString("config")
-		load := func() (originFile, error) {
-			cfg := defaults()
-			if err := cli.Load(cmd.Flags(), path, &cfg); err != nil {
-				return cfg, err
-			}
-			if err := cfg.Log.Validate(); err != nil {
-				return cfg, err
-			}
-			return cfg, cfg.Front.Validate()
-		}
-		cfg, err := load()
+		reload := func() (originFile, error) { return load(cmd.Flags(), path) }
+		cfg, err := reload()
 		if err != nil {
 			cli.Fatal("origin", err)
 		}
-		return run(cfg, load)
+		return run(cfg, reload)
 	}
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "origin:", err)
@@ -82,6 +88,10 @@ func main() {
 // signal has stopped them; reload re-reads the configuration for SIGHUP.
 // Startup failures exit with one line.
 func run(cfg originFile, reload func() (originFile, error)) error {
+	// Signals are ours before anything listens: a SIGHUP that comes as
+	// soon as a port answers must not end the process.
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	logw := cli.NewLogWriter(os.Stderr)
 	defer logw.Close()
 	log := cli.Logger(cfg.Log, logw)
@@ -175,8 +185,6 @@ func run(cfg originFile, reload func() (originFile, error)) error {
 		stopCore = serveCore(cfg.Core, srv, coreLn, peers, log, serveErr)
 	}
 
-	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	var failed error
 wait:
 	for {

@@ -39,7 +39,7 @@ func TestDocExample(t *testing.T) {
 	}
 	if cfg.Name != "ldap.example.com" || cfg.Port != 636 || cfg.State != "/var/lib/agent/edges.json" || cfg.Budget != 2*time.Second ||
 		cfg.Interval != 5*time.Minute || cfg.Stale != time.Hour || cfg.Streak != 2 || cfg.MinGain != 20*time.Millisecond ||
-		cfg.MinGainRatio != 0.25 || conf.ServerName != "ldap.example.com" || len(conf.Certificates) != 1 || cfg.Log.Format != "json" {
+		cfg.MinGainRatio != 0.25 || conf.ServerName != "ldap.example.com" || len(conf.Certificates) != 1 || cfg.MonitorInterval != 30*time.Second || cfg.Log.Format != "json" {
 		t.Errorf("the example loads as %+v", cfg)
 	}
 }

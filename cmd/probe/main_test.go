@@ -182,6 +182,7 @@ func TestBadConfiguration(t *testing.T) {
 		{[]string{"rank", "--name", "n", "--cert", "a.pem"}, "give both cert and key"},
 		{[]string{"watch", "--name", "n", "--interval", "-1s"}, "interval: -1s must be positive"},
 		{[]string{"monitor", "--name", "n", "--metrics", "9104"}, `metrics: "9104" is not host:port`},
+		{[]string{"monitor", "--config", testbed.WriteFile(t, dir, "mon.yaml", "name: n\nmonitor_interval: 0s\n")}, "monitor_interval: 0s must be positive"},
 		{[]string{"rank", "--config", cfgFile}, `unknown key "budgit"`},
 		{[]string{}, "a command is required"},
 	} {
