@@ -242,7 +242,18 @@ search_cmd() {
 		ldapsearch -H "ldaps://$1" -o "ldif_wrap=no" -x -D "uid=alice,ou=people,$SUFFIX" -w alice-pw
 		-b "ou=people,$SUFFIX" -LLL "(uid=bob)" cn)
 }
-core_lines() { grep 'msg="ldap op"' "$DIR/origin.log" | grep -E 'op=(bind|search)'; }
+core_lines() { grep 'msg="ldap op"' "$DIR/origin.log" | grep -E 'op=(bind|search)' || true; }
+# wait_core N: until the core has logged more than N bind/search lines (its
+# log lines reach the file within 100 ms; allow for a busy machine).
+wait_core() {
+	for _ in $(seq 1 50); do
+		[ "$(core_lines | wc -l)" -gt "$1" ] && return 0
+		sleep 0.1
+	done
+	echo "demo: no new core log line" >&2
+	cat "$DIR/origin.log" >&2
+	exit 1
+}
 
 say "the agent ($AGENT) binds and searches through $BEST (LDAPS with the agent certificate)"
 search_cmd "$BEST"
@@ -252,8 +263,8 @@ t0=$(now_ms)
 echo "bind + search took $(($(now_ms) - t0)) ms (ldapsearch, TLS handshake included)"
 
 say "the core's log lines for it: claimed = the agent, measured = the edge that carried the bytes"
-sleep 0.3
-core_lines || { echo "demo: no core log line" >&2; cat origin.log; exit 1; }
+wait_core 1
+core_lines
 LINE=$(core_lines | tail -1)
 CLAIMED=$(sed -n 's/.* claimed=\([^ ]*\).*/\1/p' <<<"$LINE")
 MEASURED=$(sed -n 's/.* measured=\([^ ]*\).*/\1/p' <<<"$LINE")
@@ -286,8 +297,9 @@ echo "the agent's choice now: $NEXT (was $BEST)"
 
 say "the agent's next bind + search goes through $NEXT"
 search_cmd "$NEXT"
+BEFORE=$(core_lines | wc -l)
 "${SEARCH[@]}"
-sleep 0.3
+wait_core $((BEFORE + 1))
 LINE=$(core_lines | tail -1)
 echo "$LINE"
 echo "measured is now $(sed -n 's/.* measured=\([^ ]*\).*/\1/p' <<<"$LINE") (was $MEASURED): the agent moved"
