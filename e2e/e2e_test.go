@@ -42,14 +42,14 @@ const (
 // namespace; our edge binaries, each dialing the origin from its own
 // address; BIND 9 publishing the name; an agent in its own namespace with
 // a probe.Dialer and a probe.Watcher keeping one LDAP session and issuing
-// a read and a write in turn. While it runs the agent's edge is rotated
+// a read and a write in turn. While it runs, the agent's edge is rotated
 // out (fleet rotate) and the directory in use is killed with an operation
-// in flight. Then: no read
-// failed; no write is in two directories; every write that succeeded is
-// in one; the agent ended on the better of the two edges left; every
-// operation's core line has claimed (the agent) and measured (an edge);
-// the firewall lets the new edge in and the rotated one and the agent
-// out. Every wait is bounded; the whole test takes about 30 s.
+// in flight. Then: no read failed; no write is in two directories; every
+// write that succeeded is in one; the agent ended on the better of the two
+// edges left; every operation's core line has claimed (the agent) and
+// measured (an edge); the firewall lets the new edge in and keeps the
+// rotated one and the agent out. Every wait is bounded; the test takes
+// about 15 s.
 func TestEndToEnd(t *testing.T) {
 	testbed.NeedRoot(t)
 	testbed.Need(t, "ip", "iptables", "ip6tables", "slapd", "slapadd", "named")
