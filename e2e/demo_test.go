@@ -46,7 +46,7 @@ func TestDemo(t *testing.T) {
 
 	// The ranking: two edges answer; the black hole (edge-c, 127.0.0.4)
 	// is last, failed within the budget.
-	table := between(t, story, "== the agent ranks the edges", "ranking took")
+	table := between(t, story, "== the agent (127.0.0.10) ranks the edges", "ranking took")
 	var rows []string
 	for _, l := range strings.Split(table, "\n") {
 		if strings.Contains(l, ":"+edgePort+" ") {

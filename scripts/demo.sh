@@ -222,10 +222,10 @@ echo "DNS still lists it, as it would until an operator notices"
 kill -STOP "${EDGE_PID[edge-c]}"
 
 PROBE=("$BIN/probe" --name "$NAME" --port "$EDGE_PORT" --dns "$DNS" --ca ca.pem --cert agent.pem --key agent.key
-	--state agent-edges.json --budget 2s)
-say "the agent ranks the edges: probe rank (every address in parallel, each within a 2s budget)"
-printf '$ probe rank --name %s --port %s --dns %s --ca ca.pem --cert agent.pem --key agent.key --state agent-edges.json\n' \
-	"$NAME" "$EDGE_PORT" "$DNS"
+	--state agent-edges.json --budget 2s --source "$AGENT")
+say "the agent ($AGENT) ranks the edges: probe rank (every address in parallel, each within a 2s budget)"
+printf '$ probe rank --name %s --port %s --dns %s --ca ca.pem --cert agent.pem --key agent.key --state agent-edges.json --source %s\n' \
+	"$NAME" "$EDGE_PORT" "$DNS" "$AGENT"
 t0=$(now_ms)
 "${PROBE[@]}" rank --format table 2>>probe.log
 echo "ranking took $(($(now_ms) - t0)) ms: one budget at most, however many black holes"
