@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -148,18 +149,32 @@ func repoRoot(t *testing.T) string {
 	return dir
 }
 
-// buildBinaries builds the four binaries into a temp dir, as make build
-// does into bin/.
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// buildBinaries builds the four binaries once per test run into a temp
+// dir, as make build does into bin/ (TestMain removes it).
 func buildBinaries(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/edge", "./cmd/origin", "./cmd/probe", "./cmd/fleet")
-	cmd.Dir = repoRoot(t)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	root := repoRoot(t)
+	buildOnce.Do(func() {
+		if binDir, buildErr = os.MkdirTemp("", "edgefleet-e2e-bin-"); buildErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", binDir+"/", "./cmd/edge", "./cmd/origin", "./cmd/probe", "./cmd/fleet")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
 	}
-	return dir
+	return binDir
 }
 
 // demoPortBase finds a base whose ports the demo uses are free: BASE+1 …
