@@ -109,8 +109,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 }
 
 // Listen opens the UDP and TCP sockets of addr (the TCP one on the port
-// the UDP one got, for a port 0: another port when that one is taken in
-// TCP, as it may be on a busy machine).
+// the UDP one got, for a port 0).
 func Listen(addr string) (net.PacketConn, net.Listener, error) {
 	_, port, _ := net.SplitHostPort(addr)
 	for try := 0; ; try++ {
@@ -123,6 +122,7 @@ func Listen(addr string) (net.PacketConn, net.Listener, error) {
 			return pc, ln, nil
 		}
 		pc.Close()
+		// A port the kernel chose for UDP may be taken for TCP: choose again.
 		if port != "0" || try == 20 {
 			return nil, nil, fmt.Errorf("dns serve: %w", err)
 		}
