@@ -24,12 +24,14 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/edgefleet/edgefleet/bench/internal/benchkit"
@@ -46,6 +48,10 @@ func main() {
 	clients := flag.String("c", "1,16,64", "comma-separated numbers of concurrent clients")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (core included) to this file")
 	out := flag.String("out", "bench/results/core.md", "also write the table here (empty: stdout only)")
+	serve := flag.Bool("serve", false, "only start a slapd and the core (forwardto(L1,L2)), print their addresses and the pid, and serve until interrupted: for strace -p or perf stat -p on the core alone")
+	load := flag.String("load", "", "only run the clients against this address (-c clients, -w workload) for -n operations in all, and print ops/s")
+	workload := flag.String("w", "search", "with -load: search or bind+search")
+	nOps := flag.Int64("n", 10000, "with -load: operations in all")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -55,6 +61,20 @@ func main() {
 		}
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
+	}
+	switch {
+	case *serve:
+		if err := serveOnly(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench/core:", err)
+			os.Exit(1)
+		}
+		return
+	case *load != "":
+		if err := loadOnly(*load, *workload, *clients, *nOps); err != nil {
+			fmt.Fprintln(os.Stderr, "bench/core:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	var w io.Writer = os.Stdout
 	var buf bytes.Buffer
@@ -164,6 +184,59 @@ func run(w io.Writer, dur time.Duration, rounds int, clientList string) error {
 	return nil
 }
 
+// serveOnly runs the core's side of the benchmark in this process alone:
+// its syscalls and CPU time per operation are then its own (the slapds
+// are child processes, which strace -p and /proc/<pid>/stat leave out).
+func serveOnly() error {
+	dir, err := os.MkdirTemp("", "bench-core-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	var slapds []*testbed.Slapd
+	defer func() {
+		for _, s := range slapds {
+			s.Close()
+		}
+	}()
+	for _, name := range []string{"ldap1", "ldap2"} {
+		if err := os.Mkdir(dir+"/"+name, 0o700); err != nil {
+			return err
+		}
+		s, err := testbed.NewSlapd(dir+"/"+name, testbed.SlapdConfig{})
+		if err != nil {
+			return err
+		}
+		slapds = append(slapds, s)
+	}
+	addr, stop, err := startCore(oneServer(slapds[0].Addr, slapds[1].Addr))
+	if err != nil {
+		return err
+	}
+	defer stop()
+	fmt.Printf("core %s direct %s pid %d\n", addr, slapds[0].Addr, os.Getpid())
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	<-sig
+	return nil
+}
+
+// loadOnly runs the clients of -c (the first number) against addr until
+// n operations are done in all.
+func loadOnly(addr, workload, clients string, n int64) error {
+	c, err := strconv.Atoi(strings.Split(clients, ",")[0])
+	if err != nil || c < 1 {
+		return fmt.Errorf("-c: %q is not a positive number", clients)
+	}
+	var ops atomic.Int64
+	ops.Store(-n) // clients stop once it reaches 0
+	start := time.Now()
+	_, err = runClients(addr, workload, c, time.Now().Add(time.Hour), &ops)
+	done := n + ops.Load() // a client may finish one past n
+	fmt.Printf("%s %s %d clients: %d operations, %.0f ops/s\n", addr, workload, c, done, float64(done)/time.Since(start).Seconds())
+	return err
+}
+
 // servers renders LdapServer objects L1, L2, … for the addresses.
 func servers(addrs ...string) string {
 	var b strings.Builder
@@ -216,15 +289,22 @@ func startCore(src string) (string, func(), error) {
 // measure runs n clients doing the workload for d and returns ops/s.
 func measure(addr, workload string, n int, d time.Duration) (float64, error) {
 	var ops atomic.Int64
+	ops.Store(-1 << 62)
+	return runClients(addr, workload, n, time.Now().Add(d), &ops)
+}
+
+// runClients runs n clients until the deadline or until ops, which
+// counts operations from where it stands, reaches 0; it returns ops/s.
+func runClients(addr, workload string, n int, deadline time.Time, ops *atomic.Int64) (float64, error) {
+	from := ops.Load()
 	var firstErr error
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	deadline := time.Now().Add(d)
 	for range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := client(addr, workload, deadline, &ops); err != nil {
+			if err := client(addr, workload, deadline, ops); err != nil {
 				mu.Lock()
 				if firstErr == nil {
 					firstErr = err
@@ -235,7 +315,7 @@ func measure(addr, workload string, n int, d time.Duration) (float64, error) {
 	}
 	start := time.Now()
 	wg.Wait()
-	return float64(ops.Load()) / time.Since(start).Seconds(), firstErr
+	return float64(ops.Load()-from) / time.Since(start).Seconds(), firstErr
 }
 
 var (
@@ -285,7 +365,7 @@ func client(addr, workload string, deadline time.Time, ops *atomic.Int64) error 
 			return err
 		}
 	}
-	for time.Now().Before(deadline) {
+	for ops.Load() < 0 && time.Now().Before(deadline) {
 		if workload == "bind+search" {
 			if err := bind(); err != nil {
 				return err

@@ -21,6 +21,13 @@ type atv struct{ typ, val string } // val decoded, lower-cased
 // lower-casing made it valid, e.g. a Kelvin sign turning into 'k': then it
 // is that DN's canonical form). NormalizeDN(NormalizeDN(x)) == NormalizeDN(x).
 func NormalizeDN(dn string) string {
+	if canonical(dn) {
+		return dn // the common case on the core's hot path: no allocation
+	}
+	return normalizeDN(dn)
+}
+
+func normalizeDN(dn string) string {
 	rdns, err := parseDN(dn)
 	if err != nil {
 		low := strings.ToLower(strings.TrimSpace(dn))
@@ -29,6 +36,42 @@ func NormalizeDN(dn string) string {
 		}
 	}
 	return formatDN(rdns)
+}
+
+// canonical reports whether dn is already in the form normalizeDN
+// returns, by a test that errs on the side of no: RDNs of one value, each
+// a lower-case descriptor that is not an alias (typeNames) and a non-empty
+// value of lower-case letters, digits and "-._@", joined by ','. Most DNs
+// that clients send (and every ss.norm the core keeps) pass.
+func canonical(dn string) bool {
+	if dn == "" {
+		return true
+	}
+	for i := 0; ; i++ {
+		start := i
+		for i < len(dn) && (dn[i] >= 'a' && dn[i] <= 'z' || i > start && (dn[i] >= '0' && dn[i] <= '9' || dn[i] == '-')) {
+			i++
+		}
+		if i == start || i == len(dn) || dn[i] != '=' {
+			return false
+		}
+		if _, alias := typeNames[dn[start:i]]; alias {
+			return false
+		}
+		i++
+		start = i
+		for i < len(dn) && (dn[i] >= 'a' && dn[i] <= 'z' || dn[i] >= '0' && dn[i] <= '9' || strings.IndexByte("-._@", dn[i]) >= 0) {
+			i++
+		}
+		switch {
+		case i == start:
+			return false
+		case i == len(dn):
+			return true
+		case dn[i] != ',':
+			return false
+		}
+	}
 }
 
 // parseDN parses an RFC 4514 string (';' accepted as ',' as in RFC 1779).
