@@ -377,8 +377,12 @@ func (ss *session) bound(o *op, b *backend, code int) {
 		b.gen = 0
 	}
 	// Idle connections with the old identity are of no further use.
+	stale := func(c *backend) bool { return c != b && !c.closed && !ss.fits(c) && !ss.busy(c) }
+	if !slices.ContainsFunc(ss.conns, stale) {
+		return // the common case: no copy of the list
+	}
 	for _, c := range slices.Clone(ss.conns) {
-		if c != b && !c.closed && !ss.fits(c) && !ss.busy(c) {
+		if stale(c) {
 			ss.closeBackend(c)
 		}
 	}

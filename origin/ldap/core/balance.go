@@ -72,9 +72,9 @@ func (ss *session) sameIdentity(prev []byte, prevGen uint64) {
 	if prev == nil || !ss.credOK {
 		return
 	}
-	a, errA := wire.WithID(prev, 0)
-	b, errB := wire.WithID(ss.cred, 0)
-	if errA != nil || errB != nil || !bytes.Equal(a, b) {
+	a, okA := afterID(prev)
+	b, okB := afterID(ss.cred)
+	if !okA || !okB || !bytes.Equal(a, b) {
 		return
 	}
 	for _, c := range ss.conns {
@@ -82,6 +82,20 @@ func (ss *session) sameIdentity(prev []byte, prevGen uint64) {
 			c.gen = ss.gen
 		}
 	}
+}
+
+// afterID is what follows the message id in an LDAPMessage (protocolOp
+// and controls): two requests that differ only by their ids have the same.
+func afterID(raw []byte) ([]byte, bool) {
+	outer, err := readTLV(raw, 0)
+	if err != nil || outer.tag != 0x30 {
+		return nil, false
+	}
+	id, err := readTLV(raw, outer.vstart)
+	if err != nil || id.end > outer.end {
+		return nil, false
+	}
+	return raw[id.end:outer.end], true
 }
 
 // pend records o as pending on b. A client that reuses the id of an

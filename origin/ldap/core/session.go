@@ -31,7 +31,11 @@ type session struct {
 	agent  string
 	client net.Conn
 	raw    net.Conn     // the accepted connection, under TLS when client is TLS
-	rd     *wire.Reader // the client's; used by the client reader only (and by StartTLS, which it runs)
+	rd     *wire.Reader // the client's, over a clientReader; used by the client reader only (and by StartTLS, which it runs)
+	// inPDU is set while the client reader is inside a PDU (in Next),
+	// armed once clientReader has set the PDU deadline; the client
+	// reader's own.
+	inPDU, armed bool
 	max    atomic.Int64 // the client's PDU cap
 	done   chan struct{}
 	resume chan net.Conn // wakes the client reader after StartTLS
@@ -111,7 +115,7 @@ func (ss *session) run() {
 		ss.client.Close()
 		return
 	}
-	ss.w = bufio.NewWriterSize(clientWriter{ss.client, orDefault(ss.srv.cfg.WriteTimeout)}, 16<<10)
+	ss.w = bufio.NewWriterSize(&clientWriter{c: ss.client, d: orDefault(ss.srv.cfg.WriteTimeout)}, 16<<10)
 	ss.readClient()
 	ss.mu.Lock()
 	ss.ended = true
@@ -134,15 +138,24 @@ const (
 // clientWriter bounds every write to the client by WriteTimeout, per
 // 64 KiB: a client that stops reading is disconnected (the write fails
 // and the session ends), one that reads slowly is not.
+//
+// The deadline is moved only once a 64th of WriteTimeout has passed since
+// it was set: every write still gets at least 63/64 of it, and a busy
+// connection changes its deadline a few times per WriteTimeout instead of
+// once per response.
 type clientWriter struct {
-	c net.Conn
-	d time.Duration
+	c     net.Conn
+	d     time.Duration
+	until time.Time // the write deadline in force
 }
 
-func (w clientWriter) Write(p []byte) (int, error) {
+func (w *clientWriter) Write(p []byte) (int, error) {
 	n := 0
 	for n < len(p) {
-		w.c.SetWriteDeadline(time.Now().Add(w.d))
+		if now := time.Now(); w.until.Sub(now) < w.d-w.d/64 {
+			w.until = now.Add(w.d)
+			w.c.SetWriteDeadline(w.until)
+		}
 		k, err := w.c.Write(p[n:min(len(p), n+64<<10)])
 		n += k
 		if err != nil {
@@ -150,6 +163,23 @@ func (w clientWriter) Write(p []byte) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// clientReader is the stream under the client's wire.Reader. Inside a
+// PDU, the first read that has to wait for more bytes sets the PDU
+// deadline (readClient clears it): a PDU that arrived whole, as most do,
+// costs no deadline.
+type clientReader struct {
+	r  io.Reader
+	ss *session
+}
+
+func (c clientReader) Read(p []byte) (int, error) {
+	if ss := c.ss; ss.inPDU && !ss.armed {
+		ss.armed = true
+		ss.raw.SetReadDeadline(time.Now().Add(orDefault(ss.srv.cfg.PDUTimeout)))
+	}
+	return c.r.Read(p)
 }
 
 // shutWrite ends the writing side of the client connection; the client
@@ -211,17 +241,21 @@ func (ss *session) settle(flush ...bool) {
 // it was framed with is framed again with the current one (the Reader
 // consumes nothing when it refuses a length).
 func (ss *session) readClient() {
-	pduTimeout := orDefault(ss.srv.cfg.PDUTimeout)
 	for {
 		limit := ss.max.Load()
 		ss.rd.SetMax(int(limit))
-		// Idle is fine; a PDU once started must complete in pduTimeout.
+		// Idle is fine; a PDU once started must complete in PDUTimeout
+		// (clientReader arms it when Next has to wait for more).
 		err := ss.rd.Await()
 		var raw []byte
 		if err == nil {
-			ss.raw.SetReadDeadline(time.Now().Add(pduTimeout))
+			ss.inPDU = true
 			raw, err = ss.rd.Next()
-			ss.raw.SetReadDeadline(time.Time{})
+			ss.inPDU = false
+			if ss.armed {
+				ss.armed = false
+				ss.raw.SetReadDeadline(time.Time{})
+			}
 		}
 		if errors.Is(err, wire.ErrTooLarge) && ss.max.Load() > limit {
 			continue
@@ -230,8 +264,7 @@ func (ss *session) readClient() {
 		if err == nil {
 			m, err = wire.Parse(bytes.Clone(raw))
 		}
-		var pe *wire.ProtocolError
-		if err != nil && !errors.As(err, &pe) {
+		if err != nil && !isProtocolError(err) {
 			ss.abort() // the client is gone: free a write that holds mu
 		}
 		ss.mu.Lock()
@@ -257,13 +290,21 @@ func (ss *session) readClient() {
 			select {
 			case c := <-ss.resume:
 				if c != nil {
-					ss.rd.Reset(c)
+					ss.rd.Reset(clientReader{c, ss})
 				}
 			case <-ss.done:
 				return
 			}
 		}
 	}
+}
+
+// isProtocolError reports whether err is a *wire.ProtocolError. Its own
+// function, so that the error value errors.As fills is allocated only on
+// an error path.
+func isProtocolError(err error) bool {
+	var pe *wire.ProtocolError
+	return errors.As(err, &pe)
 }
 
 func (ss *session) onClientEnd(err error) {
@@ -286,7 +327,7 @@ func (ss *session) onClient(m *wire.Message) {
 	o := &op{m: m, name: wire.OpName(m.Op), start: ss.srv.now(), seq: ss.seq}
 	if m.Op == wire.TagSearchRequest {
 		if _, p, ok := findPaged(m.Raw); ok {
-			o.paged = &p
+			o.paged = new(p) // not &p: that would allocate for every search
 		}
 	}
 	if o.name == "" {

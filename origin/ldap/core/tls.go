@@ -69,7 +69,7 @@ func (s *Server) agentOf(st tls.ConnectionState) string {
 // 0x16, an LDAPMessage 0x30) and completes the TLS handshake.
 func (ss *session) accept() bool {
 	if ss.srv.tlsCfg == nil {
-		ss.rd = wire.NewReader(ss.client)
+		ss.rd = wire.NewReader(clientReader{ss.client, ss})
 		return true
 	}
 	// A client that connects and sends nothing must not hold its
@@ -82,14 +82,14 @@ func (ss *session) accept() bool {
 		return false // a connection that closes without a byte (a health check), or a silent one
 	}
 	if first[0] != 0x16 {
-		ss.rd = wire.NewReader(io.MultiReader(bytes.NewReader(first[:]), ss.client))
+		ss.rd = wire.NewReader(clientReader{io.MultiReader(bytes.NewReader(first[:]), ss.client), ss})
 		return true
 	}
 	tc := tls.Server(&prefixConn{Conn: ss.client, pre: first[:]}, ss.srv.tlsCfg)
 	if !ss.handshake(tc) {
 		return false
 	}
-	ss.rd = wire.NewReader(tc)
+	ss.rd = wire.NewReader(clientReader{tc, ss})
 	return true
 }
 
@@ -131,7 +131,7 @@ func (ss *session) startTLS(o *op) {
 		ss.ended = true
 		return
 	}
-	ss.w.Reset(clientWriter{ss.client, orDefault(ss.srv.cfg.WriteTimeout)})
+	ss.w.Reset(&clientWriter{c: ss.client, d: orDefault(ss.srv.cfg.WriteTimeout)})
 	ss.log(o, "", wire.ResultName(wire.ResultSuccess))
 	ss.wake(ss.client)
 }

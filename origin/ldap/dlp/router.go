@@ -2,6 +2,7 @@ package dlp
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 )
 
@@ -61,8 +62,8 @@ func (r *Router) SelectUser(c *Ctx) (*Selection, error) {
 // matching OperationRouting rule; false when none matches (the
 // connection's user target applies).
 func (r *Router) SelectOperation(c *Ctx) (*Selection, bool) {
-	if r.p == nil {
-		return nil, false
+	if r.p == nil || !slices.ContainsFunc(r.p.Rules, func(rule *Rule) bool { return rule.Type == OperationRouting }) {
+		return nil, false // most proxies have none: no normalising, no allocation per operation
 	}
 	cc := normalized(c)
 	if rule := r.match(OperationRouting, &cc); rule != nil {
