@@ -36,9 +36,9 @@ type session struct {
 	// armed once clientReader has set the PDU deadline; the client
 	// reader's own.
 	inPDU, armed bool
-	max    atomic.Int64 // the client's PDU cap
-	done   chan struct{}
-	resume chan net.Conn // wakes the client reader after StartTLS
+	max          atomic.Int64 // the client's PDU cap
+	done         chan struct{}
+	resume       chan net.Conn // wakes the client reader after StartTLS
 
 	mu     sync.Mutex
 	w      *bufio.Writer // to the client
