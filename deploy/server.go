@@ -177,15 +177,45 @@ func (s *Server) serial() uint32 {
 // ServeDNS answers one message.
 func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	m := new(dns.Msg)
-	switch r.Opcode {
-	case dns.OpcodeQuery:
+	opt := r.IsEdns0()
+	switch {
+	case opt != nil && opt.Version() != 0:
+		m.SetRcode(r, dns.RcodeBadVers) // RFC 6891 6.1.3: only EDNS version 0
+	case r.Opcode == dns.OpcodeQuery:
 		m = s.query(r)
-	case dns.OpcodeUpdate:
+	case r.Opcode == dns.OpcodeUpdate:
 		m = s.update(w, r)
 	default:
 		m.SetRcode(r, dns.RcodeNotImplemented)
 	}
+	fit(m, opt, w.LocalAddr().Network() == "udp")
 	w.WriteMsg(m)
+}
+
+// maxUDPSize is the largest UDP answer (the DNS flag day 2020 size, no IP
+// fragmentation), advertised in the OPT record of every EDNS answer.
+const maxUDPSize = 1232
+
+// fit makes m an answer a client can read: an EDNS query gets an OPT
+// record back (before the TSIG, which stays last); over UDP m is cut to
+// 512 bytes, or to the client's EDNS size up to maxUDPSize, with the TC bit
+// set when records had to go, so the client asks again over TCP.
+func fit(m *dns.Msg, opt *dns.OPT, udp bool) {
+	m.Compress = true // 33 bytes an A record uncompressed, 16 compressed
+	size := dns.MinMsgSize
+	if opt != nil {
+		size = int(min(max(opt.UDPSize(), dns.MinMsgSize), maxUDPSize))
+		o := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
+		o.SetUDPSize(maxUDPSize) // Pack puts an extended rcode (BADVERS) in it
+		at := len(m.Extra)
+		if m.IsTsig() != nil {
+			at--
+		}
+		m.Extra = slices.Insert(m.Extra, at, dns.RR(o))
+	}
+	if udp {
+		m.Truncate(size) // an answer with a TSIG (to an UPDATE) is small and kept whole
+	}
 }
 
 func (s *Server) query(r *dns.Msg) *dns.Msg {
@@ -204,8 +234,10 @@ func (s *Server) query(r *dns.Msg) *dns.Msg {
 	z := s.zone
 	switch {
 	case q.Qtype == dns.TypeANY:
-		for _, set := range z.rrs[name] {
-			m.Answer = append(m.Answer, copyRRs(set)...)
+		// RFC 8482: a minimal answer, one synthesized HINFO, so ANY is no
+		// amplifier (the query's source is spoofable over UDP).
+		if z.exists(name) {
+			m.Answer = []dns.RR{&dns.HINFO{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeHINFO, Class: dns.ClassINET, Ttl: z.SOA().Minttl}, Cpu: "RFC8482"}}
 		}
 	default:
 		m.Answer = copyRRs(z.get(name, q.Qtype))
