@@ -24,8 +24,8 @@ type ServerConfig struct {
 	// KeyName, Algorithm and Secret (base64): the TSIG key updates must be
 	// signed with.
 	KeyName, Algorithm, Secret string
-	// Names the key may update (the inventory's name); any other name, and
-	// SOA or NS records, are REFUSED.
+	// Names the key may update (the inventory's name), their A and AAAA
+	// records only; any other name or type is REFUSED.
 	Names []string
 	Log   *slog.Logger
 }
@@ -312,8 +312,16 @@ func (s *Server) update(w dns.ResponseWriter, r *dns.Msg) *dns.Msg {
 	if bytes.Equal(z.Marshal(), s.zone.Marshal()) {
 		return m // nothing changed (a no-op delete): no new serial
 	}
+	if n := z.count(); n > maxZoneRecords {
+		return refuse(dns.RcodeRefused, fmt.Sprintf("the zone would hold %d records, more than %d", n, maxZoneRecords))
+	}
 	z.SOA().Serial++
-	if err := WriteFileAtomic(s.cfg.ZoneFile, z.Marshal(), 0o644); err != nil {
+	// Never write a file the next start would refuse: it must read back.
+	text := z.Marshal()
+	if _, err := ParseZone(text, s.cfg.Zone); err != nil {
+		return refuse(dns.RcodeRefused, "the zone would not read back: "+err.Error())
+	}
+	if err := WriteFileAtomic(s.cfg.ZoneFile, text, 0o644); err != nil {
 		return refuse(dns.RcodeServerFailure, err.Error())
 	}
 	s.zone = z
@@ -379,28 +387,22 @@ func (s *Server) apply(z *Zone, rr dns.RR) (int, string) {
 	if !slices.Contains(s.cfg.Names, name) {
 		return dns.RcodeRefused, "the key may not update " + name
 	}
-	if h.Rrtype == dns.TypeSOA || h.Rrtype == dns.TypeNS {
-		return dns.RcodeRefused, "SOA and NS records are not updatable"
+	// Only the A and AAAA RRsets of the names: no CNAME beside them, no
+	// "delete every RRset" that would take the operator's TXT too.
+	if h.Rrtype != dns.TypeA && h.Rrtype != dns.TypeAAAA {
+		return dns.RcodeRefused, "only A and AAAA records are updatable, not " + dns.Type(h.Rrtype).String()
 	}
 	switch h.Class {
 	case dns.ClassINET:
-		if h.Rdlength == 0 || h.Rrtype == dns.TypeANY {
+		if h.Rdlength == 0 {
 			return dns.RcodeFormatError, "add without data"
 		}
 		c := dns.Copy(rr)
 		c.Header().Name = name
 		z.add(c)
 	case dns.ClassANY:
-		if h.Rrtype == dns.TypeANY {
-			for t := range z.rrs[name] {
-				if t != dns.TypeSOA && t != dns.TypeNS {
-					z.setRRset(name, t, nil)
-				}
-			}
-		} else {
-			if z.rrs[name] != nil {
-				z.setRRset(name, h.Rrtype, nil)
-			}
+		if z.rrs[name] != nil {
+			z.setRRset(name, h.Rrtype, nil)
 		}
 	case dns.ClassNONE:
 		c := dns.Copy(rr)
