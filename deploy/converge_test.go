@@ -453,5 +453,5 @@ func TestConvergeReaddressTwice(t *testing.T) {
 
 type firewallFunc func(edges []Edge) (bool, error)
 
-func (f firewallFunc) Allow(edges []Edge) (bool, error)        { return f(edges) }
+func (f firewallFunc) Allow(edges []Edge) (bool, error)      { return f(edges) }
 func (f firewallFunc) Allowed() (map[netip.Addr]bool, error) { return nil, nil }
