@@ -122,7 +122,7 @@ func Reconcile(cfg Config, st *State, live RRSet) {
 				old.IPv6 = ""
 			}
 			if old.IPv4 != "" || old.IPv6 != "" {
-				st.Edges[e.Name+".old"] = &old
+				st.Edges[oldName(st, e.Name)] = &old
 			}
 			s = nil
 		}
@@ -158,6 +158,18 @@ func Reconcile(cfg Config, st *State, live RRSet) {
 			s.State = StateDraining
 		}
 	}
+}
+
+// oldName is the state entry a re-addressed edge's old addresses drain
+// under: "<name>.old", or ".old2", ".old3"… while an earlier one still
+// drains (re-addressed again before its TTL and drain were over), so each
+// keeps its own wait.
+func oldName(st *State, name string) string {
+	key := name + ".old"
+	for i := 2; st.Edges[key] != nil; i++ {
+		key = fmt.Sprintf("%s.old%d", name, i)
+	}
+	return key
 }
 
 // Run converges: 1 firewall allows the new edges, 2 each new edge is

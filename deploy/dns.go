@@ -255,7 +255,9 @@ func (p *Publisher) exchange(ctx context.Context, m *dns.Msg, network string) (*
 	if dl, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(dl)
 	}
-	co := &dns.Conn{Conn: conn, TsigSecret: map[string]string{p.KeyName: p.Secret}}
+	// The whole datagram is read, whatever its size: an answer bigger than
+	// the EDNS size asked for is the server's error, not a reason to fail.
+	co := &dns.Conn{Conn: conn, TsigSecret: map[string]string{p.KeyName: p.Secret}, UDPSize: dns.MaxMsgSize}
 	if err := co.WriteMsg(m); err != nil {
 		return nil, err
 	}
@@ -274,6 +276,10 @@ func (p *Publisher) Read(ctx context.Context) (RRSet, error) {
 	for _, t := range []uint16{dns.TypeA, dns.TypeAAAA} {
 		m := new(dns.Msg).SetQuestion(p.Name, t)
 		m.RecursionDesired = false
+		// EDNS: a set of many edges comes whole over UDP, up to 1232
+		// bytes (~70 IPv4 edges); beyond, the server truncates (TC) and
+		// the set is read again over TCP.
+		m.SetEdns0(maxUDPSize, false)
 		r, err := p.exchange(ctx, m, "udp")
 		if err == nil && r.Truncated {
 			r, err = p.exchange(ctx, m, "tcp")

@@ -24,8 +24,8 @@ type ServerConfig struct {
 	// KeyName, Algorithm and Secret (base64): the TSIG key updates must be
 	// signed with.
 	KeyName, Algorithm, Secret string
-	// Names the key may update (the inventory's name); any other name, and
-	// SOA or NS records, are REFUSED.
+	// Names the key may update (the inventory's name), their A and AAAA
+	// records only; any other name or type is REFUSED.
 	Names []string
 	Log   *slog.Logger
 }
@@ -177,15 +177,45 @@ func (s *Server) serial() uint32 {
 // ServeDNS answers one message.
 func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	m := new(dns.Msg)
-	switch r.Opcode {
-	case dns.OpcodeQuery:
+	opt := r.IsEdns0()
+	switch {
+	case opt != nil && opt.Version() != 0:
+		m.SetRcode(r, dns.RcodeBadVers) // RFC 6891 6.1.3: only EDNS version 0
+	case r.Opcode == dns.OpcodeQuery:
 		m = s.query(r)
-	case dns.OpcodeUpdate:
+	case r.Opcode == dns.OpcodeUpdate:
 		m = s.update(w, r)
 	default:
 		m.SetRcode(r, dns.RcodeNotImplemented)
 	}
+	fit(m, opt, w.LocalAddr().Network() == "udp")
 	w.WriteMsg(m)
+}
+
+// maxUDPSize is the largest UDP answer (the DNS flag day 2020 size, no IP
+// fragmentation), advertised in the OPT record of every EDNS answer.
+const maxUDPSize = 1232
+
+// fit makes m an answer a client can read: an EDNS query gets an OPT
+// record back (before the TSIG, which stays last); over UDP m is cut to
+// 512 bytes, or to the client's EDNS size up to maxUDPSize, with the TC bit
+// set when records had to go, so the client asks again over TCP.
+func fit(m *dns.Msg, opt *dns.OPT, udp bool) {
+	m.Compress = true // 33 bytes an A record uncompressed, 16 compressed
+	size := dns.MinMsgSize
+	if opt != nil {
+		size = int(min(max(opt.UDPSize(), dns.MinMsgSize), maxUDPSize))
+		o := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
+		o.SetUDPSize(maxUDPSize) // Pack puts an extended rcode (BADVERS) in it
+		at := len(m.Extra)
+		if m.IsTsig() != nil {
+			at--
+		}
+		m.Extra = slices.Insert(m.Extra, at, dns.RR(o))
+	}
+	if udp {
+		m.Truncate(size) // an answer with a TSIG (to an UPDATE) is small and kept whole
+	}
 }
 
 func (s *Server) query(r *dns.Msg) *dns.Msg {
@@ -204,8 +234,10 @@ func (s *Server) query(r *dns.Msg) *dns.Msg {
 	z := s.zone
 	switch {
 	case q.Qtype == dns.TypeANY:
-		for _, set := range z.rrs[name] {
-			m.Answer = append(m.Answer, copyRRs(set)...)
+		// RFC 8482: a minimal answer, one synthesized HINFO, so ANY is no
+		// amplifier (the query's source is spoofable over UDP).
+		if z.exists(name) {
+			m.Answer = []dns.RR{&dns.HINFO{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeHINFO, Class: dns.ClassINET, Ttl: z.SOA().Minttl}, Cpu: "RFC8482"}}
 		}
 	default:
 		m.Answer = copyRRs(z.get(name, q.Qtype))
@@ -280,8 +312,16 @@ func (s *Server) update(w dns.ResponseWriter, r *dns.Msg) *dns.Msg {
 	if bytes.Equal(z.Marshal(), s.zone.Marshal()) {
 		return m // nothing changed (a no-op delete): no new serial
 	}
+	if n := z.count(); n > maxZoneRecords {
+		return refuse(dns.RcodeRefused, fmt.Sprintf("the zone would hold %d records, more than %d", n, maxZoneRecords))
+	}
 	z.SOA().Serial++
-	if err := WriteFileAtomic(s.cfg.ZoneFile, z.Marshal(), 0o644); err != nil {
+	// Never write a file the next start would refuse: it must read back.
+	text := z.Marshal()
+	if _, err := ParseZone(text, s.cfg.Zone); err != nil {
+		return refuse(dns.RcodeRefused, "the zone would not read back: "+err.Error())
+	}
+	if err := WriteFileAtomic(s.cfg.ZoneFile, text, 0o644); err != nil {
 		return refuse(dns.RcodeServerFailure, err.Error())
 	}
 	s.zone = z
@@ -347,28 +387,22 @@ func (s *Server) apply(z *Zone, rr dns.RR) (int, string) {
 	if !slices.Contains(s.cfg.Names, name) {
 		return dns.RcodeRefused, "the key may not update " + name
 	}
-	if h.Rrtype == dns.TypeSOA || h.Rrtype == dns.TypeNS {
-		return dns.RcodeRefused, "SOA and NS records are not updatable"
+	// Only the A and AAAA RRsets of the names: no CNAME beside them, no
+	// "delete every RRset" that would take the operator's TXT too.
+	if h.Rrtype != dns.TypeA && h.Rrtype != dns.TypeAAAA {
+		return dns.RcodeRefused, "only A and AAAA records are updatable, not " + dns.Type(h.Rrtype).String()
 	}
 	switch h.Class {
 	case dns.ClassINET:
-		if h.Rdlength == 0 || h.Rrtype == dns.TypeANY {
+		if h.Rdlength == 0 {
 			return dns.RcodeFormatError, "add without data"
 		}
 		c := dns.Copy(rr)
 		c.Header().Name = name
 		z.add(c)
 	case dns.ClassANY:
-		if h.Rrtype == dns.TypeANY {
-			for t := range z.rrs[name] {
-				if t != dns.TypeSOA && t != dns.TypeNS {
-					z.setRRset(name, t, nil)
-				}
-			}
-		} else {
-			if z.rrs[name] != nil {
-				z.setRRset(name, h.Rrtype, nil)
-			}
+		if z.rrs[name] != nil {
+			z.setRRset(name, h.Rrtype, nil)
 		}
 	case dns.ClassNONE:
 		c := dns.Copy(rr)
