@@ -77,7 +77,9 @@ func (f *exporterFixture) want(t *testing.T, name string, labels map[string]stri
 	}
 }
 
-func fam(f string) map[string]string { return map[string]string{"name": "ldap.example.test", "family": f} }
+func fam(f string) map[string]string {
+	return map[string]string{"name": "ldap.example.test", "family": f}
+}
 
 var nameOnly = map[string]string{"name": "ldap.example.test"}
 

@@ -7,7 +7,8 @@
 //
 // Each binary's tests scrape its live /metrics and assert every family
 // listed for it here (cmd/edge TestMetricsEndpoint, cmd/origin
-// TestMetricsExported, cmd/probe TestMonitorMetrics); this package's tests
+// TestMetricsExported, cmd/probe TestMonitorMetrics, cmd/fleet
+// TestExporter); this package's tests
 // check that every metric a rule or a dashboard panel names is listed here.
 // So a metric the rules use is one a running binary was seen to export.
 //
@@ -45,6 +46,16 @@ var Exported = map[string]map[string]string{
 		"edgefleet_probe_tcp_connect_seconds":   "gauge",
 		"edgefleet_probe_tls_handshake_seconds": "gauge",
 	},
+	// fleet exporter (cmd/fleet TestExporter), labels name and (but for
+	// dns_up) family="ipv4"|"ipv6": the addresses the authoritative server
+	// answers for name (A, AAAA; absent while it cannot be read), the
+	// edges of fleet.yaml with an address of that family, and whether the
+	// last read of the server answered.
+	"fleet": {
+		"edgefleet_fleet_dns_records":     "gauge",
+		"edgefleet_fleet_inventory_edges": "gauge",
+		"edgefleet_fleet_dns_up":          "gauge",
+	},
 }
 
 // A PendingMetric is a family fixed by DESIGN.md (or proposed for it) whose
@@ -57,14 +68,7 @@ type PendingMetric struct {
 
 // Pending lists the families the rules and the dashboard use before their
 // exporter exists.
-var Pending = map[string]PendingMetric{
-	// Proposed for DESIGN.md §8, exported by the same fleet process (a
-	// `fleet status`/`fleet dns` exporter), label family="ipv4"|"ipv6":
-	// the addresses the authoritative server answers for name (A, AAAA)…
-	"edgefleet_fleet_dns_records": {"fleet", "gauge", 11},
-	// …and the edges of fleet.yaml with an address of that family.
-	"edgefleet_fleet_inventory_edges": {"fleet", "gauge", 11},
-}
+var Pending = map[string]PendingMetric{}
 
 // PrometheusSeries are the series Prometheus itself makes for every scrape
 // target; rules may use them though no binary exports them.
