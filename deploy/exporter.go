@@ -3,6 +3,7 @@ package deploy
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,8 +62,9 @@ type Exporter struct {
 	MaxAge time.Duration
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
-	// Log gets a line when the server stops or starts answering, and when
-	// the inventory fails to load (nil: slog.Default()).
+	// Log gets a line when the server stops answering (again every 5
+	// minutes while it does not) and when it answers again, and when the
+	// inventory fails to load (nil: slog.Default()).
 	Log *slog.Logger
 
 	mu      sync.Mutex
@@ -70,9 +72,14 @@ type Exporter struct {
 	invErr  string  // the last inventory error logged
 	last    exported
 	at      time.Time
-	dnsErr  string // the last DNS error logged ("" while up)
 	scraped bool
+	// dnsDown: the last read failed; dnsWarned: when that was last logged.
+	dnsDown   bool
+	dnsWarned time.Time
 }
+
+// dnsWarnEvery is how often a server that keeps failing is logged again.
+const dnsWarnEvery = 5 * time.Minute
 
 // exported is one scrape's values.
 type exported struct {
@@ -163,7 +170,7 @@ func (x *Exporter) measure() exported {
 		return exported{}
 	}
 	cfg = *x.inv
-	e := exported{name: cfg.Name, inventory: true}
+	e := exported{name: strings.TrimSuffix(cfg.Name, "."), inventory: true}
 	for _, edge := range cfg.Edges {
 		for _, a := range edge.Addrs() {
 			e.edges[famIndex(a.Is4())]++
@@ -178,15 +185,18 @@ func (x *Exporter) measure() exported {
 	start := x.now()
 	set, err := x.Read(ctx, cfg)
 	if err != nil {
-		if msg := err.Error(); msg != x.dnsErr {
-			x.dnsErr = msg
+		// Once when the server stops answering, then every few minutes:
+		// the errors differ by their source port, so comparing them would
+		// log every scrape.
+		if !x.dnsDown || x.now().Sub(x.dnsWarned) >= dnsWarnEvery {
+			x.dnsDown, x.dnsWarned = true, x.now()
 			x.log().Warn("dns read failed", "target", cfg.DNS.Server, "err", err, "duration", x.now().Sub(start))
 		}
 		return e
 	}
-	if x.dnsErr != "" {
+	if x.dnsDown {
 		x.log().Info("dns read answers again", "target", cfg.DNS.Server, "duration", x.now().Sub(start))
-		x.dnsErr = ""
+		x.dnsDown = false
 	}
 	e.dnsUp = true
 	e.records = [2]int{len(set.A), len(set.AAAA)}

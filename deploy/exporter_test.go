@@ -35,7 +35,7 @@ type exporterFixture struct {
 func newExporterFixture(t *testing.T) *exporterFixture {
 	f := &exporterFixture{reg: prometheus.NewRegistry(), clock: testbed.NewClock(time.Unix(1_800_000_000, 0)), logs: &testbed.Buffer{}}
 	f.cfg = DefaultConfig()
-	f.cfg.Name, f.cfg.Zone, f.cfg.DNS.Server = "ldap.example.test", "example.test", "192.0.2.53:53"
+	f.cfg.Name, f.cfg.Zone, f.cfg.DNS.Server = "ldap.example.test.", "example.test", "192.0.2.53:53" // the label has no trailing dot
 	f.cfg.Edges = []Edge{{Name: "e1", IPv4: "192.0.2.1", IPv6: "2001:db8::1"}, {Name: "e2", IPv4: "192.0.2.2"}, {Name: "e3", IPv4: "192.0.2.3"}}
 	f.set = RRSet{A: ipList("192.0.2.1", "192.0.2.2"), AAAA: ipList("2001:db8::1")}
 	f.x = &Exporter{
@@ -95,8 +95,9 @@ func TestExporterValues(t *testing.T) {
 }
 
 // TestExporterDNSDown: a failed read is dns_up 0 with no records series
-// (never a set of zero), logged once however many scrapes see it, and a
-// line when the server answers again.
+// (never a set of zero), logged once when it starts and again every 5
+// minutes however many scrapes see it, and a line when the server
+// answers again.
 func TestExporterDNSDown(t *testing.T) {
 	f := newExporterFixture(t)
 	f.err = errors.New("dns: read ldap.example.test. A from 192.0.2.53:53: connection refused")
@@ -110,9 +111,15 @@ func TestExporterDNSDown(t *testing.T) {
 	if l := f.logs.JSONLines("dns read failed"); len(l) != 1 || !strings.Contains(l[0]["err"].(string), "connection refused") || l[0]["target"] != "192.0.2.53:53" {
 		t.Errorf("dns read failed lines: %v", l)
 	}
+	f.clock.Advance(2 * time.Minute) // 5 minutes since the first line
+	f.want(t, DNSUpMetric, nameOnly, 0)
+	if l := f.logs.JSONLines("dns read failed"); len(l) != 2 {
+		t.Errorf("a server down for 5 minutes is logged again: %d lines", len(l))
+	}
 	f.mu.Lock()
 	f.err, f.set = nil, RRSet{}
 	f.mu.Unlock()
+	f.clock.Advance(time.Minute)
 	f.want(t, DNSUpMetric, nameOnly, 1)
 	f.want(t, DNSRecordsMetric, fam("ipv4"), 0) // an empty set, really answered
 	if l := f.logs.JSONLines("dns read answers again"); len(l) != 1 {
