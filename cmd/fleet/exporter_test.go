@@ -175,3 +175,44 @@ func TestExporterBadInventory(t *testing.T) {
 	x := startExporter(t, unreadable)
 	x.waitSamples(t, "without the key file, no server", fleetWant("1", "0", "", "", "0"))
 }
+
+// TestDocExporter: the fleet exporter session of docs/dns-deploy.md, on
+// the page's inventory published to the embedded server with fleet dns
+// apply, serves exactly the fleet series the page shows.
+func TestDocExporter(t *testing.T) {
+	testbed.Need(t, "dig")
+	var session string
+	for _, b := range testbed.DocBlocks(t, "docs/dns-deploy.md", "") {
+		if strings.HasPrefix(b, "$ fleet exporter") {
+			session = b
+		}
+	}
+	_, shown, ok := strings.Cut(session, "| grep ^edgefleet_fleet\n")
+	if !ok {
+		t.Fatal("docs/dns-deploy.md shows no fleet exporter session with its fleet series")
+	}
+	dir := t.TempDir()
+	cfg := testbed.WriteFile(t, dir, "fleet.yaml", testbed.DocBlocks(t, "docs/dns-deploy.md", "yaml")[0])
+	testbed.WriteFile(t, dir, "fleet.key", "key \"fleet-key\" {\n\talgorithm hmac-sha256;\n\tsecret \"c2VjcmV0\";\n};\n")
+	port, err := testbed.LowPort("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := "127.0.0.1:" + strconv.Itoa(port)
+	t.Setenv("EDGEFLEET_DNS_SERVER", server) // the documented port may be taken
+	testbed.Start(t, fleetBin(t), "--config", cfg, "dns", "serve")
+	waitDNS(t, server)
+	if r := fleetRun(t, nil, "--config", cfg, "dns", "apply"); r.code != 0 {
+		t.Fatalf("dns apply: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	x := startExporter(t, cfg)
+	var got strings.Builder
+	for _, l := range strings.Split(x.scrape(t), "\n") {
+		if strings.HasPrefix(l, "edgefleet_fleet") {
+			got.WriteString(l + "\n")
+		}
+	}
+	if got.String() != shown {
+		t.Fatalf("/metrics serves:\n%sthe page shows:\n%s", got.String(), shown)
+	}
+}
