@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/edgefleet/edgefleet/deploy/monitoring"
 	"github.com/edgefleet/edgefleet/internal/testbed"
 )
 
@@ -163,7 +164,12 @@ func TestDNSServeMetrics(t *testing.T) {
 	if len(doc) != 7 {
 		t.Fatalf("docs/dns-deploy.md shows %d edgefleet_fleet_dns_updates_total lines, want one per result", len(doc))
 	}
-	for _, want := range append(doc, "# TYPE edgefleet_fleet_dns_updates_total counter",
+	for name, typ := range monitoring.Exported["fleet"] {
+		if !strings.Contains(string(body), "# TYPE "+name+" "+typ+"\n") {
+			t.Errorf("/metrics lacks the %s %s:\n%s", typ, name, body)
+		}
+	}
+	for _, want := range append(doc,
 		`edgefleet_fleet_dns_updates_total{result="unsigned"} 1`,
 		`edgefleet_fleet_dns_updates_total{result="badsig"} 1`,
 		`edgefleet_fleet_dns_updates_total{result="refused"} 1`,

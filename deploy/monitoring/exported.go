@@ -7,7 +7,8 @@
 //
 // Each binary's tests scrape its live /metrics and assert every family
 // listed for it here (cmd/edge TestMetricsEndpoint, cmd/origin
-// TestMetricsExported, cmd/probe TestMonitorMetrics); this package's tests
+// TestMetricsExported, cmd/probe TestMonitorMetrics, cmd/fleet
+// TestDNSServeMetrics); this package's tests
 // check that every metric a rule or a dashboard panel names is listed here.
 // So a metric the rules use is one a running binary was seen to export.
 //
@@ -38,6 +39,9 @@ var Exported = map[string]map[string]string{
 		"edgefleet_core_operations_total":        "counter",
 		"edgefleet_core_backend_up":              "gauge",
 		"edgefleet_core_connections_active":      "gauge",
+	},
+	"fleet": { // fleet dns serve --metrics, the embedded DNS server
+		"edgefleet_fleet_dns_updates_total": "counter",
 	},
 	"probe": { // probe monitor, per resolved address, last measurement
 		"edgefleet_probe_edge_up":               "gauge",
