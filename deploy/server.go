@@ -9,9 +9,14 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgefleet/edgefleet/internal/accept"
 )
 
 // ServerConfig is the embedded authoritative server (`fleet dns serve`).
@@ -28,7 +33,40 @@ type ServerConfig struct {
 	// records only; any other name or type is REFUSED.
 	Names []string
 	Log   *slog.Logger
+	// Registerer, when set, gets edgefleet_fleet_dns_updates_total.
+	Registerer prometheus.Registerer
+	// Now is the clock of the replay cache and the TSIG time check (nil:
+	// time.Now).
+	Now func() time.Time
 }
+
+// Results of an UPDATE: the `result` label of
+// edgefleet_fleet_dns_updates_total and of the refusal's log line.
+const (
+	UpdateApplied  = "success"  // applied, or a no-op
+	UpdateUnsigned = "unsigned" // no TSIG: REFUSED
+	UpdateBadKey   = "badkey"   // a key the server does not know: NOTAUTH/BADKEY
+	UpdateBadSig   = "badsig"   // the MAC does not verify: NOTAUTH/BADSIG
+	UpdateBadTime  = "badtime"  // signed outside the fudge window: NOTAUTH/BADTIME
+	UpdateReplay   = "replay"   // a copy of an update already received: REFUSED
+	UpdateRefused  = "refused"  // signed, but not allowed or not applicable
+)
+
+var updateResults = []string{UpdateApplied, UpdateUnsigned, UpdateBadKey, UpdateBadSig, UpdateBadTime, UpdateReplay, UpdateRefused}
+
+// A refused UPDATE logs at most refusalLogBurst lines per
+// refusalLogWindow (an unsigned one is a spoofable UDP packet); the next
+// line says how many were suppressed. The metric counts every one.
+const (
+	refusalLogBurst  = 10
+	refusalLogWindow = 10 * time.Second
+)
+
+// maxFudge bounds the time window of a signed UPDATE whatever fudge its
+// signer chose: it must be signed within 5 minutes of the server's clock
+// (RFC 8945's recommended fudge). The replay cache remembers an update
+// that long.
+const maxFudge = 300 * time.Second
 
 // Server answers queries for its zone authoritatively and applies RFC 2136
 // UPDATEs signed with its key, writing the zone file before it answers.
@@ -41,6 +79,13 @@ type Server struct {
 	udp, tcp *dns.Server
 	// Addr is the address it serves on, once Serve is called.
 	Addr string
+
+	now      func() time.Time
+	refusals *accept.Limiter
+	results  map[string]prometheus.Counter
+	// seen holds the MAC of every verified UPDATE until it stops
+	// verifying (time signed + fudge): a copy is a replay (under mu).
+	seen map[string]time.Time
 }
 
 var _ dns.Handler = (*Server)(nil)
@@ -76,9 +121,25 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	cfg.Names = slices.Clone(cfg.Names)
-	s := &Server{cfg: cfg, log: cfg.Log}
+	s := &Server{cfg: cfg, log: cfg.Log, now: cfg.Now, seen: map[string]time.Time{}, results: map[string]prometheus.Counter{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.refusals = accept.NewLimiter(refusalLogBurst, refusalLogWindow, s.now)
+	total := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "edgefleet_fleet_dns_updates_total",
+		Help: "UPDATEs the embedded DNS server received, by result (success, or why it was refused).",
+	}, []string{"result"})
+	for _, r := range updateResults {
+		s.results[r] = total.WithLabelValues(r)
+	}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(total); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
 	}
 	s.cfg.Zone = dns.CanonicalName(cfg.Zone)
 	s.cfg.KeyName = dns.CanonicalName(cfg.KeyName)
@@ -189,6 +250,16 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 		m.SetRcode(r, dns.RcodeNotImplemented)
 	}
 	fit(m, opt, w.LocalAddr().Network() == "udp")
+	if t := m.IsTsig(); t != nil && (t.Error == dns.RcodeBadKey || t.Error == dns.RcodeBadSig) {
+		// Unsigned (RFC 8945 5.3.2), but with the server's time, which
+		// miekg/dns would write as 0 (nsupdate: "clocks are
+		// unsynchronized").
+		t.TimeSigned = uint64(s.now().Unix())
+		if b, err := m.Pack(); err == nil {
+			w.Write(b)
+		}
+		return
+	}
 	w.WriteMsg(m)
 }
 
@@ -267,39 +338,71 @@ func copyRRs(set []dns.RR) []dns.RR {
 func (s *Server) update(w dns.ResponseWriter, r *dns.Msg) *dns.Msg {
 	m := new(dns.Msg).SetReply(r)
 	t := r.IsTsig()
+	result := UpdateRefused
 	refuse := func(rcode int, why string) *dns.Msg {
-		s.log.Warn("dns update refused", "result", dns.RcodeToString[rcode], "err", why, "client", w.RemoteAddr().String())
+		s.results[result].Inc()
+		if ok, suppressed := s.refusals.Allow(); ok {
+			s.log.Warn("dns update refused", "result", result, "rcode", dns.RcodeToString[rcode], "err", why,
+				"client", w.RemoteAddr().String(), "suppressed", suppressed)
+		}
 		m.Rcode = rcode
 		return m
 	}
 	if t == nil {
+		result = UpdateUnsigned
 		return refuse(dns.RcodeRefused, "not signed")
 	}
 	if dns.CanonicalName(t.Hdr.Name) != s.cfg.KeyName || dns.CanonicalName(t.Algorithm) != s.cfg.Algorithm {
 		// The reply carries the TSIG error unsigned (RFC 8945 5.2.1).
 		m.SetTsig(t.Hdr.Name, t.Algorithm, 300, int64(t.TimeSigned))
 		m.IsTsig().Error = dns.RcodeBadKey
+		result = UpdateBadKey
 		return refuse(dns.RcodeNotAuth, "unknown key "+t.Hdr.Name)
 	}
-	if err := w.TsigStatus(); err != nil {
+	now := s.now()
+	signed := time.Unix(int64(t.TimeSigned), 0)
+	err := w.TsigStatus()
+	if err == nil && (now.Sub(signed) > maxFudge || signed.Sub(now) > maxFudge) {
+		err = fmt.Errorf("%w: signed %v from the server's clock, more than %v", dns.ErrTime, now.Sub(signed).Round(time.Second), maxFudge)
+	}
+	if err != nil {
 		m.SetTsig(t.Hdr.Name, t.Algorithm, 300, int64(t.TimeSigned))
-		code := dns.RcodeBadSig
+		result = UpdateBadSig
 		if errors.Is(err, dns.ErrTime) {
-			code = dns.RcodeBadTime
+			// Signed with the request's time, the server's in Other Data
+			// (RFC 8945 5.2.3), so the client can tell the skew.
+			result = UpdateBadTime
+			e := m.IsTsig()
+			e.Error, e.OtherLen, e.OtherData = dns.RcodeBadTime, 6, fmt.Sprintf("%012x", now.Unix())
+		} else {
+			m.IsTsig().Error = dns.RcodeBadSig
 		}
-		m.IsTsig().Error = uint16(code)
 		return refuse(dns.RcodeNotAuth, "tsig: "+err.Error())
 	}
 	// From here the answer is signed with the key.
 	m.SetTsig(s.cfg.KeyName, s.cfg.Algorithm, 300, int64(t.TimeSigned))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// A copy of an update already received (a third party replaying a
+	// captured one within its time window) is not applied again, even
+	// if that one was refused: its conditions may hold now.
+	for mac, until := range s.seen {
+		if now.After(until) {
+			delete(s.seen, mac)
+		}
+	}
+	mac := strings.ToLower(t.MAC)
+	if _, dup := s.seen[mac]; dup {
+		result = UpdateReplay
+		return refuse(dns.RcodeRefused, "replayed: an update with this MAC was received before (within its fudge window)")
+	}
+	s.seen[mac] = signed.Add(min(time.Duration(t.Fudge)*time.Second, maxFudge))
 	if len(r.Question) != 1 || r.Question[0].Qtype != dns.TypeSOA {
 		return refuse(dns.RcodeFormatError, "zone section is not one SOA question")
 	}
 	if dns.CanonicalName(r.Question[0].Name) != s.cfg.Zone {
 		return refuse(dns.RcodeNotAuth, "not authoritative for "+r.Question[0].Name)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if rcode, why := s.prereqs(r.Answer); rcode != dns.RcodeSuccess {
 		return refuse(rcode, why)
 	}
@@ -310,6 +413,7 @@ func (s *Server) update(w dns.ResponseWriter, r *dns.Msg) *dns.Msg {
 		}
 	}
 	if bytes.Equal(z.Marshal(), s.zone.Marshal()) {
+		s.results[UpdateApplied].Inc()
 		return m // nothing changed (a no-op delete): no new serial
 	}
 	if n := z.count(); n > maxZoneRecords {
@@ -325,6 +429,7 @@ func (s *Server) update(w dns.ResponseWriter, r *dns.Msg) *dns.Msg {
 		return refuse(dns.RcodeServerFailure, err.Error())
 	}
 	s.zone = z
+	s.results[UpdateApplied].Inc()
 	s.log.Info("dns update applied", "op", "update", "result", "success", "serial", z.SOA().Serial, "client", w.RemoteAddr().String())
 	return m
 }

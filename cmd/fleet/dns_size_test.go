@@ -3,14 +3,18 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/edgefleet/edgefleet/deploy/monitoring"
 	"github.com/edgefleet/edgefleet/internal/testbed"
 )
 
@@ -104,5 +108,75 @@ func TestDNSManyEdges(t *testing.T) {
 			}
 			t.Logf("ANY over UDP: %d bytes", size)
 		})
+	}
+}
+
+// nsupdate runs nsupdate (args: its key option) with script against
+// server and returns what it printed and whether it succeeded.
+func nsupdate(t *testing.T, server, script string, args ...string) (string, bool) {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(server)
+	cmd := exec.Command("nsupdate", args...)
+	cmd.Stdin = strings.NewReader("server " + host + " " + port + "\nzone example.test\n" + script + "\nsend\n")
+	out, err := cmd.CombinedOutput()
+	return string(out), err == nil
+}
+
+// TestDNSServeMetrics: fleet dns serve --metrics counts UPDATEs by result
+// (nsupdate unsigned, with a wrong secret, a CNAME at name; fleet dns
+// apply); nsupdate's wrong secret gets BADSIG without "clocks are
+// unsynchronized" (the answer carries the server's time).
+func TestDNSServeMetrics(t *testing.T) {
+	testbed.Need(t, "nsupdate")
+	dir := t.TempDir()
+	port, err := testbed.LowPort("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	key := testbed.WriteFile(t, dir, "fleet.key", testbed.WrongKeySecret+"\n")
+	cfg := inventory(t, dir, addr, key, "ldap.example.test", "e1=192.0.2.1")
+	metrics := testbed.FreeAddr(t, "127.0.0.1")
+	testbed.Start(t, fleetBin(t), "--config", cfg, "dns", "serve", "--metrics", metrics)
+	waitDNS(t, addr)
+
+	if out, ok := nsupdate(t, addr, "update add ldap.example.test 60 A 192.0.2.5"); ok || !strings.Contains(out, "REFUSED") {
+		t.Fatalf("unsigned nsupdate: %v\n%s", ok, out)
+	}
+	out, ok := nsupdate(t, addr, "update add ldap.example.test 60 A 192.0.2.5", "-y", "hmac-sha256:fleet-key:c29tZXRoaW5nIGVsc2UgZW50aXJlbHkgZGlmZmVyZW50")
+	if ok || !strings.Contains(out, "NOTAUTH(BADSIG)") || strings.Contains(out, "clocks are unsynchronized") {
+		t.Fatalf("nsupdate with a wrong secret: %v\n%s", ok, out)
+	}
+	if out, ok := nsupdate(t, addr, "update add ldap.example.test 60 CNAME elsewhere.example.net.", "-y", "hmac-sha256:fleet-key:"+testbed.WrongKeySecret); ok || !strings.Contains(out, "REFUSED") {
+		t.Fatalf("nsupdate of a CNAME at name: %v\n%s", ok, out)
+	}
+	if r := fleetRun(t, nil, "--config", cfg, "dns", "apply"); r.code != 0 {
+		t.Fatalf("apply: exit %d\n%s", r.code, r.stderr)
+	}
+	resp, err := http.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	// docs/dns-deploy.md shows this very session's counts.
+	doc := regexp.MustCompile(`(?m)^edgefleet_fleet_dns_updates_total\{.*$`).FindAllString(readFile(t, filepath.Join("..", "..", "docs", "dns-deploy.md")), -1)
+	if len(doc) != 7 {
+		t.Fatalf("docs/dns-deploy.md shows %d edgefleet_fleet_dns_updates_total lines, want one per result", len(doc))
+	}
+	for name, typ := range monitoring.Exported["fleet"] {
+		if !strings.Contains(string(body), "# TYPE "+name+" "+typ+"\n") {
+			t.Errorf("/metrics lacks the %s %s:\n%s", typ, name, body)
+		}
+	}
+	for _, want := range append(doc,
+		`edgefleet_fleet_dns_updates_total{result="unsigned"} 1`,
+		`edgefleet_fleet_dns_updates_total{result="badsig"} 1`,
+		`edgefleet_fleet_dns_updates_total{result="refused"} 1`,
+		`edgefleet_fleet_dns_updates_total{result="success"} 1`, // the add
+	) {
+		if !strings.Contains(string(body), want+"\n") {
+			t.Errorf("/metrics lacks %q:\n%s", want, body)
+		}
 	}
 }

@@ -131,7 +131,7 @@ func TestExporter(t *testing.T) {
 			x := startExporter(t, cfg)
 
 			body := x.waitSamples(t, "before publishing", fleetWant("3", "1", "0", "0", "1"))
-			for name, typ := range monitoring.Exported["fleet"] {
+			for name, typ := range monitoring.Exported["fleet-exporter"] {
 				if !strings.Contains(body, "\n# TYPE "+name+" "+typ+"\n"+name) {
 					t.Errorf("/metrics lacks %s %s with a sample", typ, name)
 				}
