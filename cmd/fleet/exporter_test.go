@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,10 +20,13 @@ type exporterBin struct {
 	proc *testbed.Proc
 }
 
-func startExporter(t *testing.T, cfg string) exporterBin {
+// startExporter starts it with a 200 ms cache and a 2 s timeout, or what
+// flags says instead.
+func startExporter(t *testing.T, cfg string, flags ...string) exporterBin {
 	t.Helper()
 	addr := testbed.FreeAddr(t, "127.0.0.1")
-	p := testbed.Start(t, fleetBin(t), "--config", cfg, "exporter", "--listen", addr, "--cache", "200ms", "--timeout", "2s")
+	args := append([]string{"--config", cfg, "exporter", "--listen", addr, "--cache", "200ms", "--timeout", "2s"}, flags...)
+	p := testbed.Start(t, fleetBin(t), args...)
 	testbed.WaitTCP(t, addr, 15*time.Second)
 	return exporterBin{url: "http://" + addr + "/metrics", proc: p}
 }
@@ -215,4 +219,69 @@ func TestDocExporter(t *testing.T) {
 	if got.String() != shown {
 		t.Fatalf("/metrics serves:\n%sthe page shows:\n%s", got.String(), shown)
 	}
+}
+
+// TestExporterScrapeStorm: scrapes within --cache share one read of the
+// server, counted by a UDP relay in front of the embedded server: 30
+// concurrent scrapes after the first send it no query. Without a cache
+// every scrape reads. A server that stops answering (the relay drops the
+// queries) is dns_up 0 and no records series, each scrape bounded by
+// --timeout.
+func TestExporterScrapeStorm(t *testing.T) {
+	testbed.Need(t, "dig")
+	dir := t.TempDir()
+	port, err := testbed.LowPort("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	key := testbed.WriteFile(t, dir, "server.key", testbed.WrongKeySecret+"\n")
+	cfg := inventory(t, dir, server, key, "ldap.example.test", "e1=192.0.2.1,2001:db8::1", "e2=192.0.2.2")
+	testbed.Start(t, fleetBin(t), "--config", cfg, "dns", "serve")
+	waitDNS(t, server)
+	if r := fleetRun(t, nil, "--config", cfg, "dns", "apply"); r.code != 0 {
+		t.Fatalf("dns apply: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	relay := testbed.StartUDPRelay(t, server)
+	viaRelay := inventory(t, t.TempDir(), relay.Addr, key, "ldap.example.test", "e1=192.0.2.1,2001:db8::1", "e2=192.0.2.2")
+
+	cached := startExporter(t, viaRelay, "--cache", "1h")
+	cached.waitSamples(t, "first scrape", fleetWant("2", "1", "2", "1", "1"))
+	perRead := relay.Queries()
+	if perRead == 0 {
+		t.Fatal("the relay saw no query: the exporter did not read through it")
+	}
+	var wg sync.WaitGroup
+	for range 30 {
+		wg.Go(func() {
+			resp, err := http.Get(cached.url)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if got := sample(string(b), series("edgefleet_fleet_dns_records", "ipv4")); got != "2" {
+				t.Errorf("a scrape of the storm: ipv4 records %q, want 2", got)
+			}
+		})
+	}
+	wg.Wait()
+	if n := relay.Queries(); n != perRead {
+		t.Fatalf("30 scrapes within --cache sent %d queries, want none after the first read's %d", n-perRead, perRead)
+	}
+	t.Logf("one read is %d queries; 31 scrapes within --cache: %d", perRead, relay.Queries())
+
+	uncached := startExporter(t, viaRelay, "--cache", "0")
+	before := relay.Queries()
+	for range 3 {
+		uncached.scrape(t)
+	}
+	if n := relay.Queries() - before; n != 3*perRead {
+		t.Fatalf("3 scrapes without a cache sent %d queries, want %d", n, 3*perRead)
+	}
+
+	relay.Silence(true)
+	uncached.waitSamples(t, "with the server silent", fleetWant("2", "1", "", "", "0"))
+	testbed.WaitOutput(t, uncached.proc, 10*time.Second, "dns read failed", "no answer (timeout)")
 }
