@@ -163,7 +163,8 @@ func TestExporter(t *testing.T) {
 
 // TestExporterBadInventory: an inventory the exporter cannot read from is
 // one line and exit 2, before anything listens; the TSIG key is not
-// needed (reads are unsigned).
+// needed (reads are unsigned); a fleet.yaml broken while it runs keeps the
+// last inventory that loaded until it is fixed.
 func TestExporterBadInventory(t *testing.T) {
 	dir := t.TempDir()
 	listen := testbed.FreeAddr(t, "127.0.0.1")
@@ -178,6 +179,22 @@ func TestExporterBadInventory(t *testing.T) {
 	unreadable := inventory(t, dir, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir+"/missing.key", "ldap.example.test", "e1=192.0.2.1")
 	x := startExporter(t, unreadable)
 	x.waitSamples(t, "without the key file, no server", fleetWant("1", "0", "", "", "0"))
+
+	// fleet.yaml broken while the exporter runs (a half-saved edit): the
+	// last inventory that loaded is still reported, and the error logged.
+	good := readFile(t, unreadable)
+	testbed.WriteFile(t, dir, "fleet.yaml", good+"  - {name: e2, ipv5: 192.0.2.2}\n")
+	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(x.proc.Output(), "fleet.yaml does not load"); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no line about the broken fleet.yaml:\n%s", x.proc.Output())
+		}
+		x.waitSamples(t, "with fleet.yaml broken", fleetWant("1", "0", "", "", "0"))
+	}
+	if !strings.Contains(x.proc.Output(), "ipv5") {
+		t.Errorf("the line about the broken fleet.yaml does not name the key:\n%s", x.proc.Output())
+	}
+	testbed.WriteFile(t, dir, "fleet.yaml", good+"  - {name: e2, ipv4: 192.0.2.2, ipv6: \"2001:db8::2\"}\n")
+	x.waitSamples(t, "with fleet.yaml fixed", fleetWant("2", "1", "", "", "0"))
 }
 
 // TestDocExporter: the fleet exporter session of docs/dns-deploy.md, on
