@@ -357,7 +357,9 @@ func oneLineNetErr(err error) error {
 func (p *Publisher) update(c Change, soa *dns.SOA) *dns.Msg {
 	m := new(dns.Msg).SetUpdate(p.Zone)
 	if soa != nil {
-		m.Used([]dns.RR{dns.Copy(soa)})
+		pre := dns.Copy(soa)
+		pre.Header().Ttl = 0 // RFC 2136 3.2.1: a prerequisite's TTL is zero
+		m.Used([]dns.RR{pre})
 	}
 	switch c.Op {
 	case OpAdd:

@@ -353,8 +353,10 @@ func (s *Server) update(w dns.ResponseWriter, r *dns.Msg) *dns.Msg {
 		return refuse(dns.RcodeRefused, "not signed")
 	}
 	if dns.CanonicalName(t.Hdr.Name) != s.cfg.KeyName || dns.CanonicalName(t.Algorithm) != s.cfg.Algorithm {
-		// The reply carries the TSIG error unsigned (RFC 8945 5.2.1).
-		m.SetTsig(t.Hdr.Name, t.Algorithm, 300, int64(t.TimeSigned))
+		// The reply carries the TSIG error unsigned (RFC 8945 5.2.1); an
+		// empty algorithm (rdlength 0) is written as the root, not as
+		// nothing (which made a malformed answer: FuzzServeDNS).
+		m.SetTsig(t.Hdr.Name, dns.Fqdn(t.Algorithm), 300, int64(t.TimeSigned))
 		m.IsTsig().Error = dns.RcodeBadKey
 		result = UpdateBadKey
 		return refuse(dns.RcodeNotAuth, "unknown key "+t.Hdr.Name)
@@ -366,7 +368,7 @@ func (s *Server) update(w dns.ResponseWriter, r *dns.Msg) *dns.Msg {
 		err = fmt.Errorf("%w: signed %v from the server's clock, more than %v", dns.ErrTime, now.Sub(signed).Round(time.Second), maxFudge)
 	}
 	if err != nil {
-		m.SetTsig(t.Hdr.Name, t.Algorithm, 300, int64(t.TimeSigned))
+		m.SetTsig(t.Hdr.Name, dns.Fqdn(t.Algorithm), 300, int64(t.TimeSigned))
 		result = UpdateBadSig
 		if errors.Is(err, dns.ErrTime) {
 			// Signed with the request's time, the server's in Other Data

@@ -26,10 +26,12 @@ func dnsServeCommand() *cobra.Command {
 		Use:   "serve",
 		Short: "run an embedded authoritative server for zone (demo, development)",
 		Long: `serve answers for the inventory's zone (SOA, NS, the A/AAAA set of name)
-on UDP and TCP, and applies RFC 2136 UPDATEs of name signed with the key
-dns.tsig. The zone is kept in a file (written atomically on every update) so
-it survives a restart. Production points dns.server at BIND, Knot, PowerDNS
-or any RFC 2136 server instead.`,
+on UDP and TCP, and applies RFC 2136 UPDATEs of name's A and AAAA records
+signed with the key dns.tsig; any other change, and a replayed update, is
+REFUSED. UDP answers fit 512 bytes or the query's EDNS size (TC beyond); ANY
+gets one HINFO (RFC 8482). The zone is kept in a file (written atomically on
+every update) so it survives a restart. Production points dns.server at
+BIND, Knot, PowerDNS or any RFC 2136 server instead.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f, log, err := loadFleet(cmd)
