@@ -32,13 +32,14 @@ type session struct {
 	client net.Conn
 	raw    net.Conn     // the accepted connection, under TLS when client is TLS
 	rd     *wire.Reader // the client's, over a clientReader; used by the client reader only (and by StartTLS, which it runs)
+	max    atomic.Int64 // the client's PDU cap
+	done   chan struct{}
+	resume chan net.Conn // wakes the client reader after StartTLS
+
 	// inPDU is set while the client reader is inside a PDU (in Next),
 	// armed once clientReader has set the PDU deadline; the client
 	// reader's own.
 	inPDU, armed bool
-	max          atomic.Int64 // the client's PDU cap
-	done         chan struct{}
-	resume       chan net.Conn // wakes the client reader after StartTLS
 
 	mu     sync.Mutex
 	w      *bufio.Writer // to the client
