@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/internal/testbed"
 )
 
@@ -23,8 +22,9 @@ const testSecret = "c2VjcmV0LW9mLXRoZS1lbWJlZGRlZC1zZXJ2ZXI="
 
 // embedded serves example.test on loopback (UDP and TCP) from a zone file
 // holding zone ("" for a new zone); the key fleet-key may update
-// ldap.example.test. It returns the server and its zone file.
-func embedded(t *testing.T, zone string, log *slog.Logger) (*Server, string) {
+// ldap.example.test; edit, when set, changes the rest of the config. It
+// returns the server and its zone file.
+func embedded(t *testing.T, zone string, edit func(*ServerConfig)) (*Server, string) {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "fleet.zone")
 	if zone != "" {
@@ -32,7 +32,11 @@ func embedded(t *testing.T, zone string, log *slog.Logger) (*Server, string) {
 			t.Fatal(err)
 		}
 	}
-	srv, err := NewServer(serverConfig(file, log))
+	cfg := serverConfig(file, nil)
+	if edit != nil {
+		edit(&cfg)
+	}
+	srv, err := NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,9 +253,9 @@ func TestServerReplay(t *testing.T) {
 func TestServerRefusalLog(t *testing.T) {
 	var out testbed.Buffer
 	clock := testbed.NewClock(time.Now())
-	srv, _ := embedded(t, "", slog.New(slog.NewTextHandler(&out, nil)))
-	srv.now = clock.Now
-	srv.refusals = accept.NewLimiter(refusalLogBurst, refusalLogWindow, clock.Now)
+	srv, _ := embedded(t, "", func(c *ServerConfig) {
+		c.Log, c.Now = slog.New(slog.NewTextHandler(&out, nil)), clock.Now
+	})
 	unsigned, err := newUpdate(t, []string{"ldap 60 IN A 198.51.100.9"}, nil).Pack()
 	if err != nil {
 		t.Fatal(err)
