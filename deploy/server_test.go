@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -291,4 +292,28 @@ func value(c prometheus.Counter) float64 {
 	var m dto.Metric
 	c.Write(&m)
 	return m.GetCounter().GetValue()
+}
+
+// TestPublisherReadsTruncated: a set too big for one EDNS answer (100
+// IPv4 edges, ~1.7 KB) comes truncated over UDP (TC, at most 1232 bytes)
+// and the publisher reads it whole over TCP.
+func TestPublisherReadsTruncated(t *testing.T) {
+	var zone strings.Builder
+	zone.WriteString("$ORIGIN example.test.\n@ 60 IN SOA ns1 hostmaster 1 3600 600 86400 60\n@ 60 IN NS ns1\n")
+	for i := 1; i <= 100; i++ {
+		fmt.Fprintf(&zone, "ldap 60 IN A 198.51.100.%d\n", i)
+	}
+	srv, _ := embedded(t, zone.String(), nil)
+	q := new(dns.Msg).SetQuestion("ldap.example.test.", dns.TypeA).SetEdns0(maxUDPSize, false)
+	b, _ := q.Pack()
+	r := raw(t, srv.Addr, "udp", b)
+	r.Compress = true // as it came
+	if !r.Truncated || r.Len() > maxUDPSize || len(r.Answer) == 0 {
+		t.Fatalf("UDP answer: TC %v, %d bytes, %d records; want TC within %d", r.Truncated, r.Len(), len(r.Answer), maxUDPSize)
+	}
+	pub := &Publisher{Server: srv.Addr, Zone: "example.test.", Name: "ldap.example.test.", KeyName: "fleet-key.", Algorithm: dns.HmacSHA256, Secret: testSecret}
+	got, err := pub.Read(context.Background())
+	if err != nil || len(got.A) != 100 {
+		t.Fatalf("read: %d addresses, %v", len(got.A), err)
+	}
 }
