@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -251,22 +252,29 @@ func (e *Edge) relay(c net.Conn, keepaliveSet bool, over func()) {
 		return
 	}
 
-	hdr, err := proxyHeader(e.cfg.ProxyProtocol, c.RemoteAddr(), c.LocalAddr(), id, e.cfg.Name)
-	if err == nil && hdr != nil {
-		_, err = server.Write(hdr) // one write, before any payload byte
-	}
-	if err != nil {
+	sent, held, cerr, serr := e.sendHeader(c, server, id)
+	if cerr != nil || serr != nil {
 		c.Close()
 		server.Close()
-		e.closed(rc, id, addr, start, splice.Result{Reason: ResultServerError, Err: fmt.Errorf("write proxy header: %w", err)})
+		res := splice.Result{Reason: splice.ReasonClientError, Err: cerr}
+		if serr != nil {
+			res = splice.Result{Reason: ResultServerError, Err: fmt.Errorf("write proxy header: %w", serr)}
+		}
+		e.closed(rc, id, addr, start, res)
 		over()
 		return
 	}
 	pair := splice.Prepare(c, server, func(res splice.Result) {
+		res.Up += sent
 		e.closed(rc, id, addr, start, res)
 		over()
 	})
-	pair.Screen(screenProxy) // on the first read the copy makes anyway
+	switch {
+	case held != nil: // a prefix of a PROXY signature: wait for more
+		pair.ScreenHeld(held, screenProxy)
+	case sent == 0:
+		pair.Screen(screenProxy) // on the first read the copy makes anyway
+	}
 	e.mu.Lock()
 	rc.pair = pair
 	forced = rc.forced
@@ -275,6 +283,82 @@ func (e *Edge) relay(c net.Conn, keepaliveSet bool, over func()) {
 		pair.Close()
 	}
 	pair.Run() // client→origin in this goroutine until it idles or ends
+}
+
+// firstBufSize holds the PROXY header and the client's first bytes (a
+// TLS ClientHello, an LDAP bind); more of them follow through the copy.
+const firstBufSize = 4096
+
+var firstBufs = sync.Pool{New: func() any { return new([firstBufSize]byte) }}
+
+// sendHeader writes the PROXY header to server. The client's first bytes
+// have usually arrived while the origin was dialled: when they have and
+// pass screenProxy, they go out with the header in one write (one
+// segment, one system call fewer), and sent counts them. Bytes that are a
+// prefix of a PROXY signature come back as held, for the copy to screen
+// with what follows. cerr refuses the client (its own PROXY header, a
+// failed read) before the origin saw a byte; serr is a failed write.
+func (e *Edge) sendHeader(c, server net.Conn, id string) (sent int64, held []byte, cerr, serr error) {
+	buf := firstBufs.Get().(*[firstBufSize]byte)
+	defer firstBufs.Put(buf)
+	out, err := appendProxyHeader(buf[:0], e.cfg.ProxyProtocol, c.RemoteAddr(), c.LocalAddr(), id, e.cfg.Name)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	first, err := readNow(c, out[len(out):cap(out)])
+	if err != nil {
+		return 0, nil, err, nil
+	}
+	if len(first) > 0 {
+		switch err := screenProxy(first); err {
+		case nil:
+			out = out[:len(out)+len(first)]
+			sent = int64(len(first))
+		case splice.ErrMore:
+			held = first // ScreenHeld copies it
+		default:
+			return 0, nil, err, nil
+		}
+	}
+	if len(out) > 0 {
+		if _, err := server.Write(out); err != nil {
+			return 0, nil, nil, err
+		}
+	}
+	return sent, held, nil, nil
+}
+
+// readNow reads what c has received already into b, without waiting:
+// nothing (and no error) when no byte is there yet, at EOF, or when c is
+// not a socket.
+func readNow(c net.Conn, b []byte) ([]byte, error) {
+	sc, ok := c.(syscall.Conn)
+	if !ok || len(b) == 0 {
+		return nil, nil
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return nil, nil
+	}
+	var n int
+	var rerr error
+	err = raw.Read(func(fd uintptr) bool {
+		for {
+			n, rerr = unix.Read(int(fd), b)
+			if rerr != unix.EINTR {
+				return true // one attempt: EAGAIN is "nothing yet"
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case rerr == unix.EAGAIN || (rerr == nil && n == 0):
+		return nil, nil
+	case rerr != nil:
+		return nil, os.NewSyscallError("read", rerr)
+	}
+	return b[:n], nil
 }
 
 // closed accounts for a finished connection: metrics, and one log line
