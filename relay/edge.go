@@ -143,14 +143,17 @@ func (e *Edge) Serve(ln net.Listener) error {
 	}()
 
 	// Accepted sockets inherit keepalive from the listening one; whether
-	// they really do (Go's listener may set its own default on each) is
-	// checked once, on the first connection.
-	inherit := setKeepalive(ln, e.cfg.Keepalive) == nil
-	checked := false
+	// they really do is checked on the first connections until one has
+	// it: Go's listener may set its own default on each, and a connection
+	// the kernel completed before this call took the listener's options
+	// from before it.
+	onListener := setKeepalive(ln, e.cfg.Keepalive) == nil
+	inherit, checks := false, 0
 	loop := accept.Loop{
 		Handle: func(c net.Conn) {
-			if inherit && !checked {
-				inherit, checked = hasKeepalive(c, e.cfg.Keepalive), true
+			if onListener && !inherit && checks < inheritChecks {
+				checks++
+				inherit = hasKeepalive(c, e.cfg.Keepalive)
 			}
 			kaSet := inherit
 			e.workers.Go(func() { e.relay(c, kaSet, nil) })
@@ -163,6 +166,10 @@ func (e *Edge) Serve(ln net.Listener) error {
 	}
 	return loop.Serve(ln)
 }
+
+// inheritChecks is how many accepted connections Serve checks for the
+// listener's keepalive before it sets keepalive on each itself.
+const inheritChecks = 8
 
 func (e *Edge) isClosing() bool {
 	e.mu.Lock()
@@ -289,7 +296,35 @@ func (e *Edge) relay(c net.Conn, keepaliveSet bool, over func()) {
 // TLS ClientHello, an LDAP bind); more of them follow through the copy.
 const firstBufSize = 4096
 
-var firstBufs = sync.Pool{New: func() any { return new([firstBufSize]byte) }}
+// firstBuf is sendHeader's pooled buffer, with readNow's state and
+// callback bound once, so that a connection allocates none of them.
+type firstBuf struct {
+	b    [firstBufSize]byte
+	in   []byte // where readNow reads into, then what it read
+	err  error
+	read func(fd uintptr) bool
+}
+
+var firstBufs = sync.Pool{New: func() any {
+	f := &firstBuf{}
+	f.read = func(fd uintptr) bool {
+		for {
+			n, err := unix.Read(int(fd), f.in)
+			switch {
+			case err == unix.EINTR:
+				continue
+			case err == unix.EAGAIN || (err == nil && n == 0): // nothing yet, or EOF: the copy sees it
+				f.in = nil
+			case err != nil:
+				f.in, f.err = nil, os.NewSyscallError("read", err)
+			default:
+				f.in = f.in[:n]
+			}
+			return true // one attempt, never a wait
+		}
+	}
+	return f
+}}
 
 // sendHeader writes the PROXY header to server. The client's first bytes
 // have usually arrived while the origin was dialled: when they have and
@@ -299,13 +334,13 @@ var firstBufs = sync.Pool{New: func() any { return new([firstBufSize]byte) }}
 // with what follows. cerr refuses the client (its own PROXY header, a
 // failed read) before the origin saw a byte; serr is a failed write.
 func (e *Edge) sendHeader(c, server net.Conn, id string) (sent int64, held []byte, cerr, serr error) {
-	buf := firstBufs.Get().(*[firstBufSize]byte)
+	buf := firstBufs.Get().(*firstBuf)
 	defer firstBufs.Put(buf)
-	out, err := appendProxyHeader(buf[:0], e.cfg.ProxyProtocol, c.RemoteAddr(), c.LocalAddr(), id, e.cfg.Name)
+	out, err := appendProxyHeader(buf.b[:0], e.cfg.ProxyProtocol, c.RemoteAddr(), c.LocalAddr(), id, e.cfg.Name)
 	if err != nil {
 		return 0, nil, nil, err
 	}
-	first, err := readNow(c, out[len(out):cap(out)])
+	first, err := buf.readNow(c, out[len(out):cap(out)])
 	if err != nil {
 		return 0, nil, err, nil
 	}
@@ -331,7 +366,7 @@ func (e *Edge) sendHeader(c, server net.Conn, id string) (sent int64, held []byt
 // readNow reads what c has received already into b, without waiting:
 // nothing (and no error) when no byte is there yet, at EOF, or when c is
 // not a socket.
-func readNow(c net.Conn, b []byte) ([]byte, error) {
+func (f *firstBuf) readNow(c net.Conn, b []byte) ([]byte, error) {
 	sc, ok := c.(syscall.Conn)
 	if !ok || len(b) == 0 {
 		return nil, nil
@@ -340,25 +375,13 @@ func readNow(c net.Conn, b []byte) ([]byte, error) {
 	if err != nil {
 		return nil, nil
 	}
-	var n int
-	var rerr error
-	err = raw.Read(func(fd uintptr) bool {
-		for {
-			n, rerr = unix.Read(int(fd), b)
-			if rerr != unix.EINTR {
-				return true // one attempt: EAGAIN is "nothing yet"
-			}
-		}
-	})
-	switch {
-	case err != nil:
+	f.in, f.err = b, nil
+	if err := raw.Read(f.read); err != nil {
 		return nil, err
-	case rerr == unix.EAGAIN || (rerr == nil && n == 0):
-		return nil, nil
-	case rerr != nil:
-		return nil, os.NewSyscallError("read", rerr)
 	}
-	return b[:n], nil
+	in, err := f.in, f.err
+	f.in, f.err = nil, nil
+	return in, err
 }
 
 // closed accounts for a finished connection: metrics, and one log line
