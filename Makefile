@@ -7,7 +7,7 @@ BINS    := edge origin probe fleet
 # Debian packages the tests, the demo and the benchmarks run against.
 DEB_PKGS := haproxy nginx-light libnginx-mod-stream slapd ldap-utils bind9 bind9-dnsutils \
             openssl iproute2 iptables conntrack ca-certificates \
-            openssh-server openssh-client cloud-init prometheus
+            openssh-server openssh-client cloud-init prometheus systemd curl
 export CGO_ENABLED = 0
 
 .PHONY: all build deps test demo bench lint fuzz clean

@@ -1,22 +1,31 @@
-// Package deploy holds the fleet's inventory (fleet.yaml) and, in later
-// files, DNS publishing, rendering, push and rotation.
+// Package deploy is the operator's side of the fleet: the inventory
+// (fleet.yaml) as the desired state, DNS publishing of the edges as the
+// A/AAAA set of one name (RFC 2136 + TSIG), an embedded authoritative DNS
+// server, and the convergence that brings DNS and the origin's firewall to
+// the inventory in one safe order, resumable through a state file.
 //
-//	cfg := deploy.DefaultConfig()
-//	// cmd/fleet fills cfg from fleet.yaml with cli.Load
-//	if err := cfg.Validate(); err != nil { … }
-//	for _, e := range cfg.Edges { … e.IPv4, e.IPv6 … }
+//	cfg := deploy.DefaultConfig()          // cmd/fleet fills it from fleet.yaml
+//	err := cfg.ValidateDNS()
+//	pub, err := deploy.NewPublisher(cfg)   // reads and updates the name's RRsets
+//	plan, err := deploy.PlanDNS(cfg.Name, live, cfg.Edges, ttl, nil)
+//	c := &deploy.Converger{Config: cfg, StatePath: p, DNS: pub, Firewall: fw, Probe: probe}
+//	err = c.Run(ctx)                       // the six steps of DESIGN.md §8
 //
 // The package never reads fleet.yaml itself: cmd/fleet does, with the
-// strict loader, into the plain Config below.
+// strict loader, into the plain Config below; the probe, the firewall, the
+// metrics scrape and the clock are injected.
 package deploy
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"regexp"
 	"strings"
+	"time"
 )
 
 // Config is fleet.yaml (DESIGN.md §8).
@@ -26,7 +35,25 @@ type Config struct {
 	TTL    int    `mapstructure:"ttl"` // seconds
 	DNS    DNS    `mapstructure:"dns"`
 	Origin Origin `mapstructure:"origin"`
+	Probe  Probe  `mapstructure:"probe"`
 	Edges  []Edge `mapstructure:"edges"`
+	Deploy Deploy `mapstructure:"deploy"` // how fleet deploy installs an edge (render.go)
+	// DrainTimeout bounds how long a removed edge stays allowed by the
+	// firewall waiting for its active connections to reach zero (after its
+	// TTL wait).
+	DrainTimeout time.Duration `mapstructure:"drain_timeout"`
+}
+
+// Probe is how fleet reaches the origin through an edge, as an agent
+// would (DESIGN.md §6): a full TLS handshake with the agent's client
+// certificate, verified against ServerName, and one LDAP round trip.
+type Probe struct {
+	CA         string        `mapstructure:"ca"`
+	Cert       string        `mapstructure:"cert"`
+	Key        string        `mapstructure:"key"`
+	ServerName string        `mapstructure:"server_name"` // "" is name
+	Budget     time.Duration `mapstructure:"budget"`
+	Port       int           `mapstructure:"port"` // the edges' listening port
 }
 
 // DNS is where the A set is published.
@@ -59,15 +86,46 @@ type Edge struct {
 	IPv6    string `mapstructure:"ipv6"`
 	SSH     string `mapstructure:"ssh"`      // user@host[:port] for deploy push
 	HostKey string `mapstructure:"host_key"` // pinned SSH host key (authorized_keys format)
+	// Metrics is the edge's Prometheus endpoint as the operator reaches it
+	// (host:port or a URL; optional): where fleet reads its active
+	// connections while it drains.
+	Metrics string `mapstructure:"metrics"`
+}
+
+// String is the edge as --in takes it: name=ipv4[,ipv6].
+func (e Edge) String() string {
+	var a []string
+	for _, s := range []string{e.IPv4, e.IPv6} {
+		if s != "" {
+			a = append(a, s)
+		}
+	}
+	return e.Name + "=" + strings.Join(a, ",")
+}
+
+// Addrs are the edge's addresses, IPv4 first; unparsable ones are left
+// out (Validate reports them).
+func (e Edge) Addrs() []netip.Addr {
+	var out []netip.Addr
+	for _, s := range []string{e.IPv4, e.IPv6} {
+		if a, err := netip.ParseAddr(s); err == nil {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // DefaultConfig is fleet.yaml's defaults: TTL 60 s, hmac-sha256, the origin
-// front's default port 8636.
+// front's default port 8636, edges probed on 636 with a 2 s budget, a 30 s
+// drain timeout.
 func DefaultConfig() Config {
 	return Config{
-		TTL:    60,
-		DNS:    DNS{TSIG: TSIG{Algorithm: "hmac-sha256"}},
-		Origin: Origin{Ports: []int{8636}},
+		TTL:          60,
+		DNS:          DNS{TSIG: TSIG{Algorithm: "hmac-sha256"}},
+		Origin:       Origin{Ports: []int{8636}},
+		Probe:        Probe{Budget: 2 * time.Second, Port: 636},
+		DrainTimeout: 30 * time.Second,
+		Deploy:       DefaultDeploy(),
 	}
 }
 
@@ -119,7 +177,26 @@ func (c Config) Validate() error {
 			bad("dns.tsig", "give secret or secret_file, not both")
 		case t.Secret == "" && t.SecretFile == "":
 			bad("dns.tsig", "secret or secret_file is required")
+		default:
+			if _, err := t.LoadSecret(); err != nil {
+				errs = append(errs, err)
+			}
 		}
+	}
+	if c.Probe.Budget <= 0 {
+		bad("probe.budget", "%v is not a positive duration", c.Probe.Budget)
+	}
+	if c.Probe.Port < 1 || c.Probe.Port > 65535 {
+		bad("probe.port", "%d is not a TCP port", c.Probe.Port)
+	}
+	if c.Probe.ServerName != "" && !isDomain(c.Probe.ServerName) {
+		bad("probe.server_name", "%q is not a host name", c.Probe.ServerName)
+	}
+	if (c.Probe.Cert == "") != (c.Probe.Key == "") {
+		bad("probe", "give both cert and key, or neither")
+	}
+	if c.DrainTimeout <= 0 {
+		bad("drain_timeout", "%v is not a positive duration", c.DrainTimeout)
 	}
 	if len(c.Origin.Ports) == 0 {
 		bad("origin.ports", "at least one port is required")
@@ -142,6 +219,7 @@ func (c Config) Validate() error {
 		}
 	}
 	seen := map[string]bool{}
+	owner := map[netip.Addr]string{} // address → the edge listing it first
 	for i, e := range c.Edges {
 		key := fmt.Sprintf("edges[%d]", i)
 		if !edgeName.MatchString(e.Name) {
@@ -156,15 +234,85 @@ func (c Config) Validate() error {
 		if e.IPv4 != "" {
 			if a, err := netip.ParseAddr(e.IPv4); err != nil || !a.Is4() {
 				bad(key+".ipv4", "%q is not an IPv4 address", e.IPv4)
+			} else if a.IsUnspecified() || a.IsMulticast() {
+				bad(key+".ipv4", "%s is not the address of one host", a)
 			}
 		}
 		if e.IPv6 != "" {
 			if a, err := netip.ParseAddr(e.IPv6); err != nil || !a.Is6() || a.Is4In6() || a.Zone() != "" {
 				bad(key+".ipv6", "%q is not an IPv6 address", e.IPv6)
+			} else if a.IsUnspecified() || a.IsMulticast() {
+				bad(key+".ipv6", "%s is not the address of one host", a)
 			}
+		}
+		for fam, a := range map[string]string{"ipv4": e.IPv4, "ipv6": e.IPv6} {
+			ip, err := netip.ParseAddr(a)
+			if err != nil {
+				continue
+			}
+			if other, dup := owner[ip]; dup && other != e.Name {
+				bad(key+"."+fam, "%s is already the address of edge %q", ip, other)
+			}
+			owner[ip] = e.Name
+		}
+		if e.Metrics != "" && !validMetrics(e.Metrics) {
+			bad(key+".metrics", "%q is not host:port or an http(s) URL", e.Metrics)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// ValidateDNS is Validate plus what publishing needs: name, zone,
+// dns.server and a TSIG key.
+func (c Config) ValidateDNS() error {
+	var errs []error
+	if err := c.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	for key, v := range map[string]string{"name": c.Name, "zone": c.Zone, "dns.server": c.DNS.Server, "dns.tsig.name": c.DNS.TSIG.Name} {
+		if v == "" {
+			errs = append(errs, fmt.Errorf("%s: required to publish the edges", key))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// LoadSecret returns the key's base64 secret: secret itself, or read from
+// secret_file, which holds either the bare base64 secret or a key clause
+// as tsig-keygen prints it (the file BIND includes).
+func (t TSIG) LoadSecret() (string, error) {
+	secret := t.Secret
+	if t.SecretFile != "" {
+		b, err := os.ReadFile(t.SecretFile)
+		if err != nil {
+			return "", fmt.Errorf("dns.tsig.secret_file: %w", err)
+		}
+		secret = strings.TrimSpace(string(b))
+		if m := keyClauseSecret.FindStringSubmatch(secret); m != nil {
+			secret = m[1]
+		}
+		if secret == "" {
+			return "", fmt.Errorf("dns.tsig.secret_file: %s is empty", t.SecretFile)
+		}
+	}
+	key := "dns.tsig.secret"
+	if t.SecretFile != "" {
+		key = "dns.tsig.secret_file"
+	}
+	if b, err := base64.StdEncoding.DecodeString(secret); err != nil || len(b) == 0 {
+		return "", fmt.Errorf("%s: the secret is not base64", key)
+	}
+	return secret, nil
+}
+
+var keyClauseSecret = regexp.MustCompile(`secret\s+"([^"]+)"\s*;`)
+
+func validMetrics(s string) bool {
+	if strings.HasPrefix(s, "http://") || strings.HasPrefix(s, "https://") {
+		return len(s) > len("https://")
+	}
+	host, port, err := net.SplitHostPort(s)
+	return err == nil && host != "" && port != ""
 }
 
 // Edge returns the edge called name.

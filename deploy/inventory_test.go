@@ -1,6 +1,8 @@
 package deploy
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -47,6 +49,20 @@ func TestValidate(t *testing.T) {
 		{name: "no address", edit: func(c *Config) { c.Edges[1].IPv4 = "" }, wantErr: `edges[1]: edge "edge-2" has neither ipv4 nor ipv6`},
 		{name: "duplicate edge", edit: func(c *Config) { c.Edges[1].Name = "edge-1" }, wantErr: `edges[1].name: "edge-1" is used twice`},
 		{name: "bad edge name", edit: func(c *Config) { c.Edges[0].Name = "edge 1" }, wantErr: `edges[0].name: "edge 1" is not a name`},
+		{name: "unspecified address", edit: func(c *Config) { c.Edges[0].IPv4 = "0.0.0.0" }, wantErr: "edges[0].ipv4: 0.0.0.0 is not the address of one host"},
+		{name: "duplicate address", edit: func(c *Config) { c.Edges[1].IPv4 = "203.0.113.10" }, wantErr: `edges[1].ipv4: 203.0.113.10 is already the address of edge "edge-1"`},
+		{name: "duplicate ipv6", edit: func(c *Config) { c.Edges[1].IPv6 = "2001:db8:0::10" }, wantErr: `edges[1].ipv6: 2001:db8::10 is already the address of edge "edge-1"`},
+		{name: "secret not base64", edit: func(c *Config) { c.DNS.TSIG.Secret = "not base64!" }, wantErr: "dns.tsig.secret: the secret is not base64"},
+		{name: "missing secret file", edit: func(c *Config) {
+			c.DNS.TSIG = TSIG{Name: "k", Algorithm: "hmac-sha256", SecretFile: "/nonexistent/fleet.key"}
+		},
+			wantErr: "dns.tsig.secret_file: open /nonexistent/fleet.key: no such file or directory"},
+		{name: "bad metrics", edit: func(c *Config) { c.Edges[0].Metrics = "9101" }, wantErr: `edges[0].metrics: "9101" is not host:port or an http(s) URL`},
+		{name: "metrics host:port", edit: func(c *Config) { c.Edges[0].Metrics = "203.0.113.10:9101" }},
+		{name: "metrics URL", edit: func(c *Config) { c.Edges[0].Metrics = "https://edge-1.example.net/metrics" }},
+		{name: "probe cert without key", edit: func(c *Config) { c.Probe.Cert = "agent.pem" }, wantErr: "probe: give both cert and key, or neither"},
+		{name: "zero budget", edit: func(c *Config) { c.Probe.Budget = 0 }, wantErr: "probe.budget: 0s is not a positive duration"},
+		{name: "zero drain timeout", edit: func(c *Config) { c.DrainTimeout = 0 }, wantErr: "drain_timeout: 0s is not a positive duration"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := validConfig()
@@ -72,5 +88,43 @@ func TestDefaultConfig(t *testing.T) {
 	}
 	if _, ok := validConfig().Edge("edge-2"); !ok {
 		t.Fatal("Edge(edge-2) not found")
+	}
+}
+
+func TestValidateDNS(t *testing.T) {
+	c := validConfig()
+	if err := c.ValidateDNS(); err != nil {
+		t.Fatal(err)
+	}
+	c.DNS.Server = ""
+	if err := c.ValidateDNS(); err == nil || !strings.Contains(err.Error(), "dns.server: required to publish the edges") {
+		t.Fatalf("ValidateDNS() = %v", err)
+	}
+}
+
+// TestLoadSecretFile: secret_file holds either the bare secret or the key
+// clause tsig-keygen prints; an empty or unreadable file names the key.
+func TestLoadSecretFile(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ name, content, want, wantErr string }{
+		{name: "bare", content: "c2VjcmV0\n", want: "c2VjcmV0"},
+		{name: "tsig-keygen", content: "key \"fleet-key\" {\n\talgorithm hmac-sha256;\n\tsecret \"c2VjcmV0LXR3bw==\";\n};\n", want: "c2VjcmV0LXR3bw=="},
+		{name: "empty", content: "\n", wantErr: "is empty"},
+		{name: "garbage", content: "key {", wantErr: "dns.tsig.secret_file: the secret is not base64"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(dir, tc.name)
+			os.WriteFile(p, []byte(tc.content), 0o600)
+			got, err := TSIG{SecretFile: p}.LoadSecret()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("LoadSecret() = %q, %v; want %q", got, err, tc.want)
+			}
+		})
 	}
 }

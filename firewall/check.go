@@ -2,6 +2,7 @@ package firewall
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 
 	"github.com/coreos/go-iptables/iptables"
@@ -111,4 +112,36 @@ func diff(a, b []string) []string {
 		}
 	}
 	return out
+}
+
+// Sources are the addresses the live rules of the hook chain let in: the
+// -s of every edge rule (tagged "edgefleet: edge …") of the chain its
+// rule 1 jumps to, both families; none when nothing of ours is hooked.
+func (fw *Firewall) Sources(hook string) ([]netip.Addr, error) {
+	if hook == "" {
+		hook = fw.hook
+	}
+	var out []netip.Addr
+	for _, proto := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
+		l, err := fw.read(proto, hook)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", cmdName(proto), err)
+		}
+		for _, line := range l.rules {
+			args := splitRule(line)
+			if !strings.Contains(line, commentEdgePrefix) {
+				continue
+			}
+			for i := 0; i+1 < len(args); i++ {
+				if args[i] == "-s" {
+					if p, err := netip.ParsePrefix(args[i+1]); err == nil && p.IsSingleIP() {
+						out = append(out, p.Addr())
+					} else if a, err := netip.ParseAddr(args[i+1]); err == nil {
+						out = append(out, a)
+					}
+				}
+			}
+		}
+	}
+	return out, nil
 }

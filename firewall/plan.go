@@ -54,6 +54,8 @@ func Jump(chain string) Rule {
 // Comments of the generated rules; every rule carries one.
 const (
 	commentReplies = "edgefleet: replies"
+	// commentEdgePrefix starts the comment of every edge's rule.
+	commentEdgePrefix = "edgefleet: edge "
 )
 
 // NewPlan builds generation gen's rule set for c without touching iptables.
@@ -169,7 +171,7 @@ func (p *Plan) family(proto iptables.Protocol, hook string) Family {
 			r := Rule{"-s", s.cidr}
 			r = append(r, iface...)
 			r = append(r, ct...)
-			r = append(r, "-m", "comment", "--comment", fmt.Sprintf("edgefleet: edge %s port %d", s.edge, port), "-j", "RETURN")
+			r = append(r, "-m", "comment", "--comment", fmt.Sprintf(commentEdgePrefix+"%s port %d", s.edge, port), "-j", "RETURN")
 			f.Rules = append(f.Rules, r)
 		}
 		if hook == DockerUser {

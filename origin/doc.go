@@ -7,7 +7,7 @@
 //	table := origin.NewPeerTable()
 //	front, err := origin.New(cfg, table, log, prometheus.DefaultRegisterer)
 //	go front.Serve(ln)                       // or front.HandleConn(c)
-//	peer, ok := table.Lookup(innerRemotePort) // in the inner service, on accept
+//	peer, ok := table.LookupAddr(innerRemoteAddr) // in the inner service, on accept
 //
 // Each connection's first bytes are peeked, never consumed: a PROXY v2
 // signature or "PROXY " (v1) is parsed as a header (by

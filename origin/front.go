@@ -283,6 +283,7 @@ func (s *session) run() {
 		ID:        s.id,
 		Header:    s.header,
 		Since:     s.start,
+		Inner:     inner.LocalAddr().String(),
 	})
 	f.m.ok(s.header).Inc()
 

@@ -15,7 +15,6 @@ import (
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 )
 
 // harness is a front on 127.0.0.1 forwarding to an inner echo service that
@@ -197,7 +196,7 @@ func startEchoInner(t testing.TB, table *PeerTable) *echoInner {
 			e.mu.Unlock()
 			go func() {
 				defer c.Close()
-				p, _ := table.Lookup(c.RemoteAddr().(*net.TCPAddr).Port)
+				p, _ := table.LookupAddr(c.RemoteAddr().(*net.TCPAddr).AddrPort())
 				// Like LDAP, the client speaks first: a health check
 				// that sends nothing gets nothing.
 				first := make([]byte, 64<<10)
@@ -292,38 +291,8 @@ func (h *harness) metric(name string, labels map[string]string) float64 {
 
 func metricValue(t testing.TB, reg prometheus.Gatherer, name string, labels map[string]string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			if len(m.GetLabel()) != len(labels) {
-				continue
-			}
-			for _, lp := range m.GetLabel() {
-				if labels[lp.GetName()] != lp.GetValue() {
-					continue next
-				}
-			}
-			return value(m)
-		}
-	}
-	return 0
-}
-
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	}
-	return 0
+	v, _ := testbed.Metric(t, reg, name, labels)
+	return v
 }
 
 func conns(header, result string) (string, map[string]string) {

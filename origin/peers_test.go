@@ -181,7 +181,7 @@ func startTLSInner(t *testing.T, table *PeerTable) *tlsInner {
 	}
 	conf := &tls.Config{Certificates: []tls.Certificate{cert}}
 	testbed.ServeConns(t, ln, func(c net.Conn) {
-		p, ok := table.Lookup(c.RemoteAddr().(*net.TCPAddr).Port)
+		p, ok := table.LookupAddr(c.RemoteAddr().(*net.TCPAddr).AddrPort())
 		tc := tls.Server(c, conf)
 		tc.SetDeadline(time.Now().Add(10 * time.Second))
 		err := tc.Handshake()
@@ -218,7 +218,8 @@ func TestTLSClientWithoutHeader(t *testing.T) {
 				t.Fatalf("echo %q, %v", got, err)
 			}
 			r := <-inner.result
-			want := Peer{InnerPort: r.peer.InnerPort, Measured: c.LocalAddr().String(), Header: HeaderNone, Since: r.peer.Since}
+			want := Peer{InnerPort: r.peer.InnerPort, Measured: c.LocalAddr().String(), Header: HeaderNone, Since: r.peer.Since,
+				Inner: r.peer.Inner}
 			if r.err != nil || !r.found || r.peer != want {
 				t.Fatalf("inner: %+v, want peer %+v", r, want)
 			}

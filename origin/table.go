@@ -3,6 +3,7 @@ package origin
 import (
 	"encoding/json"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"sync"
@@ -30,6 +31,10 @@ type Peer struct {
 	ID        string    `json:"id"`         // PP2_TYPE_UNIQUE_ID TLV ("" when absent)
 	Header    string    `json:"header"`     // v2, v1, local or none
 	Since     time.Time `json:"since"`      // when the front accepted the outer connection
+	// Inner is the whole local address (ip:port) of the inner connection.
+	// It is not served over HTTP (DESIGN.md fixes the keys): the inner
+	// service compares it with its client's remote address (LookupAddr).
+	Inner string `json:"-"`
 }
 
 // PeerTable maps the local port of each inner connection to its Peer. It
@@ -76,6 +81,26 @@ func (t *PeerTable) Lookup(port int) (Peer, bool) {
 		}
 		t.changed.Wait()
 	}
+}
+
+// LookupAddr is Lookup by the whole address of the inner connection: an
+// entry counts only when the inner connection's local address is addr, not
+// just its port. Any local process can connect to the inner service from
+// another loopback address with the port of a live inner connection (GET
+// /peers lists them); it finds no peer here.
+func (t *PeerTable) LookupAddr(addr netip.AddrPort) (Peer, bool) {
+	p, ok := t.Lookup(int(addr.Port()))
+	if !ok || !sameAddr(p.Inner, addr) {
+		return Peer{}, false
+	}
+	return p, true
+}
+
+// sameAddr reports whether inner (a Peer.Inner) is addr; IPv4-mapped IPv6
+// addresses equal their IPv4 form.
+func sameAddr(inner string, addr netip.AddrPort) bool {
+	a, err := netip.ParseAddrPort(inner)
+	return err == nil && a.Port() == addr.Port() && a.Addr().Unmap() == addr.Addr().Unmap()
 }
 
 // Len is the number of entries.

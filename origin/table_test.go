@@ -5,8 +5,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -148,5 +150,33 @@ func TestPeersAPI(t *testing.T) {
 	resp.Body.Close()
 	if string(b) != "[]\n" {
 		t.Fatalf("empty /peers = %q, want []", b)
+	}
+}
+
+// LookupAddr matches the whole inner address: the same port on another
+// loopback address is no peer.
+func TestPeerTableLookupAddr(t *testing.T) {
+	tb := NewPeerTable()
+	p := Peer{InnerPort: 40000, Claimed: "192.0.2.1:5", Measured: "127.0.0.2:6", Header: HeaderV2, Inner: "127.0.0.1:40000"}
+	tb.insert(tb.beginDial(), p)
+	for addr, want := range map[string]bool{
+		"127.0.0.1:40000":          true,
+		"[::ffff:127.0.0.1]:40000": true,
+		"127.0.0.2:40000":          false,
+		"127.0.0.1:40001":          false,
+		"[::1]:40000":              false,
+	} {
+		got, ok := tb.LookupAddr(netip.MustParseAddrPort(addr))
+		if ok != want || (ok && got != p) {
+			t.Errorf("LookupAddr(%s) = %+v, %v; want %v", addr, got, ok, want)
+		}
+	}
+	if got, ok := tb.Lookup(40000); !ok || got != p {
+		t.Errorf("Lookup by port = %+v, %v", got, ok)
+	}
+	// Inner is not served: /peers keeps exactly the documented keys.
+	b, _ := json.Marshal(p)
+	if strings.Contains(string(b), "127.0.0.1:40000") || strings.Contains(string(b), "inner\"") {
+		t.Errorf("JSON of a peer shows the inner address: %s", b)
 	}
 }

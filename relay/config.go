@@ -84,9 +84,6 @@ func (c Config) Validate() error {
 			return fmt.Errorf("origins: %q is listed twice", a)
 		}
 		seen[a] = true
-		if l := accept.SelfTarget(c.Listen, a); l != "" {
-			return fmt.Errorf("origins: %q is the edge's own listen address %q: every connection would be relayed to itself", a, l)
-		}
 	}
 	switch {
 	case c.ConnectTimeout <= 0:
@@ -101,6 +98,21 @@ func (c Config) Validate() error {
 		return fmt.Errorf("drain_timeout: %v must not be negative", c.DrainTimeout)
 	case c.Keepalive < 0:
 		return fmt.Errorf("keepalive: %v must not be negative (0 disables)", c.Keepalive)
+	}
+	return nil
+}
+
+// CheckSelf reports an origin that is the edge itself, in any spelling
+// (localhost, an IPv4-mapped address, 0.0.0.0, an address of this host
+// under a wildcard listen): every connection would be relayed to itself.
+// Unlike Validate it depends on the host it runs on (its addresses, its
+// resolver), so it is checked where the edge runs — New and cmd/edge —
+// not where a configuration is rendered for another machine.
+func (c Config) CheckSelf() error {
+	for _, a := range c.Origins {
+		if l := accept.SelfTarget(c.Listen, a); l != "" {
+			return fmt.Errorf("origins: %q is the edge's own listen address %q: every connection would be relayed to itself", a, l)
+		}
 	}
 	return nil
 }

@@ -76,10 +76,13 @@ type conn struct {
 	forced bool         // closed by Shutdown
 }
 
-// New checks cfg and returns an edge that records its metrics into reg
-// (nil: not registered anywhere).
+// New checks cfg (Validate and CheckSelf) and returns an edge that records
+// its metrics into reg (nil: not registered anywhere).
 func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Edge, error) {
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.CheckSelf(); err != nil {
 		return nil, err
 	}
 	m, err := newMetrics(reg)

@@ -615,6 +615,9 @@ func TestValidate(t *testing.T) {
 			c := ok
 			tc.mod(&c)
 			err := c.Validate()
+			if err == nil {
+				err = c.CheckSelf()
+			}
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Fatalf("unexpected error %v", err)

@@ -4,6 +4,7 @@
 //
 //	edge --config edge.yaml
 //	edge --origins origin.example:8636 --listen :636
+//	edge --config edge.yaml --check   # exit 2 and one line when the file is bad
 //
 // SIGTERM or SIGINT stops accepting and drains open connections for up to
 // drain_timeout (a second signal closes them at once); SIGHUP re-reads the
@@ -58,7 +59,10 @@ func load(fs *pflag.FlagSet, path string) (edgeFile, error) {
 			return cfg, fmt.Errorf("metrics: %q is not host:port", cfg.Metrics)
 		}
 	}
-	return cfg, cfg.Config.Validate()
+	if err := cfg.Config.Validate(); err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.CheckSelf() // this is the host the edge runs on (or --check runs on)
 }
 
 func main() {
@@ -69,6 +73,7 @@ func main() {
 	f.StringSlice("origins", nil, "origin addresses host:port, tried in order (overrides origins)")
 	f.String("proxy-protocol", "", "v2, v1 or off (overrides proxy_protocol)")
 	f.String("metrics", "", "address of the metrics endpoint (overrides metrics)")
+	check := f.Bool("check", false, "check the configuration, print it is ok and exit without listening (fleet deploy push runs it)")
 	root.RunE = func(cmd *cobra.Command, args []string) error {
 		if len(args) > 0 {
 			cli.Fatal("edge", fmt.Errorf("unexpected argument %q", args[0]))
@@ -77,6 +82,10 @@ func main() {
 		cfg, err := load(cmd.Flags(), path)
 		if err != nil {
 			cli.Fatal("edge", err)
+		}
+		if *check {
+			fmt.Fprintf(cmd.OutOrStdout(), "edge: configuration ok (name %s, origins %v)\n", cfg.Name, cfg.Origins)
+			return nil
 		}
 		run(cfg, func() (edgeFile, error) { return load(cmd.Flags(), path) })
 		return nil
@@ -89,6 +98,10 @@ func main() {
 // run serves until a signal stops it; reload re-reads the configuration
 // for SIGHUP. Startup failures exit with one line.
 func run(cfg edgeFile, reload func() (edgeFile, error)) {
+	// Signals are ours before anything listens: a SIGHUP that comes as
+	// soon as a port answers must not end the process.
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	logw := cli.NewLogWriter(os.Stderr)
 	log := cli.Logger(cfg.Log, logw)
 	fatal := func(err error) { logw.Close(); cli.Fatal("edge", err) }
@@ -132,8 +145,6 @@ func run(cfg edgeFile, reload func() (edgeFile, error)) {
 			"proxy_protocol", cfg.ProxyProtocol, "metrics", cfg.Metrics)
 	}
 
-	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	failed := false
 wait:
 	for {

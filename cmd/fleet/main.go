@@ -12,6 +12,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"path/filepath"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
 	"github.com/edgefleet/edgefleet/deploy"
@@ -36,6 +37,22 @@ func (e exitError) Unwrap() error { return e.err }
 type fleetFile struct {
 	deploy.Config `mapstructure:",squash"`
 	Log           cli.Log `mapstructure:"log"`
+
+	path string // the file read ("" when none)
+}
+
+// rel makes the inventory's file names relative to its own directory, as
+// an operator writing "secret_file: fleet.key" beside fleet.yaml means.
+func (f *fleetFile) rel() {
+	if f.path == "" {
+		return
+	}
+	dir := filepath.Dir(f.path)
+	for _, p := range []*string{&f.DNS.TSIG.SecretFile, &f.Probe.CA, &f.Probe.Cert, &f.Probe.Key} {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
 }
 
 // defaultConfigPath is read when --config is not given and it exists.
@@ -54,6 +71,8 @@ func loadFleet(cmd *cobra.Command) (fleetFile, *slog.Logger, error) {
 	if err := cli.Load(cmd.Flags(), path, &f); err != nil {
 		return f, nil, err
 	}
+	f.path = path
+	f.rel()
 	if err := f.Log.Validate(); err != nil {
 		return f, nil, err
 	}
@@ -84,4 +103,12 @@ func main() {
 		}
 		cli.FatalCode("fleet", err, code)
 	}
+}
+
+// statePath is fleet.state.json beside the inventory.
+func statePath(inventory string) string {
+	if inventory == "" {
+		return deploy.StateFile
+	}
+	return filepath.Join(filepath.Dir(inventory), deploy.StateFile)
 }

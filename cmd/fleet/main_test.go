@@ -3,11 +3,14 @@ package main
 import (
 	"errors"
 	"flag"
-	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/edgefleet/edgefleet/internal/testbed"
 )
 
 func TestLoadFleet(t *testing.T) {
@@ -26,7 +29,7 @@ edges:
 log: {format: json}
 `, check: func(f fleetFile) bool {
 			return f.TTL == 30 && len(f.Edges) == 2 && f.Edges[0].HostKey == "ssh-ed25519 AAAA" && f.Edges[1].IPv6 == "" &&
-				len(f.Origin.Ports) == 2 && f.DNS.TSIG.SecretFile == "key.b64" && f.Log.Format == "json" && f.Validate() == nil
+				len(f.Origin.Ports) == 2 && filepath.IsAbs(f.DNS.TSIG.SecretFile) && filepath.Base(f.DNS.TSIG.SecretFile) == "key.b64" && f.Log.Format == "json" && f.Validate() == nil
 		}},
 		{name: "defaults", yaml: "name: ldap.example.net\n", check: func(f fleetFile) bool {
 			return f.TTL == 60 && f.Origin.Ports[0] == 8636 && f.DNS.TSIG.Algorithm == "hmac-sha256" && len(f.Edges) == 0
@@ -39,6 +42,8 @@ log: {format: json}
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "fleet.yaml")
 			os.WriteFile(path, []byte(tc.yaml), 0o600)
+			// secret_file is read relative to fleet.yaml's directory.
+			os.WriteFile(filepath.Join(filepath.Dir(path), "key.b64"), []byte("c2VjcmV0\n"), 0o600)
 			cmd := newRoot()
 			cmd.SetArgs([]string{"--config", path})
 			cmd.ParseFlags([]string{"--config", path})
@@ -80,37 +85,65 @@ func TestBadBackendIsConfigError(t *testing.T) {
 // (regenerate with -update). `origin.ports: [true]` used to plan rules for
 // port 1 and leave the real port open (issue 8 item 10).
 func TestInvalidInventories(t *testing.T) {
-	files, err := filepath.Glob("testdata/invalid-*.yml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no testdata/invalid-*.yml: %v", err)
-	}
-	var got strings.Builder
-	for _, f := range files {
+	testbed.InvalidConfigs(t, *update, func(path string) error {
 		cmd := newRoot()
-		cmd.ParseFlags([]string{"--config", f})
+		cmd.ParseFlags([]string{"--config", path})
 		inv, _, err := loadFleet(cmd)
 		if err == nil {
 			err = inv.Validate()
 		}
-		if err == nil {
-			t.Errorf("%s: loaded and validated without an error", f)
-			continue
-		}
-		fmt.Fprintf(&got, "%s: %s\n", filepath.Base(f), strings.ReplaceAll(err.Error(), "\n", "; "))
-	}
-	golden := filepath.Join("testdata", "invalid.golden")
-	if *update {
-		if err := os.WriteFile(golden, []byte(got.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.String() != string(want) {
-		t.Fatalf("errors differ from %s:\n got:\n%s\nwant:\n%s", golden, got.String(), want)
-	}
+		return err
+	})
 }
 
 var update = flag.Bool("update", false, "rewrite testdata/invalid.golden")
+
+// TestDocInventory: the fleet.yaml of docs/dns-deploy.md loads and passes
+// the checks publishing needs, and the documented fleet dns sessions print
+// what the document shows, run against the embedded server.
+func TestDocInventory(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "dns-deploy.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "```yaml\n")
+	yml, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/dns-deploy.md has no yaml block")
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "fleet.yaml")
+	os.WriteFile(path, []byte(yml), 0o600)
+	os.WriteFile(filepath.Join(dir, "fleet.key"), []byte("key \"fleet-key\" {\n\talgorithm hmac-sha256;\n\tsecret \"c2VjcmV0\";\n};\n"), 0o600)
+	cmd := newRoot()
+	cmd.ParseFlags([]string{"--config", path})
+	f, _, err := loadFleet(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.ValidateDNS(); err != nil || len(f.Edges) != 2 || f.TTL != 60 {
+		t.Fatalf("the documented inventory: %v (%+v)", err, f.Config)
+	}
+
+	testbed.Need(t, "dig")
+	port, _ := testbed.LowPort("127.0.0.1")
+	server := "127.0.0.1:" + strconv.Itoa(port)
+	t.Setenv("EDGEFLEET_DNS_SERVER", server) // the documented port may be taken
+	testbed.Start(t, fleetBin(t), "--config", path, "dns", "serve")
+	waitDNS(t, server)
+	sessions := regexp.MustCompile("(?s)```\n(\\$ fleet dns (?:plan|apply|list).*?)```").FindAllStringSubmatch(string(b), -1)
+	if len(sessions) < 3 {
+		t.Fatalf("docs/dns-deploy.md shows %d fleet dns sessions, want plan, apply and list", len(sessions))
+	}
+	for _, sess := range sessions {
+		cmds := strings.Split(sess[1], "$ ")[1:]
+		for _, c := range cmds {
+			line, want, _ := strings.Cut(c, "\n")
+			args := append(strings.Fields(line)[1:], "--config", path)
+			r := fleetRun(t, nil, args...)
+			if r.code != 0 || r.stdout != want {
+				t.Errorf("%s: exit %d\n%s%s\nthe document shows:\n%s", line, r.code, r.stdout, r.stderr, want)
+			}
+		}
+	}
+}

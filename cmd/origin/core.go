@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/edgefleet/edgefleet/origin"
 	"github.com/edgefleet/edgefleet/origin/ldap/core"
@@ -31,6 +32,12 @@ type coreSection struct {
 	TLS           coreTLS `mapstructure:"tls"`
 	BackendCA     string  `mapstructure:"backend_ca"` // PEM bundle verifying ssl:1 servers (proxy_mode 2)
 	MaxPDU        int     `mapstructure:"max_pdu"`    // bytes
+	// Outstanding operations per client before and after a bind.
+	MaxPending     int `mapstructure:"max_pending"`
+	MaxPendingAuth int `mapstructure:"max_pending_auth"`
+	// Bounds on a started PDU and on each write to a client.
+	PDUTimeout   time.Duration `mapstructure:"pdu_timeout"`
+	WriteTimeout time.Duration `mapstructure:"write_timeout"`
 }
 
 type coreTLS struct {
@@ -52,6 +59,11 @@ func defaultCore() coreSection {
 		Config:    "ldap_proxy.json",
 		TLS:       coreTLS{Mode: d.TLSMode, StartTLS: d.StartTLS},
 		MaxPDU:    d.MaxPDU,
+
+		MaxPending:     d.MaxPending,
+		MaxPendingAuth: d.MaxPendingAuth,
+		PDUTimeout:     d.PDUTimeout,
+		WriteTimeout:   d.WriteTimeout,
 	}
 }
 
@@ -107,7 +119,7 @@ func buildCore(cfg coreSection, peers peerTable, log *slog.Logger, reg prometheu
 	if peers != nil {
 		lookup = func(port int) (core.Peer, bool) {
 			p, ok := peers.Lookup(port)
-			return core.Peer{Claimed: p.Claimed, Measured: p.Measured, Edge: p.Edge, ID: p.ID}, ok
+			return core.Peer{Claimed: p.Claimed, Measured: p.Measured, Edge: p.Edge, ID: p.ID, Inner: p.Inner}, ok
 		}
 	}
 	srv, err := core.New(ccfg, file, lookup, log, reg)
@@ -146,6 +158,8 @@ func (cfg coreSection) coreConfig() (core.Config, error) {
 	c := core.DefaultConfig()
 	c.Name, c.ProxyMode, c.DefaultServer, c.MaxPDU = cfg.Name, cfg.ProxyMode, cfg.DefaultServer, cfg.MaxPDU
 	c.TLSMode, c.StartTLS = cfg.TLS.Mode, cfg.TLS.StartTLS
+	c.MaxPending, c.MaxPendingAuth = cfg.MaxPending, cfg.MaxPendingAuth
+	c.PDUTimeout, c.WriteTimeout = cfg.PDUTimeout, cfg.WriteTimeout
 	if c.TLSMode != core.TLSOff {
 		if cfg.TLS.Cert == "" || cfg.TLS.Key == "" {
 			return c, fmt.Errorf("core.tls.mode %s needs core.tls.cert and core.tls.key", c.TLSMode)

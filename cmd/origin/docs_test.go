@@ -34,7 +34,8 @@ func TestDocExamples(t *testing.T) {
 	}
 	core := loadDoc("docs/ldap-core.md").Core
 	if core.Config != "/etc/edgefleet/ldap_proxy.json" || core.TLS.Mode != "mtls" ||
-		core.TLS.Pins != "/etc/edgefleet/agents.pins" || !core.Enabled || core.ProxyMode != 1 {
+		core.TLS.Pins != "/etc/edgefleet/agents.pins" || !core.Enabled || core.ProxyMode != 1 ||
+		core.MaxPending != 100 || core.WriteTimeout != time.Minute || core.PDUTimeout != 30*time.Second {
 		t.Errorf("docs/ldap-core.md's example loads as %+v", core)
 	}
 }

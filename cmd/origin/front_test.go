@@ -137,6 +137,11 @@ func TestFrontBadConfig(t *testing.T) {
 		{"unitless timeout", "front:\n  header_timeout: 5\n", nil, "header_timeout"},
 		{"bad inner from env", "", []string{"EDGEFLEET_FRONT_INNER=nowhere"}, `front.inner: "nowhere" is not host:port`},
 		{"listen in use", "", nil, "front.listen"},
+		{"fractional max_conns", "front:\n  max_conns: 1.9\n", nil, "config: front.max_conns: 1.9 is not a whole number"},
+		{"boolean timeout", "front:\n  header_timeout: true\n", nil, "config: front.header_timeout: true is not a duration"},
+		{"zero max_conns", "front:\n  max_conns: 0\n", nil, "front.max_conns: 0 must be positive"},
+		{"unknown section", "fronts: {}\n", nil, `unknown key "fronts"`},
+		{"inner is the front", "front:\n  listen: ['127.0.0.1:8636']\n  inner: localhost:8636\n", nil, `front.inner: "localhost:8636" is the front's own listen address "127.0.0.1:8636"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -246,4 +251,24 @@ core:
 	if strings.Count(p.Output(), "front.inner is not core.listen") != 1 {
 		t.Fatalf("want one warning:\n%s", p.Output())
 	}
+}
+
+// TestSIGHUPNamesRestartKeys (issue 8 item 11): SIGHUP re-reads the file
+// and names the changed keys, which all need a restart; the origin keeps
+// running (the signal's default action used to end it).
+func TestSIGHUPNamesRestartKeys(t *testing.T) {
+	bin := buildOrigin(t)
+	front := testbed.FreeAddr(t, "127.0.0.1")
+	yaml := fmt.Sprintf("front:\n  listen: [%q]\npeers_api: \"\"\nmetrics: \"\"\nlog:\n  format: json\ncore:\n  enabled: false\n", front)
+	cfg := testbed.WriteFile(t, t.TempDir(), "origin.yaml", yaml)
+	p := testbed.Start(t, bin, "--config", cfg)
+	testbed.WaitTCP(t, front, 10*time.Second)
+	os.WriteFile(cfg, []byte(strings.Replace(yaml, "front:\n", "front:\n  max_conns: 7\n  header_timeout: 1s\n", 1)), 0o600)
+	p.Cmd.Process.Signal(syscall.SIGHUP)
+	testbed.WaitOutput(t, p, 10*time.Second,
+		`"msg":"reload: changed keys need a restart, still running with their old values","keys":["front.header_timeout","front.max_conns"]`)
+	if p.Cmd.ProcessState != nil {
+		t.Fatalf("the origin exited on SIGHUP: %v", p.Cmd.ProcessState)
+	}
+	testbed.WaitTCP(t, front, 10*time.Second)
 }

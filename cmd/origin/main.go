@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 )
 
@@ -46,6 +48,20 @@ func defaults() originFile {
 	}
 }
 
+// load reads the configuration (file, environment, flags) and checks what
+// can be checked without reading other files; the core's section is checked
+// by buildCore, still before anything listens.
+func load(fs *pflag.FlagSet, path string) (originFile, error) {
+	cfg := defaults()
+	if err := cli.Load(fs, path, &cfg); err != nil {
+		return cfg, err
+	}
+	if err := cfg.Log.Validate(); err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.Front.Validate()
+}
+
 func main() {
 	root := cli.Root("origin", "the origin: PROXY-sniffing front and LDAP routing core")
 	root.Flags().String("peers-api", "", "address of the peers API (overrides peers_api)")
@@ -55,17 +71,12 @@ func main() {
 			cli.Fatal("origin", fmt.Errorf("unexpected argument %q", args[0]))
 		}
 		path, _ := cmd.Flags().GetString("config")
-		cfg := defaults()
-		if err := cli.Load(cmd.Flags(), path, &cfg); err != nil {
+		reload := func() (originFile, error) { return load(cmd.Flags(), path) }
+		cfg, err := reload()
+		if err != nil {
 			cli.Fatal("origin", err)
 		}
-		if err := cfg.Log.Validate(); err != nil {
-			cli.Fatal("origin", err)
-		}
-		if err := cfg.Front.Validate(); err != nil {
-			cli.Fatal("origin", err)
-		}
-		return run(cfg)
+		return run(cfg, reload)
 	}
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "origin:", err)
@@ -74,8 +85,13 @@ func main() {
 }
 
 // run starts the front, the HTTP endpoints and the core, and returns when a
-// signal has stopped them. Startup failures exit with one line.
-func run(cfg originFile) error {
+// signal has stopped them; reload re-reads the configuration for SIGHUP.
+// Startup failures exit with one line.
+func run(cfg originFile, reload func() (originFile, error)) error {
+	// Signals are ours before anything listens: a SIGHUP that comes as
+	// soon as a port answers must not end the process.
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	logw := cli.NewLogWriter(os.Stderr)
 	defer logw.Close()
 	log := cli.Logger(cfg.Log, logw)
@@ -169,25 +185,37 @@ func run(cfg originFile) error {
 		stopCore = serveCore(cfg.Core, srv, coreLn, peers, log, serveErr)
 	}
 
-	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	var failed error
-	select {
-	case s := <-sig:
-		log.Info("shutting down", "signal", s.String(), "drain_timeout", drainTimeout.String())
-	case err := <-serveErr:
-		log.Error("listener failed", "err", err)
-		failed = err
+wait:
+	for {
+		select {
+		case s := <-sig:
+			if s == syscall.SIGHUP {
+				reloaded(cfg, reload, log)
+				continue
+			}
+			log.Info("shutting down", "signal", s.String(), "drain_timeout", drainTimeout.String())
+		case err := <-serveErr:
+			log.Error("listener failed", "err", err)
+			failed = err
+		}
+		break wait
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
 	go func() {
-		select {
-		case <-sig:
-			log.Info("second signal: closing open connections")
-			cancel()
-		case <-ctx.Done():
+		for {
+			select {
+			case s := <-sig:
+				if s == syscall.SIGHUP {
+					continue
+				}
+				log.Info("second signal: closing open connections")
+				cancel()
+			case <-ctx.Done():
+			}
+			return
 		}
 	}()
 	if err := front.Shutdown(ctx); err != nil {
@@ -204,6 +232,21 @@ func run(cfg originFile) error {
 		os.Exit(1)
 	}
 	return nil
+}
+
+// reloaded answers SIGHUP: the origin applies nothing at run time, so it
+// re-reads the configuration only to name the keys that changed (they need
+// a restart) instead of dying of the signal's default action.
+func reloaded(cfg originFile, reload func() (originFile, error), log *slog.Logger) {
+	next, err := reload()
+	switch changed := cli.Changed(cfg, next); {
+	case err != nil:
+		log.Error("reload failed, keeping the running configuration", "err", err)
+	case len(changed) > 0:
+		log.Warn("reload: changed keys need a restart, still running with their old values", "keys", changed)
+	default:
+		log.Info("reload: configuration unchanged")
+	}
 }
 
 // Go's default keepalive for accepted connections: idle and interval 15s,

@@ -1,24 +1,283 @@
-// Command probe runs agent-side edge ranking, watcher and platform monitor.
-// See README.md for its configuration.
+// Command probe is the agent's edge selection and the platform's edge
+// monitor (docs/probe.md):
+//
+//	probe rank --name ldap.example.com --port 636 --ca ca.pem --cert agent.pem --key agent.key --state edges.json
+//	probe watch --name ldap.example.com … # ranks, then prints better-edge events as they happen
+//	probe monitor --name ldap.example.com --ca ca.pem --once   # one round as a table
+//	probe monitor --name ldap.example.com --metrics 127.0.0.1:9104   # /metrics and /status
+//
+// Names resolve through the system resolver, as the agent's real traffic
+// does; --dns HOST:PORT asks one server directly, for tests and the demo.
 package main
 
 import (
+	"crypto/tls"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
+	"github.com/edgefleet/edgefleet/probe"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 )
+
+// probeFile is the configuration file: the selection numbers at the top
+// level, the TLS files, the output format, the monitor's endpoint and the
+// log section.
+type probeFile struct {
+	probe.Config `mapstructure:",squash"`
+	DNS          string  `mapstructure:"dns"` // tests and the demo only
+	CA           string  `mapstructure:"ca"`
+	Cert         string  `mapstructure:"cert"`
+	Key          string  `mapstructure:"key"`
+	ServerName   string  `mapstructure:"server_name"` // default: name
+	Format       string  `mapstructure:"format"`      // table or json
+	Metrics      string  `mapstructure:"metrics"`     // monitor: /metrics and /status; "" disables
+	Log          cli.Log `mapstructure:"log"`
+}
+
+func defaults() probeFile {
+	return probeFile{Config: probe.DefaultConfig(), Format: "table", Metrics: "127.0.0.1:9104", Log: cli.DefaultLog()}
+}
+
+// exitError carries an exit status other than cli.ExitConfig.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e exitError) Error() string { return e.err.Error() }
+
+// setup reads and checks the configuration, then builds the TLS config,
+// the resolver and the logger: everything is checked before any probe.
+func setup(cmd *cobra.Command) (probeFile, *tls.Config, *net.Resolver, *slog.Logger, error) {
+	cfg := defaults()
+	path, _ := cmd.Flags().GetString("config")
+	if err := cli.Load(cmd.Flags(), path, &cfg); err != nil {
+		return cfg, nil, nil, nil, err
+	}
+	if err := cfg.Log.Validate(); err != nil {
+		return cfg, nil, nil, nil, err
+	}
+	if err := cfg.Config.Validate(); err != nil {
+		return cfg, nil, nil, nil, err
+	}
+	if cfg.Format != "table" && cfg.Format != "json" {
+		return cfg, nil, nil, nil, fmt.Errorf("format: %q is not table or json", cfg.Format)
+	}
+	var resolver *net.Resolver
+	if cfg.DNS != "" {
+		if _, _, err := net.SplitHostPort(cfg.DNS); err != nil {
+			return cfg, nil, nil, nil, fmt.Errorf("dns: %q is not host:port", cfg.DNS)
+		}
+		resolver = probe.DNSResolver(cfg.DNS)
+	}
+	if cfg.Metrics != "" {
+		if _, _, err := net.SplitHostPort(cfg.Metrics); err != nil {
+			return cfg, nil, nil, nil, fmt.Errorf("metrics: %q is not host:port", cfg.Metrics)
+		}
+	}
+	serverName := cfg.ServerName
+	if serverName == "" {
+		serverName = cfg.Name
+	}
+	conf, err := probe.ClientTLS(cfg.CA, cfg.Cert, cfg.Key, serverName)
+	if err != nil {
+		return cfg, nil, nil, nil, err
+	}
+	return cfg, conf, resolver, cli.Logger(cfg.Log, os.Stderr), nil
+}
 
 func main() {
 	root := cli.Root("probe", "agent-side edge ranking, watcher and platform monitor")
 	root.RunE = func(cmd *cobra.Command, args []string) error {
 		cmd.Usage()
-		os.Exit(2)
-		return nil
+		return errors.New("a command is required: rank, watch or monitor")
 	}
+	pf := root.PersistentFlags()
+	pf.String("name", "", "the name whose A/AAAA set is the edges (name)")
+	pf.Int("port", 0, "the edges' port (port, default 636)")
+	pf.String("dns", "", "ask this DNS server HOST:PORT instead of the system resolver: tests and demos only")
+	pf.String("ca", "", "CA file verifying the origin (default: system roots)")
+	pf.String("cert", "", "client certificate file")
+	pf.String("key", "", "client key file")
+	pf.String("server-name", "", "name the certificate is verified against (default: --name)")
+	pf.String("state", "", "state file: the ranking, its address set and the choice")
+	pf.Duration("budget", 0, "bound of one probe of one address (budget, default 2s)")
+	pf.String("format", "", "table or json")
+	root.AddCommand(rankCommand(), watchCommand(), monitorCommand())
 	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "probe:", err)
-		os.Exit(2)
+		var ee exitError
+		if errors.As(err, &ee) {
+			cli.FatalCode("probe", ee.err, ee.code)
+		}
+		cli.Fatal("probe", err)
 	}
+}
+
+func rankCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "rank",
+		Short: "probe every address of the name and print the ranking (written to --state)",
+		Long: `rank resolves the name, probes every address in parallel (TCP connect, TLS
+handshake verified against the name, one LDAP WhoAmI), each within its budget,
+and prints the ranking: fastest first, failures last with their error. With
+--state it is written to the state file, atomically. "chosen" is empty when
+there is no choice (no_choice says why): the agent then dials the name.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, conf, resolver, log, err := setup(cmd)
+			if err != nil {
+				return err
+			}
+			d := &probe.Dialer{Config: cfg.Config, TLS: conf, Resolver: resolver, Log: log}
+			return printRanking(cmd.OutOrStdout(), cfg.Format, d.Rank(cmd.Context()))
+		},
+	}
+}
+
+func printRanking(w io.Writer, format string, r probe.Ranking) error {
+	if format == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	return r.WriteTable(w)
+}
+
+func watchCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "watch",
+		Short: "select an edge as an agent would, then print better-edge events as the watcher finds them",
+		Long: `watch selects the edge an agent would use (the state file when it holds a
+fresh ranking of the same address set, else a new ranking), prints that
+ranking, and then runs the watcher until interrupted: every interval with
+full jitter it retries the addresses ranked above the current one, and it
+measures the whole set again when the ranking is older than stale. Each switch
+is printed as one event (a JSON line with --format json).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, conf, resolver, log, err := setup(cmd)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			d := &probe.Dialer{Config: cfg.Config, TLS: conf, Resolver: resolver, Log: log}
+			out := cmd.OutOrStdout()
+			if err := printRanking(out, cfg.Format, d.Select(ctx)); err != nil {
+				return err
+			}
+			events := make(chan probe.Event)
+			done := make(chan error, 1)
+			go func() { done <- (&probe.Watcher{Dialer: d}).Run(ctx, events) }()
+			for {
+				select {
+				case ev := <-events:
+					printEvent(out, cfg.Format, ev)
+				case <-done:
+					return nil
+				}
+			}
+		},
+	}
+	cmd.Flags().Duration("interval", 0, "upper bound of the wait between rounds (interval, default 5m)")
+	cmd.Flags().Duration("stale", 0, "age after which the whole set is measured again (stale, default 1h)")
+	return cmd
+}
+
+func printEvent(w io.Writer, format string, ev probe.Event) {
+	if format == "json" {
+		json.NewEncoder(w).Encode(ev)
+		return
+	}
+	from := ev.From
+	if from == "" {
+		from = "(the name)"
+	}
+	fmt.Fprintf(w, "%s %s: %s (%.3f ms) -> %s (%.3f ms)\n", ev.At.UTC().Format(time.RFC3339), ev.Reason, from, ev.FromMS, ev.To, ev.ToMS)
+}
+
+func monitorCommand() *cobra.Command {
+	var once bool
+	cmd := &cobra.Command{
+		Use:   "monitor",
+		Short: "the platform's view: TCP connect and TLS handshake through every edge, as metrics and GET /status",
+		Long: `monitor resolves the name through the system resolver every interval and, for
+every address, takes the TCP connect time and the full TLS handshake time on
+one socket. Health is the handshake: an edge whose origin is gone still
+answers TCP. It serves /metrics and GET /status on --metrics. With --once it
+runs one round, prints it (a table, or JSON with --format json) and exits 1
+when an edge is down or the name does not resolve.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, conf, resolver, log, err := setup(cmd)
+			if err != nil {
+				return err
+			}
+			reg := prometheus.NewRegistry()
+			m, err := probe.NewMonitor(cfg.Config, conf, reg)
+			if err != nil {
+				return err
+			}
+			m.Resolver, m.Log = resolver, log
+			if once {
+				return monitorOnce(cmd, cfg.Format, m)
+			}
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			var ln net.Listener
+			if cfg.Metrics != "" {
+				if ln, err = net.Listen("tcp", cfg.Metrics); err != nil {
+					return fmt.Errorf("metrics: %w", err)
+				}
+				mux := http.NewServeMux()
+				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+				mux.Handle("GET /status", m)
+				srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+				go srv.Serve(ln)
+				defer srv.Close()
+				log.Info("monitor listening", "addr", ln.Addr().String(), "target", cfg.Name)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			m.Run(ctx)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&once, "once", false, "one round, printed, then exit (1 when an edge is down)")
+	cmd.Flags().Duration("interval", 0, "time between rounds (interval, default 5m)")
+	cmd.Flags().String("metrics", "", "address of /metrics and GET /status (metrics, default 127.0.0.1:9104)")
+	return cmd
+}
+
+func monitorOnce(cmd *cobra.Command, format string, m *probe.Monitor) error {
+	st := m.Round(cmd.Context())
+	out := cmd.OutOrStdout()
+	if format == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		enc.Encode(st)
+	} else {
+		st.WriteTable(out)
+	}
+	if st.Error != "" {
+		return exitError{1, errors.New(st.Error)}
+	}
+	for _, e := range st.Edges {
+		if !e.Up {
+			return exitError{1, fmt.Errorf("edge %s is down: %s", e.Addr, e.Error)}
+		}
+	}
+	return nil
 }

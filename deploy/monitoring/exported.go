@@ -7,9 +7,9 @@
 //
 // Each binary's tests scrape its live /metrics and assert every family
 // listed for it here (cmd/edge TestMetricsEndpoint, cmd/origin
-// TestMetricsExported); this package's tests check that every metric a rule
-// or a dashboard panel names is listed here. So a metric the rules use is
-// one a running binary was seen to export.
+// TestMetricsExported, cmd/probe TestMonitorMetrics); this package's tests
+// check that every metric a rule or a dashboard panel names is listed here.
+// So a metric the rules use is one a running binary was seen to export.
 //
 // Pending lists the families DESIGN.md fixes whose exporter is being built;
 // rules may use them, and the tests say which ones are still pending. When
@@ -26,6 +26,8 @@ var Exported = map[string]map[string]string{
 		"edgefleet_edge_bytes_total":         "counter",
 		"edgefleet_edge_origin_dial_seconds": "histogram",
 		"edgefleet_edge_origin_up":           "gauge",
+		// Issue 8: clients refused for a PROXY header of their own.
+		"edgefleet_edge_client_proxy_headers_total": "counter",
 	},
 	"origin": {
 		"edgefleet_origin_connections_total":     "counter",
@@ -36,6 +38,11 @@ var Exported = map[string]map[string]string{
 		"edgefleet_core_operations_total":        "counter",
 		"edgefleet_core_backend_up":              "gauge",
 		"edgefleet_core_connections_active":      "gauge",
+	},
+	"probe": { // probe monitor, per resolved address, last measurement
+		"edgefleet_probe_edge_up":               "gauge",
+		"edgefleet_probe_tcp_connect_seconds":   "gauge",
+		"edgefleet_probe_tls_handshake_seconds": "gauge",
 	},
 }
 
@@ -52,10 +59,6 @@ type PendingMetric struct {
 var Pending = map[string]PendingMetric{
 	// DESIGN.md §5: route saturation, percent, smoothed over MonitorInterval.
 	"edgefleet_core_backend_saturation": {"origin", "gauge", 12},
-	// DESIGN.md §6: probe monitor, per resolved address, last measurement.
-	"edgefleet_probe_edge_up":               {"probe", "gauge", 10},
-	"edgefleet_probe_tcp_connect_seconds":   {"probe", "gauge", 10},
-	"edgefleet_probe_tls_handshake_seconds": {"probe", "gauge", 10},
 	// Proposed for DESIGN.md §8, exported by the same fleet process (a
 	// `fleet status`/`fleet dns` exporter), label family="ipv4"|"ipv6":
 	// the addresses the authoritative server answers for name (A, AAAA)…

@@ -285,3 +285,73 @@ func TestParkedPair(t *testing.T) {
 		})
 	}
 }
+
+// TestScreen: Pair.Screen sees the client's first bytes before any is
+// forwarded — a refusal closes the pair with the check's error and
+// forwards nothing, a prefix the check cannot decide on is held until more
+// comes (or EOF), and a pass forwards everything — over plain TCP (the
+// splice path) and through a wrapped connection (the blocking path).
+func TestScreen(t *testing.T) {
+	errBad := fmt.Errorf("bad start")
+	check := func(b []byte) error {
+		n := min(len(b), 3)
+		if !bytes.Equal(b[:n], []byte("BAD")[:n]) {
+			return nil
+		}
+		if n < 3 {
+			return ErrMore
+		}
+		return errBad
+	}
+	type conn struct{ *net.TCPConn } // not a *net.TCPConn: blocking copies
+	for _, wrap := range []bool{false, true} {
+		for _, tc := range []struct {
+			name    string
+			writes  []string
+			want    string // what the server side receives
+			refused bool
+		}{
+			{"refused", []string{"BADxyz"}, "", true},
+			{"refused in pieces", []string{"B", "A", "Dxyz"}, "", true},
+			{"prefix then pass", []string{"BA", "X more"}, "BAX more", false},
+			{"prefix then EOF", []string{"BA"}, "BA", false},
+			{"pass at once", []string{"GOOD"}, "GOOD", false},
+		} {
+			t.Run(fmt.Sprintf("%s wrapped=%v", tc.name, wrap), func(t *testing.T) {
+				client, edgeIn := pair(t)
+				edgeOut, server := pair(t)
+				var in, out net.Conn = edgeIn, edgeOut
+				if wrap {
+					in, out = conn{edgeIn}, conn{edgeOut}
+				}
+				done := make(chan Result, 1)
+				p := Prepare(in, out, func(r Result) { done <- r })
+				p.Screen(check)
+				p.Run()
+				for _, w := range tc.writes {
+					client.Write([]byte(w))
+					time.Sleep(5 * time.Millisecond) // one segment each
+				}
+				client.CloseWrite()
+				server.SetReadDeadline(time.Now().Add(10 * time.Second))
+				got, _ := io.ReadAll(server)
+				server.Close()
+				if string(got) != tc.want {
+					t.Fatalf("server got %q, want %q", got, tc.want)
+				}
+				var res Result
+				select {
+				case res = <-done:
+				case <-time.After(10 * time.Second):
+					t.Fatal("the pair never finished")
+				}
+				if refused := res.Err == errBad; refused != tc.refused || refused && res.Reason != ReasonClientError {
+					t.Fatalf("result %+v, refused=%v want %v", res, refused, tc.refused)
+				}
+				if !tc.refused && res.Up != int64(len(tc.want)) {
+					t.Fatalf("Up = %d, want %d", res.Up, len(tc.want))
+				}
+			})
+		}
+	}
+}

@@ -12,13 +12,24 @@ import (
 // the document shows.
 func Doc(t testing.TB, name string) string {
 	t.Helper()
+	b, err := os.ReadFile(DocPath(t, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// DocPath is the file name of a document named from the repository root,
+// for a test that regenerates part of it (-update).
+func DocPath(t testing.TB, name string) string {
+	t.Helper()
 	dir, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
+			return filepath.Join(dir, name)
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
@@ -26,11 +37,6 @@ func Doc(t testing.TB, name string) string {
 		}
 		dir = parent
 	}
-	b, err := os.ReadFile(filepath.Join(dir, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
 
 // DocBlocks returns the fenced code blocks of an operator document (see

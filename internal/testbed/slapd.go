@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -319,9 +320,13 @@ func StartSlapds(t testing.TB, n int, cfg SlapdConfig) []*Slapd {
 // host that is down or a firewall that drops: a listener with a full
 // accept queue that never accepts. Connecting to it blocks until the
 // dialer's timeout.
-func BlackHole(t testing.TB) string {
+func BlackHole(t testing.TB) string { return BlackHoleAt(t, "127.0.0.1:0") }
+
+// BlackHoleAt is BlackHole on a given IPv4 address and port (port 0: any),
+// e.g. one address of an A set whose edges share a port.
+func BlackHoleAt(t testing.TB, addr string) string {
 	t.Helper()
-	addr, closeFn, err := NewBlackHole()
+	addr, closeFn, err := NewBlackHoleAt(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,14 +335,21 @@ func BlackHole(t testing.TB) string {
 }
 
 // NewBlackHole is BlackHole without a test.
-func NewBlackHole() (addr string, closeFn func(), err error) {
+func NewBlackHole() (addr string, closeFn func(), err error) { return NewBlackHoleAt("127.0.0.1:0") }
+
+// NewBlackHoleAt is BlackHoleAt without a test.
+func NewBlackHoleAt(at string) (addr string, closeFn func(), err error) {
+	ap, err := netip.ParseAddrPort(at)
+	if err != nil || !ap.Addr().Is4() {
+		return "", nil, fmt.Errorf("black hole at %q: want an IPv4 ip:port", at)
+	}
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return "", nil, err
 	}
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: ap.Addr().As4(), Port: int(ap.Port())}); err != nil {
 		unix.Close(fd)
-		return "", nil, err
+		return "", nil, fmt.Errorf("black hole at %s: %w", at, err)
 	}
 	// Backlog 0: the accept queue holds one connection; once it is full
 	// Linux drops further SYNs instead of answering them.
@@ -350,7 +362,7 @@ func NewBlackHole() (addr string, closeFn func(), err error) {
 		unix.Close(fd)
 		return "", nil, err
 	}
-	addr = fmt.Sprintf("127.0.0.1:%d", sa.(*unix.SockaddrInet4).Port)
+	addr = net.JoinHostPort(ap.Addr().String(), strconv.Itoa(sa.(*unix.SockaddrInet4).Port))
 	var fillers []net.Conn
 	closeFn = func() {
 		for _, c := range fillers {

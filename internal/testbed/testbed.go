@@ -47,6 +47,14 @@ var packages = map[string]string{
 	"promtool":         "prometheus",
 	"docker":           "docker.io",
 	"conntrack":        "conntrack",
+	"sshd":             "openssh-server",
+	"unshare":          "util-linux",
+	"setpriv":          "util-linux",
+	"ssh-agent":        "openssh-client",
+	"ssh-add":          "openssh-client",
+	"curl":             "curl",
+	"cloud-init":       "cloud-init",
+	"systemd-analyze":  "systemd",
 }
 
 // InCI reports whether the tests run under CI=true, where a missing peer

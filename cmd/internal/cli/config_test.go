@@ -124,3 +124,26 @@ func TestStrictTypes(t *testing.T) {
 		t.Fatalf("ports from the environment: %v, %v", s.Ports, err)
 	}
 }
+
+// FuzzLoad: any file either loads or fails with one line naming what is
+// wrong; never a panic, never a multi-line error.
+func FuzzLoad(f *testing.F) {
+	for _, seed := range []string{
+		"timeout: 250ms\nfront:\n  inner: 127.0.0.1:9\nlisten: [\":1\", \":2\"]\n",
+		"timeout: true\n", "ports: [true, 1.5, 1e30, \"x\"]\n", "front: 5\n", "fronts:\n", "listen: {a: b}\n",
+		"log: {format: json, level: [1]}\n", "ports: [-1]\n", "front: {inner: {x: 1}}\n",
+	} {
+		f.Add(seed)
+	}
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, yaml string) {
+		path := filepath.Join(dir, "c.yaml")
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s := defaults()
+		if err := Load(nil, path, &s); err != nil && strings.Contains(err.Error(), "\n") {
+			t.Fatalf("%q: a multi-line error: %q", yaml, err)
+		}
+	})
+}

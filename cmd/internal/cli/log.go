@@ -38,9 +38,19 @@ func Logger(l Log, w io.Writer) *slog.Logger {
 	lv.UnmarshalText([]byte(l.Level))
 	opts := &slog.HandlerOptions{Level: lv}
 	if strings.EqualFold(l.Format, "json") {
+		opts.ReplaceAttr = seconds
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(slog.NewTextHandler(w, opts)) // durations as Go durations: 1.5s
+}
+
+// seconds writes every duration as a number of seconds (DESIGN.md §11):
+// slog's JSON handler would write nanoseconds, which no reader expects.
+func seconds(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.Float64Value(a.Value.Duration().Seconds())
+	}
+	return a
 }
 
 // Fatal prints err as one line on stderr and exits with ExitConfig.

@@ -3,9 +3,9 @@ package core
 import (
 	"cmp"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strings"
@@ -24,6 +24,7 @@ type backend struct {
 	rd     *wire.Reader
 	gen    uint64 // identity bound on this connection; 0: anonymous
 	broken atomic.Bool
+	err    error // why the reader stopped; set before broken
 	closed bool
 }
 
@@ -55,12 +56,12 @@ func (ss *session) userTarget(ident bool, reselect string) (*backend, string) {
 		if err != nil {
 			return nil, err.Error()
 		}
-		ss.cands = sel.Candidates
+		ss.cands, ss.ring = sel.Candidates, ss.ringOf(sel)
 	}
 	if len(ss.cands) == 0 {
 		return nil, "every server of the selection failed"
 	}
-	b, rest, diag := ss.attach(ss.cands, ident)
+	b, rest, diag := ss.attach(ss.cands, ss.ring, ident)
 	if b == nil {
 		ss.cands = nil
 		return nil, diag
@@ -74,7 +75,7 @@ func (ss *session) userTarget(ident bool, reselect string) (*backend, string) {
 // closed it (idle timeout, restart) and the next attempt reconnects.
 func (ss *session) lost(b *backend) {
 	if ss.busy(b) || ss.sasl == b {
-		ss.backendFailed(b, errors.New("connection lost"))
+		ss.connEnded(b, b.err)
 		return
 	}
 	ss.closeBackend(b)
@@ -88,13 +89,15 @@ func (ss *session) fits(b *backend) bool {
 // attach returns a backend for the first usable server of cands: a
 // connection this client already has, or a new one. Servers are contacted
 // one after another with ConnectTimeout; OFFLINE ones are skipped. It also
-// returns cands from the chosen server on.
-func (ss *session) attach(cands []string, ident bool) (*backend, []string, string) {
+// returns the failover order from the chosen server on: ring rotated to
+// start there, so that a later failover wraps around to servers before it
+// (cands from the chosen server on without a ring).
+func (ss *session) attach(cands, ring []string, ident bool) (*backend, []string, string) {
 	var errs []string
 	for i, name := range cands {
 		for _, b := range ss.conns {
 			if b.name == name && !b.closed && !b.broken.Load() && (!ident || ss.fits(b)) {
-				return b, cands[i:], ""
+				return b, rotate(ring, cands, i), ""
 			}
 		}
 		if ss.srv.health.Offline(name) {
@@ -106,9 +109,33 @@ func (ss *session) attach(cands []string, ident bool) (*backend, []string, strin
 			errs = append(errs, name+": "+err.Error())
 			continue
 		}
-		return b, cands[i:], ""
+		return b, rotate(ring, cands, i), ""
 	}
 	return nil, nil, strings.Join(errs, "; ")
+}
+
+// ringOf is the list a selection's failover walks, wrapping (seed 000:
+// failover goes on until the request can be processed or every server
+// failed): the rule's forwardto list, or the proxy's default list. Nil
+// without failover, and for a balance(LB) rule.
+func (ss *session) ringOf(sel *dlp.Selection) []string {
+	switch {
+	case sel.Rule == nil:
+		return ss.srv.proxy.Default
+	case sel.Rule.Failover:
+		return sel.Rule.Forward
+	}
+	return nil
+}
+
+// rotate is ring rotated to start at cands[i]; cands[i:] when ring does not
+// hold it. Servers OFFLINE now stay in: attach skips them when it walks.
+func rotate(ring, cands []string, i int) []string {
+	k := slices.Index(ring, cands[i])
+	if k < 0 {
+		return cands[i:]
+	}
+	return append(slices.Clone(ring[k:]), ring[:k]...)
 }
 
 // errIdentity is a re-bind the backend refused: not an outage.
@@ -119,17 +146,9 @@ func (ss *session) dial(name string, ident bool) (*backend, error) {
 		return nil, errors.New("session ending") // not the server's failure
 	}
 	srv := ss.srv
-	sv := srv.file.Servers[name]
 	ctx, cancel := context.WithTimeout(context.Background(), srv.file.Defaults.ConnectTimeout)
 	defer cancel()
-	conn, err := srv.dialTCP(ctx, sv.Addr())
-	if err == nil && sv.SSL {
-		tc := tls.Client(conn, srv.backendTLS(sv.Host))
-		if err = tc.HandshakeContext(ctx); err != nil {
-			conn.Close()
-		}
-		conn = tc
-	}
+	conn, err := srv.connect(ctx, name)
 	if err != nil {
 		srv.fail(name, err)
 		return nil, err
@@ -145,7 +164,9 @@ func (ss *session) dial(name string, ident bool) (*backend, error) {
 		code, err := ss.rebind(b)
 		if err != nil {
 			conn.Close()
-			srv.fail(name, err)
+			if srv.serverFailed(name, err) {
+				srv.fail(name, err)
+			}
 			return nil, err
 		}
 		if code != wire.ResultSuccess {
@@ -186,6 +207,9 @@ func (ss *session) rebind(b *backend) (int, error) {
 			return 0, err
 		}
 		if m.ID == 0 {
+			if m.ResultCode == wire.ResultProtocolError {
+				return 0, fmt.Errorf("re-bind: %w: %s", errProtocolNotice, m.Diagnostic)
+			}
 			return 0, errors.New("notice of disconnection during re-bind")
 		}
 		if m.ID == rebindID && m.Op == wire.TagBindResponse {
@@ -201,6 +225,7 @@ func (ss *session) readBackend(b *backend) {
 	for {
 		raw, err := b.rd.Next()
 		if err != nil {
+			b.err = err
 			b.broken.Store(true)
 		}
 		ss.mu.Lock()
@@ -239,7 +264,7 @@ func (ss *session) send(o *op, b *backend) {
 	o.be, o.sent, o.seen, o.skip = b, false, 0, o.base+o.forwarded
 	ss.pending[o.m.ID] = o
 	if _, err := b.conn.Write(raw); err != nil {
-		ss.backendFailed(b, err)
+		ss.connEnded(b, err)
 		return
 	}
 	o.sent = true
@@ -252,7 +277,7 @@ func (ss *session) reroute(o *op) {
 	var diag string
 	if o.rule != nil {
 		var rest []string
-		if b, rest, diag = ss.attach(o.cands, ident); b != nil {
+		if b, rest, diag = ss.attach(o.cands, o.ring, ident); b != nil {
 			o.cands = rest
 		}
 	} else {
@@ -274,8 +299,16 @@ func (ss *session) onBackend(b *backend, raw []byte) {
 		ss.backendFailed(b, errors.New("malformed PDU from server"))
 		return
 	}
-	if id == 0 { // unsolicited notification: the server is going away
-		ss.backendFailed(b, errors.New("notice of disconnection from server"))
+	if id == 0 { // unsolicited notification
+		if m, err := wire.Parse(raw); err == nil && m.Op == wire.TagExtendedResponse && m.ResultCode == wire.ResultProtocolError {
+			// The server could not decode what this client sent (the
+			// core parses requests shallowly): the client's failure.
+			ss.srv.log.Warn("server disconnected the client", ss.who("target", b.name, "result", wire.ResultName(m.ResultCode), "err", m.Diagnostic)...)
+			ss.write(wire.NoticeOfDisconnection(wire.ResultProtocolError, b.name+": "+m.Diagnostic))
+			ss.ended = true
+			return
+		}
+		ss.backendFailed(b, errors.New("notice of disconnection from server")) // the server is going away
 		return
 	}
 	o := ss.pending[id]
@@ -306,7 +339,7 @@ func (ss *session) onBackend(b *backend, raw []byte) {
 		ss.pagedDone(o, b, raw)
 	}
 	if o.rule != nil && o.rule.KeepConn && m.ResultCode == wire.ResultSuccess && b != ss.primary {
-		ss.primary, ss.cands = b, o.cands
+		ss.primary, ss.cands, ss.ring = b, o.cands, o.ring
 	}
 	ss.finish(o, m.ResultCode, raw)
 }
@@ -355,10 +388,62 @@ func (ss *session) onBackendEnd(b *backend, err error) {
 		return
 	}
 	if ss.busy(b) || ss.sasl == b {
-		ss.backendFailed(b, err)
+		ss.connEnded(b, err)
 		return
 	}
 	ss.closeBackend(b) // idle: see lost
+}
+
+// errProtocolNotice is a server's Notice of Disconnection with
+// protocolError: it could not decode what it was sent.
+var errProtocolNotice = errors.New("notice of disconnection (protocolError)")
+
+// serverFailed reports whether err, which ended a connection to server
+// name, is the server's failure. A server that stops inside a PDU, sends
+// bytes that are not LDAP or does not answer in time has failed; one that
+// could not decode what it was sent has not. A connection that just ends
+// is for a check to judge: a server that answers on a new connection at
+// once is up and ended this one on purpose, because of what the client
+// sent (slapd closes a connection after a PDU it cannot decode, or beyond
+// conn_max_pending operations) — the client's failure.
+func (s *Server) serverFailed(name string, err error) bool {
+	var pe *wire.ProtocolError
+	var ne net.Error
+	switch {
+	case errors.Is(err, errProtocolNotice):
+		return false
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.As(err, &pe), errors.As(err, &ne) && ne.Timeout():
+		return true
+	}
+	return !s.answers(name)
+}
+
+// connEnded handles a backend connection that ended, or could not be
+// written, with operations in flight: a failure (backendFailed), or the
+// server's reaction to this client (serverFailed), whose operations
+// there are answered and not replayed elsewhere.
+func (ss *session) connEnded(b *backend, err error) {
+	if b.closed || ss.isAborted() || ss.srv.serverFailed(b.name, err) {
+		ss.backendFailed(b, err)
+		return
+	}
+	ss.srv.log.Warn("server closed the connection of this client", ss.who("target", b.name, "err", err)...)
+	ss.closeBackend(b) // the next operation connects again, to the same server
+	if ss.sasl == b {
+		ss.sasl = nil
+	}
+	for _, o := range ss.opsOn(b) {
+		switch {
+		case !o.sent:
+			ss.reroute(o)
+		case !wire.IsRead(o.m):
+			ss.reply(o, wire.ResultUnavailable, fmt.Sprintf(
+				"%s closed the connection after the %s request was sent: its outcome is unknown; check the directory before retrying", b.name, o.name))
+		default:
+			ss.reply(o, wire.ResultUnavailable, fmt.Sprintf(
+				"%s closed the connection with the %s request in flight; it answers on a new connection, so it is not retried elsewhere", b.name, o.name))
+		}
+	}
 }
 
 // backendFailed handles a connect-level or I/O failure of b: b is OFFLINE
@@ -431,19 +516,18 @@ func (ss *session) opsOn(b *backend) []*op {
 	return ops
 }
 
-// replay sends o again on the next server.
+// replay sends o again on the next server that has not failed with it.
 func (ss *session) replay(o *op, failed *backend) {
 	var b *backend
 	var diag string
+	o.failed = append(o.failed, failed.name)
+	failedHere := func(name string) bool { return slices.Contains(o.failed, name) }
 	if o.rule != nil {
-		cands := o.cands
-		if len(cands) > 0 && cands[0] == failed.name {
-			cands = cands[1:]
-		}
 		var rest []string
-		b, rest, diag = ss.attach(cands, o.m.Op != wire.TagBindRequest)
+		b, rest, diag = ss.attach(slices.DeleteFunc(slices.Clone(o.cands), failedHere), o.ring, o.m.Op != wire.TagBindRequest)
 		o.cands = rest
 	} else {
+		ss.cands = slices.DeleteFunc(slices.Clone(ss.cands), failedHere)
 		b, diag = ss.userTarget(o.m.Op != wire.TagBindRequest, "")
 	}
 	if b == nil {

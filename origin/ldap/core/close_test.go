@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/edgefleet/edgefleet/origin/ldap/core"
 	"github.com/edgefleet/edgefleet/origin/ldap/wire"
+	"github.com/go-ldap/ldap/v3"
 )
 
 // activeConns reads edgefleet_core_connections_active from the harness's
@@ -157,5 +159,147 @@ func TestSilentClientDropped(t *testing.T) {
 			waitFor(t, "the session to start", func() bool { return activeConns(t, h) == 1 })
 			waitFor(t, "the silent client to be dropped", func() bool { return activeConns(t, h) == 0 })
 		})
+	}
+}
+
+// A Notice of Disconnection reaches the client through the real front
+// although the client sent more than the core read: the core shuts down
+// writing, drains what is still coming for a moment, then closes (a close
+// with unread input resets, and the reset overtook the notice).
+func TestNoticeThroughFront(t *testing.T) {
+	sl := testbed.StartSlapds(t, 1, testbed.SlapdConfig{})
+	p := newPKI(t)
+	more := bytes.Repeat(wire.BindRequest(1, alice, []byte("alice-pw")), 20000)
+	for _, tc := range []struct {
+		name  string
+		h     func() *harness
+		first []byte
+		code  int
+	}{
+		{"message id 0", func() *harness {
+			return newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}}, proxy(nil, []string{"L1"})), nil)
+		}, []byte{0x30, 0x0c, 0x02, 0x01, 0x00, 0x60, 0x07, 0x02, 0x01, 0x03, 0x04, 0x00, 0x80, 0x00}, wire.ResultProtocolError},
+		{"plain mode without TLS", func() *harness {
+			return newPlainHarness(t, "", func(c *core.Config) {
+				c.DefaultServer, c.TLSMode, c.TLS = sl[0].Addr, core.TLSOn, &tls.Config{Certificates: []tls.Certificate{p.server}}
+			})
+		}, wire.BindRequest(1, alice, []byte("alice-pw")), 13}, // confidentialityRequired
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			front := tc.h().front(t)
+			lost := 0
+			for i := range 50 {
+				c, err := net.Dial("tcp", front)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				go c.Write(append(slices.Clone(tc.first), more...))
+				raw, err := wire.NewReader(c).Next()
+				m, perr := wire.Parse(raw)
+				if err != nil || perr != nil || m.ID != 0 || m.ResultCode != tc.code {
+					lost++
+					t.Logf("try %d: %v %v %+v", i, err, perr, m)
+				}
+				c.Close()
+			}
+			if lost > 0 {
+				t.Errorf("%d of 50 notices lost", lost)
+			}
+		})
+	}
+}
+
+// A client that starts a PDU and never completes it is disconnected after
+// core.pdu_timeout, through the front (it held the front's two sockets and
+// the core's); an idle client, which started none, is not.
+func TestStartedPDUBounded(t *testing.T) {
+	sl := testbed.StartSlapds(t, 1, testbed.SlapdConfig{})
+	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}}, proxy(nil, []string{"L1"})),
+		func(c *core.Config) { c.PDUTimeout = 300 * time.Millisecond })
+	front := h.front(t)
+	idle, err := net.Dial("tcp", h.addr) // the front waits for a first byte (header_timeout) before it connects
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	waitFor(t, "the idle session", func() bool { return activeConns(t, h) == 1 })
+	c, err := net.Dial("tcp", front)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte{0x30, 0x0c, 0x02}) // a bind's first bytes
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	raw, err := wire.NewReader(c).Next()
+	if err != nil {
+		t.Fatalf("the client with half a PDU was not disconnected: %v", err)
+	}
+	if m, _ := wire.Parse(raw); m == nil || m.ID != 0 || m.ResultCode != wire.ResultProtocolError || !strings.Contains(m.Diagnostic, "300ms") {
+		t.Fatalf("got %+v, want a notice of disconnection naming the bound", m)
+	}
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the connection goes on after the notice")
+	}
+	waitFor(t, "the session to end", func() bool { return activeConns(t, h) == 1 })
+	// The idle client is still served.
+	idle.SetDeadline(time.Now().Add(10 * time.Second))
+	idle.Write(wire.BindRequest(1, alice, []byte("alice-pw")))
+	if raw, err := wire.NewReader(idle).Next(); err != nil {
+		t.Fatalf("the idle client: %v", err)
+	} else if m, _ := wire.Parse(raw); m.ResultCode != wire.ResultSuccess {
+		t.Fatalf("the idle client's bind: %+v", m)
+	}
+}
+
+// Clients that stop reading in the middle of large searches cannot hold
+// slapd's worker threads: after core.write_timeout their sessions end and
+// their backend connections close, and a normal client is served.
+func TestSlowReadersDoNotBlockOthers(t *testing.T) {
+	sl := testbed.StartSlapds(t, 1, testbed.SlapdConfig{LDIF: testbed.DirectoryLDIF(3000), Threads: 8})
+	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}}, proxy(nil, []string{"L1"})),
+		func(c *core.Config) {
+			c.WriteTimeout = time.Second
+			c.DialBackend = func(ctx context.Context, addr string) (net.Conn, error) {
+				d := net.Dialer{Control: smallBuffers} // so that slapd's writes block soon
+				return d.DialContext(ctx, "tcp", addr)
+			}
+		})
+	const slow = 6
+	for range slow {
+		raw, err := (&net.Dialer{Control: smallBuffers}).Dial("tcp", h.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		for j := range 20 {
+			raw.Write(searchAttrsPDU(int32(1+j), "ou=bulk,"+testbed.Suffix, "*")) // 18 MB of entries, never read
+		}
+	}
+	waitFor(t, "the slow readers' sessions", func() bool { return len(h.logs.JSONLines("ldap op")) == 0 && activeConns(t, h) == slow })
+	c := h.dial(t)
+	c.SetTimeout(20 * time.Second)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Search(ldap.NewSearchRequest(alice, ldap.ScopeBaseObject, ldap.NeverDerefAliases, 0, 0, false,
+			"(objectClass=*)", []string{"uid"}, nil))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the normal client's search: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the normal client was not served while clients that stopped reading held the server")
+	}
+	// One write timeout after another as slapd gets to each slow reader's
+	// searches: generous.
+	waitWithin(t, 60*time.Second, "the slow readers to be disconnected", func() bool { return activeConns(t, h) <= 1 })
+	if n := len(h.logs.JSONLines("client stopped reading: disconnected")); n != slow {
+		t.Errorf("%d lines for clients that stopped reading, want %d", n, slow)
+	}
+	if h.srv.Health().Offline("L1") {
+		t.Error("L1 is OFFLINE")
 	}
 }

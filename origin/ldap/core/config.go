@@ -66,6 +66,22 @@ type Config struct {
 	// MaxPDU caps a client's PDUs after a successful bind (a server's are
 	// capped at MaxBackendPDU, or MaxPDU when larger).
 	MaxPDU int
+	// MaxPending and MaxPendingAuth cap the operations a client may have
+	// outstanding (sent to a server, not yet answered) before and after a
+	// successful bind; one more is answered busy (51) by the core. They
+	// match slapd's conn_max_pending and conn_max_pending_auth (100 and
+	// 1000), beyond which slapd closes the connection.
+	MaxPending, MaxPendingAuth int
+	// PDUTimeout bounds how long a client may take to send the rest of a
+	// PDU once its first byte has arrived; then it is disconnected. An
+	// idle client (no PDU started) is not bounded. 0 is 30 s.
+	PDUTimeout time.Duration
+	// WriteTimeout bounds every write to a client (slapd's writetimeout):
+	// a client that reads nothing for that long is disconnected, and its
+	// backend connections closed, which abandons its operations there, so
+	// that it cannot hold the servers' worker threads writing to them. 0 is
+	// 30 s.
+	WriteTimeout time.Duration
 	// HandshakeTimeout bounds, with TLS on, the wait for a connection's
 	// first byte and its TLS handshake (LDAPS or StartTLS); 0 is 30 s.
 	HandshakeTimeout time.Duration
@@ -78,7 +94,8 @@ type Config struct {
 
 // DefaultConfig holds the defaults of DESIGN.md §4.
 func DefaultConfig() Config {
-	return Config{Name: "ldapConfiguration", ProxyMode: 1, TLSMode: TLSOff, StartTLS: true, MaxPDU: 4 << 20}
+	return Config{Name: "ldapConfiguration", ProxyMode: 1, TLSMode: TLSOff, StartTLS: true, MaxPDU: 4 << 20,
+		MaxPending: 100, MaxPendingAuth: 1000, PDUTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}
 }
 
 // Validate names the first bad value.
@@ -94,6 +111,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("core.tls.mode mtls needs core.tls.pins or core.tls.client_ca")
 	case c.MaxPDU < PreBindMaxPDU:
 		return fmt.Errorf("core.max_pdu: %d is below %d", c.MaxPDU, PreBindMaxPDU)
+	case c.MaxPending < 1:
+		return fmt.Errorf("core.max_pending: %d is below 1", c.MaxPending)
+	case c.MaxPendingAuth < 1:
+		return fmt.Errorf("core.max_pending_auth: %d is below 1", c.MaxPendingAuth)
+	case c.PDUTimeout < 0:
+		return fmt.Errorf("core.pdu_timeout: %v is negative", c.PDUTimeout)
+	case c.WriteTimeout < 0:
+		return fmt.Errorf("core.write_timeout: %v is negative", c.WriteTimeout)
 	}
 	if c.DefaultServer != "" {
 		if _, _, err := net.SplitHostPort(c.DefaultServer); err != nil {

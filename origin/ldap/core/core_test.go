@@ -482,3 +482,33 @@ func nestedSearchPDU(id int32, depth int) []byte {
 		0x02, 0x01, 0x00, 0x01, 0x01, 0x00}, f, long(0x30, nil))
 	return long(0x30, slices.Concat([]byte{0x02, 0x01, byte(id)}, long(wire.TagSearchRequest, body)))
 }
+
+// An exact-DN rule matches every spelling slapd binds as the same DN:
+// long attribute names, aliases and numeric OIDs (RFC 4519).
+func TestExactDNRuleAttributeAliases(t *testing.T) {
+	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{})
+	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}, {"L2", sl[1].Addr, false}},
+		rule("ADMIN", "(user="+testbed.RootDN+")", []string{"L2"}, ""),
+		rule("ALICE", "(user="+alice+")", []string{"L2"}, ""),
+		proxy([]string{"ADMIN", "ALICE"}, []string{"L1"})), nil)
+	binds := []struct{ dn, pw string }{
+		{"commonName=admin,dc=example,dc=com", testbed.RootPW},
+		{"2.5.4.3=admin,0.9.2342.19200300.100.1.25=example,domainComponent=com", testbed.RootPW},
+		{"userid=alice,organizationalUnitName=people,dc=example,dc=com", "alice-pw"},
+		{"0.9.2342.19200300.100.1.1=alice,2.5.4.11=people,dc=example,dc=com", "alice-pw"},
+	}
+	for _, b := range binds {
+		c := h.dial(t)
+		if err := c.Bind(b.dn, b.pw); err != nil {
+			t.Fatalf("bind %s: %v", b.dn, err)
+		}
+		c.Unbind()
+	}
+	waitFor(t, "the bind lines", func() bool { return len(h.targets("bind")) == len(binds) })
+	if got := h.targets("bind"); !slices.Equal(got, []string{"L2", "L2", "L2", "L2"}) {
+		t.Errorf("bind targets %v, want every alias on L2 by its exact-DN rule", got)
+	}
+	if n := h.dialCount(sl[0].Addr); n != 0 {
+		t.Errorf("the default server L1 was dialed %d times", n)
+	}
+}

@@ -53,7 +53,7 @@ func TestAgentBehindEdge(t *testing.T) {
 	cfg.TLSMode, cfg.TLS, cfg.Pins = core.TLSMTLS, &tls.Config{Certificates: []tls.Certificate{p.server}}, pins
 	lookup := func(port int) (core.Peer, bool) {
 		pe, ok := table.Lookup(port)
-		return core.Peer{Claimed: pe.Claimed, Measured: pe.Measured, Edge: pe.Edge, ID: pe.ID}, ok
+		return core.Peer{Claimed: pe.Claimed, Measured: pe.Measured, Edge: pe.Edge, ID: pe.ID, Inner: pe.Inner}, ok
 	}
 	srv, err := core.New(cfg, f, lookup, log, prometheus.NewRegistry())
 	if err != nil {

@@ -276,7 +276,11 @@ func TestAbandon(t *testing.T) {
 
 // searchPDU is a subtree search for (objectClass=*) under base, no
 // attributes.
-func searchPDU(id int32, base string) []byte {
+func searchPDU(id int32, base string) []byte { return searchAttrsPDU(id, base, "1.1") }
+
+// searchAttrsPDU is a subtree search for (objectClass=*) under base asking
+// for attr.
+func searchAttrsPDU(id int32, base, attr string) []byte {
 	tlv := func(tag byte, v []byte) []byte {
 		n := len(v)
 		if n < 0x80 {
@@ -286,8 +290,17 @@ func searchPDU(id int32, base string) []byte {
 	}
 	cat := func(parts ...[]byte) []byte { return slices.Concat(parts...) }
 	body := cat(tlv(0x04, []byte(base)), tlv(0x0a, []byte{2}), tlv(0x0a, []byte{0}), tlv(0x02, []byte{0}),
-		tlv(0x02, []byte{0}), tlv(0x01, []byte{0}), tlv(0x87, []byte("objectClass")), tlv(0x30, tlv(0x04, []byte("1.1"))))
-	return tlv(0x30, cat(tlv(0x02, []byte{byte(id)}), tlv(0x63, body)))
+		tlv(0x02, []byte{0}), tlv(0x01, []byte{0}), tlv(0x87, []byte("objectClass")), tlv(0x30, tlv(0x04, []byte(attr))))
+	return tlv(0x30, cat(tlv(0x02, msgID(id)), tlv(0x63, body)))
+}
+
+// msgID is the content octets of message id as a BER INTEGER.
+func msgID(id int32) []byte {
+	b := []byte{byte(id >> 24), byte(id >> 16), byte(id >> 8), byte(id)}
+	for len(b) > 1 && b[0] == 0 && b[1]&0x80 == 0 {
+		b = b[1:]
+	}
+	return b
 }
 
 // waitRecvQueue waits until an established connection to the server at
@@ -428,5 +441,86 @@ func TestPagedSearchFailover(t *testing.T) {
 				t.Error("no paged search was restarted")
 			}
 		})
+	}
+}
+
+// Failover wraps (seed 000: it goes on until the request can be processed
+// or all servers fail): with forwardto(L1,L2), a session moved to L2 goes
+// back to L1 once L1 has recovered and is selectable, when L2 dies — with
+// a read in flight (replayed), idle (the next read), or before a write was
+// sent (sent to L1).
+func TestFailoverWraps(t *testing.T) {
+	for _, tc := range []string{"read in flight", "idle read", "unsent write"} {
+		t.Run(tc, func(t *testing.T) {
+			sl, h, c := aliceFailsOver(t, testbed.SlapdConfig{LDIF: testbed.DirectoryLDIF(500)})
+			sl[0].Stop()
+			if _, err := c.WhoAmI(nil); err != nil {
+				t.Fatalf("whoami with L1 down: %v", err)
+			}
+			if err := sl[0].Start(); err != nil {
+				t.Fatal(err)
+			}
+			h.clock.Advance(61 * time.Second) // L1 is selectable again
+			switch tc {
+			case "read in flight":
+				sl[1].Freeze()
+				done := make(chan error, 1)
+				go func() {
+					res, err := c.Search(ldap.NewSearchRequest("ou=bulk,"+testbed.Suffix, ldap.ScopeWholeSubtree,
+						ldap.NeverDerefAliases, 0, 0, false, "(objectClass=*)", []string{"1.1"}, nil))
+					if err == nil && len(res.Entries) != 501 {
+						err = fmt.Errorf("%d entries, want 501", len(res.Entries))
+					}
+					done <- err
+				}()
+				waitRecvQueue(t, sl[1].Addr)
+				sl[1].Kill()
+				if err := <-done; err != nil {
+					t.Fatalf("search in flight when L2 died: %v", err)
+				}
+				if got := h.targets("search"); !slices.Equal(got, []string{"L1"}) {
+					t.Errorf("search targets %v, want [L1]", got)
+				}
+			case "idle read":
+				sl[1].Stop()
+				who, err := c.WhoAmI(nil)
+				if err != nil || !strings.EqualFold(who.AuthzID, "dn:"+alice) {
+					t.Fatalf("whoami after L2 went away: %+v %v", who, err)
+				}
+				if got := h.targets("extended"); !slices.Equal(got, []string{"L2", "L1"}) {
+					t.Errorf("whoami targets %v, want [L2 L1]", got)
+				}
+			case "unsent write":
+				sl[1].Stop()
+				if err := c.Add(addRequest("wrap1")); err != nil {
+					t.Fatalf("add after L2 went away: %v", err)
+				}
+				if n := countEntries(t, sl[0], "wrap1"); n != 1 {
+					t.Errorf("wrap1 on L1: %d", n)
+				}
+			}
+			if !h.srv.Health().Offline("L2") {
+				t.Error("L2 is not OFFLINE")
+			}
+		})
+	}
+}
+
+// Every server failing for one request ends the walk: each is tried once,
+// then 52.
+func TestFailoverWrapEnds(t *testing.T) {
+	sl, h, c := aliceFailsOver(t, testbed.SlapdConfig{})
+	sl[0].Stop()
+	if _, err := c.WhoAmI(nil); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(61 * time.Second) // L1 selectable, but still down
+	sl[1].Stop()
+	dials := h.dialCount(sl[0].Addr)
+	if _, err := c.WhoAmI(nil); !ldap.IsErrorWithCode(err, ldap.LDAPResultUnavailable) {
+		t.Fatalf("whoami with both down: %v, want 52", err)
+	}
+	if n := h.dialCount(sl[0].Addr) - dials; n != 1 {
+		t.Errorf("L1 dialed %d times for one request, want 1", n)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
+	"github.com/edgefleet/edgefleet/origin"
 	"github.com/edgefleet/edgefleet/origin/ldap/core"
 	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
 	"github.com/edgefleet/edgefleet/origin/ldap/wire"
@@ -51,7 +52,8 @@ type harness struct {
 	reg   *prometheus.Registry
 
 	mu    sync.Mutex
-	dials map[string]int // by backend address
+	dials map[string]int    // by backend address
+	table *origin.PeerTable // the front's, once front has started one
 }
 
 type server struct {
@@ -104,7 +106,7 @@ func newHarness(t *testing.T, file string, mod func(*core.Config)) *harness {
 	}
 	log := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	var err error
-	h.srv, err = core.New(cfg, f, nil, log, h.reg)
+	h.srv, err = core.New(cfg, f, h.lookup, log, h.reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,6 +125,46 @@ func newHarness(t *testing.T, file string, mod func(*core.Config)) *harness {
 		}
 	})
 	return h
+}
+
+// lookup is the core's PeerLookup: the front's peer table once front has
+// started.
+func (h *harness) lookup(port int) (core.Peer, bool) {
+	h.mu.Lock()
+	table := h.table
+	h.mu.Unlock()
+	if table == nil {
+		return core.Peer{}, false
+	}
+	p, ok := table.Lookup(port)
+	return core.Peer{Claimed: p.Claimed, Measured: p.Measured, Edge: p.Edge, ID: p.ID, Inner: p.Inner}, ok
+}
+
+// front starts the real origin front before the core, trusting headers
+// from loopback, and returns its address.
+func (h *harness) front(t *testing.T) string {
+	t.Helper()
+	table := origin.NewPeerTable()
+	h.mu.Lock()
+	h.table = table
+	h.mu.Unlock()
+	cfg := origin.DefaultConfig()
+	cfg.Listen, cfg.Inner, cfg.TrustedEdges = []string{"127.0.0.1:0"}, h.addr, []string{"127.0.0.0/8"}
+	fr, err := origin.New(cfg, table, slog.New(slog.NewJSONHandler(h.logs, nil)), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go fr.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		fr.Shutdown(ctx)
+	})
+	return ln.Addr().String()
 }
 
 func (h *harness) dialCount(addr string) int {
@@ -195,7 +237,13 @@ func bindSearchUnbind(t *testing.T, h *harness, user, pw string) int {
 // waitFor polls cond (the core logs after it answers) for up to 5 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); {
+	waitWithin(t, 5*time.Second, what, cond)
+}
+
+// waitWithin polls cond for up to d.
+func waitWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !cond(); {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,14 +23,19 @@ import (
 // Peer is what the origin front knows about a client connection: the
 // address the edge claims (empty without a PROXY header), the address the
 // front measured (the edge, or the client itself), the edge's name and the
-// connection id.
+// connection id; Inner is the local address (ip:port) of the front's
+// connection to the core.
 type Peer struct {
-	Claimed, Measured, Edge, ID string
+	Claimed, Measured, Edge, ID, Inner string
 }
 
 // PeerLookup finds the Peer behind the core's client whose remote port is
 // port (the front's inner connection). Nil, or false, leaves Claimed empty
-// and Measured the socket's peer.
+// and Measured the socket's peer. A Peer whose Inner is not the client's
+// whole remote address is not the client's: core.listen is reachable by
+// every local process, which can bind another loopback address to the port
+// of a live inner connection. The core then logs it as [unexpected] and
+// uses no peer.
 type PeerLookup func(port int) (Peer, bool)
 
 // Server is the LDAP routing core.
@@ -195,12 +201,24 @@ func (s *Server) peerOf(c net.Conn) Peer {
 		return p
 	}
 	if found, ok := s.peers(ta.Port); ok {
-		p = found
+		if remote := ta.AddrPort(); sameAddr(found.Inner, remote) {
+			p = found
+		} else {
+			s.log.Error("[unexpected] a peer table entry for the client's port belongs to another address: no peer",
+				"measured", p.Measured, "inner", found.Inner, "id", found.ID, "claimed", found.Claimed, "edge", found.Edge)
+		}
 	}
 	if p.ID == "" {
 		p.ID = s.nextID()
 	}
 	return p
+}
+
+// sameAddr reports whether inner (ip:port) is addr; IPv4-mapped IPv6
+// addresses equal their IPv4 form.
+func sameAddr(inner string, addr netip.AddrPort) bool {
+	a, err := netip.ParseAddrPort(inner)
+	return err == nil && a.Port() == addr.Port() && a.Addr().Unmap() == addr.Addr().Unmap()
 }
 
 func (s *Server) nextID() string { return fmt.Sprintf("core-%d", s.ids.Add(1)) }
@@ -222,7 +240,8 @@ func (s *Server) plain(c net.Conn, p Peer) {
 		}
 		if !ss.isTLS {
 			c.Write(wire.NoticeOfDisconnection(13, "confidentiality required: use LDAPS")) // confidentialityRequired
-			c.Close()
+			ss.shutWrite()
+			ss.drain()
 			s.log.Warn("plain mode: refused a connection without TLS", "id", p.ID, "claimed", p.Claimed, "measured", p.Measured,
 				"edge", p.Edge, "target", s.cfg.DefaultServer)
 			return
@@ -321,6 +340,55 @@ func (s *Server) fail(name string, err error) {
 	s.health.Fail(name)
 	s.m.backendUp.WithLabelValues(name).Set(0)
 	s.log.Warn("server offline", "target", name, "err", err)
+}
+
+// connect opens a connection to server name: TCP, and TLS for an ssl:1
+// server.
+func (s *Server) connect(ctx context.Context, name string) (net.Conn, error) {
+	sv := s.file.Servers[name]
+	conn, err := s.dialTCP(ctx, sv.Addr())
+	if err != nil || !sv.SSL {
+		return conn, err
+	}
+	tc := tls.Client(conn, s.backendTLS(sv.Host))
+	if err := tc.HandshakeContext(ctx); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return tc, nil
+}
+
+// answers reports whether server name answers a root DSE search on a new
+// connection within ConnectTimeout. It tells a server that ended one
+// connection on purpose from one that failed: a dying process may still
+// complete a TCP handshake, but not answer. When it does not answer, that
+// is a failed check (the caller marks the server OFFLINE).
+func (s *Server) answers(name string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), s.file.Defaults.ConnectTimeout)
+	defer cancel()
+	c, err := s.connect(ctx, name)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	deadline, _ := ctx.Deadline()
+	c.SetDeadline(deadline)
+	if _, err := c.Write(wire.RootDSESearch(1)); err != nil {
+		return false
+	}
+	r := wire.NewReader(c)
+	for {
+		raw, err := r.Next()
+		if err != nil {
+			return false
+		}
+		if id, tag, ok := header(raw); !ok || id != 1 {
+			return false
+		} else if tag == wire.TagSearchResultDone {
+			c.Write(wire.UnbindRequest(2))
+			return true
+		}
+	}
 }
 
 func (s *Server) succeed(name string) {

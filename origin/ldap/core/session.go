@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"slices"
@@ -28,6 +30,7 @@ type session struct {
 	peer   Peer
 	agent  string
 	client net.Conn
+	raw    net.Conn     // the accepted connection, under TLS when client is TLS
 	rd     *wire.Reader // the client's; used by the client reader only (and by StartTLS, which it runs)
 	max    atomic.Int64 // the client's PDU cap
 	done   chan struct{}
@@ -51,6 +54,7 @@ type session struct {
 	selected bool
 	primary  *backend // the user target
 	cands    []string // the user target's server first, then the failover order
+	ring     []string // the list cands walks, wrapping (ringOf)
 
 	conns   []*backend
 	pending map[int32]*op
@@ -76,6 +80,10 @@ type op struct {
 	sent  bool
 	rule  *dlp.Rule // the OperationRouting rule that routed it; nil for the user target
 	cands []string  // with rule: the server used first, then the failover order
+	ring  []string  // with rule: the list cands walks, wrapping
+	// failed are the servers that failed while this operation was in
+	// flight there: a replay tries every other server once.
+	failed []string
 	// Search entries and references forwarded to the client, those seen
 	// from the current backend, and how many of those to drop: a replayed
 	// search skips what the client already has.
@@ -88,7 +96,7 @@ type op struct {
 }
 
 func newSession(srv *Server, c net.Conn, p Peer) *session {
-	ss := &session{srv: srv, peer: p, client: c, done: make(chan struct{}),
+	ss := &session{srv: srv, peer: p, client: c, raw: c, done: make(chan struct{}),
 		resume: make(chan net.Conn, 1), pending: map[int32]*op{}, gen: 1, lines: map[net.Conn]struct{}{}}
 	ss.max.Store(PreBindMaxPDU)
 	return ss
@@ -101,12 +109,66 @@ func (ss *session) run() {
 		ss.client.Close()
 		return
 	}
-	ss.w = bufio.NewWriterSize(ss.client, 16<<10)
+	ss.w = bufio.NewWriterSize(clientWriter{ss.client, orDefault(ss.srv.cfg.WriteTimeout)}, 16<<10)
 	ss.readClient()
 	ss.mu.Lock()
 	ss.ended = true
 	ss.settle()
 	ss.mu.Unlock()
+	ss.drain()
+}
+
+// A session's client connection ends with a FIN after the last byte the
+// core wrote (a Notice of Disconnection, say), then the core reads and
+// drops what the client still sends for up to drainTime (and drainMax
+// bytes) before it closes: closing with unread input would reset the
+// connection, and the reset can overtake the notice on its way through
+// the front.
+const (
+	drainTime = time.Second
+	drainMax  = 1 << 20
+)
+
+// clientWriter bounds every write to the client by WriteTimeout, per
+// 64 KiB: a client that stops reading is disconnected (the write fails
+// and the session ends), one that reads slowly is not.
+type clientWriter struct {
+	c net.Conn
+	d time.Duration
+}
+
+func (w clientWriter) Write(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		w.c.SetWriteDeadline(time.Now().Add(w.d))
+		k, err := w.c.Write(p[n:min(len(p), n+64<<10)])
+		n += k
+		if err != nil {
+			return n, fmt.Errorf("write to the client: %w", err)
+		}
+	}
+	return n, nil
+}
+
+// shutWrite ends the writing side of the client connection; the client
+// reader then stops within drainTime.
+func (ss *session) shutWrite() {
+	if tc, ok := ss.client.(*tls.Conn); ok {
+		tc.CloseWrite() // close_notify (RFC 4511 §5.3)
+	}
+	cw, ok := ss.raw.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		ss.raw.Close()
+		return
+	}
+	ss.raw.SetReadDeadline(time.Now().Add(drainTime))
+}
+
+// drain drops what the client still sends, bounded, and closes.
+func (ss *session) drain() {
+	ss.raw.SetReadDeadline(time.Now().Add(drainTime))
+	io.CopyN(io.Discard, ss.raw, drainMax)
+	ss.raw.Close()
 }
 
 // settle runs after every handler, with mu held: it sends what was
@@ -115,7 +177,7 @@ func (ss *session) run() {
 func (ss *session) settle(flush ...bool) {
 	if !ss.ended && (len(flush) == 0 || flush[0]) {
 		if err := ss.w.Flush(); err != nil {
-			ss.ended = true
+			ss.writeFailed(err)
 		}
 	}
 	if !ss.ended || ss.closed {
@@ -124,7 +186,7 @@ func (ss *session) settle(flush ...bool) {
 	ss.closed = true
 	close(ss.done)
 	ss.w.Flush()
-	ss.client.Close()
+	ss.shutWrite()
 	// Operations the client will never get an answer to still get their
 	// line (a write's outcome is unknown to everyone from here).
 	for _, o := range ss.opsOn(nil) {
@@ -146,10 +208,18 @@ func (ss *session) settle(flush ...bool) {
 // it was framed with is framed again with the current one (the Reader
 // consumes nothing when it refuses a length).
 func (ss *session) readClient() {
+	pduTimeout := orDefault(ss.srv.cfg.PDUTimeout)
 	for {
 		limit := ss.max.Load()
 		ss.rd.SetMax(int(limit))
-		raw, err := ss.rd.Next()
+		// Idle is fine; a PDU once started must complete in pduTimeout.
+		err := ss.rd.Await()
+		var raw []byte
+		if err == nil {
+			ss.raw.SetReadDeadline(time.Now().Add(pduTimeout))
+			raw, err = ss.rd.Next()
+			ss.raw.SetReadDeadline(time.Time{})
+		}
 		if errors.Is(err, wire.ErrTooLarge) && ss.max.Load() > limit {
 			continue
 		}
@@ -196,9 +266,15 @@ func (ss *session) readClient() {
 func (ss *session) onClientEnd(err error) {
 	ss.ended = true
 	var pe *wire.ProtocolError
-	if errors.As(err, &pe) {
+	var ne net.Error
+	switch {
+	case errors.As(err, &pe):
 		ss.srv.log.Warn("protocol error from client", ss.who("err", err)...)
 		ss.w.Write(wire.NoticeOfDisconnection(wire.ResultProtocolError, pe.Error()))
+	case errors.As(err, &ne) && ne.Timeout():
+		why := fmt.Sprintf("a PDU not completed within %v", orDefault(ss.srv.cfg.PDUTimeout))
+		ss.srv.log.Warn("protocol error from client", ss.who("err", why)...)
+		ss.w.Write(wire.NoticeOfDisconnection(wire.ResultProtocolError, why))
 	}
 }
 
@@ -214,11 +290,20 @@ func (ss *session) onClient(m *wire.Message) {
 		o.name = fmt.Sprintf("op-0x%02x", m.Op)
 	}
 	switch {
+	case m.ID == 0:
+		// Reserved for unsolicited notifications (RFC 4511 §4.1.1.1): a
+		// server answers such a request with id 0 too, which reads as
+		// its notice of disconnection.
+		ss.protocolError("message id 0 in a request")
+		return
 	case m.Op == wire.TagUnbindRequest:
 		ss.unbind(o)
 		return
 	case m.Op == wire.TagAbandonRequest:
 		ss.abandon(o)
+		return
+	case len(ss.pending) >= ss.maxPending():
+		ss.reply(o, wire.ResultBusy, fmt.Sprintf("more than %d operations outstanding on this connection", ss.maxPending()))
 		return
 	case m.Op == wire.TagExtendedRequest && m.ExtOID == wire.OIDStartTLS:
 		ss.startTLS(o)
@@ -227,15 +312,30 @@ func (ss *session) onClient(m *wire.Message) {
 		ss.reply(o, 13, "confidentiality required: use LDAPS or StartTLS") // confidentialityRequired
 		return
 	case wire.ResponseTag(m.Op) == 0:
-		ss.srv.log.Warn("protocol error from client", ss.who("err", "not an LDAP request: "+o.name)...)
-		ss.write(wire.NoticeOfDisconnection(wire.ResultProtocolError, "not an LDAP request"))
-		ss.ended = true
+		ss.protocolError("not an LDAP request: " + o.name)
 		return
 	case m.Op == wire.TagBindRequest:
 		ss.bind(o)
 		return
 	}
 	ss.route(o)
+}
+
+// protocolError ends the session on a request no server may see, with a
+// Notice of Disconnection.
+func (ss *session) protocolError(why string) {
+	ss.srv.log.Warn("protocol error from client", ss.who("err", why)...)
+	ss.write(wire.NoticeOfDisconnection(wire.ResultProtocolError, why))
+	ss.ended = true
+}
+
+// maxPending is the cap on the client's outstanding operations for the
+// identity in force.
+func (ss *session) maxPending() int {
+	if ss.cred != nil {
+		return ss.srv.cfg.MaxPendingAuth
+	}
+	return ss.srv.cfg.MaxPending
 }
 
 // bind re-selects the targets for the new identity, except for the next
@@ -251,7 +351,7 @@ func (ss *session) bind(o *op) {
 		ss.reply(o, wire.ResultUnavailable, err.Error())
 		return
 	}
-	ss.selected, ss.primary, ss.cands = true, nil, sel.Candidates
+	ss.selected, ss.primary, ss.cands, ss.ring = true, nil, sel.Candidates, ss.ringOf(sel)
 	b, diag := ss.userTarget(false, "")
 	if b == nil {
 		ss.reply(o, wire.ResultUnavailable, ss.noServer(o, sel.Rule, diag))
@@ -269,11 +369,11 @@ func (ss *session) route(o *op) {
 			ss.reply(o, wire.ResultUnavailable, err.Error())
 			return
 		}
-		ss.selected, ss.cands = true, sel.Candidates
+		ss.selected, ss.cands, ss.ring = true, sel.Candidates, ss.ringOf(sel)
 	}
 	if osel, ok := ss.srv.router.SelectOperation(&dlp.Ctx{User: ss.norm, Op: o.name, BaseObject: o.m.BaseObject}); ok {
-		o.rule = osel.Rule
-		b, rest, diag := ss.attach(osel.Candidates, true)
+		o.rule, o.ring = osel.Rule, ss.ringOf(osel)
+		b, rest, diag := ss.attach(osel.Candidates, o.ring, true)
 		if b == nil {
 			ss.reply(o, wire.ResultUnavailable, ss.noServer(o, osel.Rule, diag))
 			return
@@ -359,8 +459,18 @@ func (ss *session) finish(o *op, code int, raw []byte) {
 
 func (ss *session) write(raw []byte) {
 	if _, err := ss.w.Write(raw); err != nil {
-		ss.ended = true
+		ss.writeFailed(err)
 	}
+}
+
+// writeFailed ends the session after a failed write to the client: it
+// closed, or it read nothing for WriteTimeout (its operations on the
+// servers are abandoned when settle closes their connections).
+func (ss *session) writeFailed(err error) {
+	if ne := net.Error(nil); !ss.ended && errors.As(err, &ne) && ne.Timeout() {
+		ss.srv.log.Warn("client stopped reading: disconnected", ss.who("err", err, "pending", len(ss.pending))...)
+	}
+	ss.ended = true
 }
 
 func (ss *session) log(o *op, target, result string) {

@@ -131,14 +131,17 @@ func (ss *session) startTLS(o *op) {
 		ss.ended = true
 		return
 	}
-	ss.w.Reset(ss.client)
+	ss.w.Reset(clientWriter{ss.client, orDefault(ss.srv.cfg.WriteTimeout)})
 	ss.log(o, "", wire.ResultName(wire.ResultSuccess))
 	ss.wake(ss.client)
 }
 
-func (s *Server) handshakeTimeout() time.Duration {
-	if s.cfg.HandshakeTimeout > 0 {
-		return s.cfg.HandshakeTimeout
+func (s *Server) handshakeTimeout() time.Duration { return orDefault(s.cfg.HandshakeTimeout) }
+
+// orDefault is d, or 30 s when d is 0.
+func orDefault(d time.Duration) time.Duration {
+	if d > 0 {
+		return d
 	}
 	return 30 * time.Second
 }

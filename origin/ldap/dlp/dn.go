@@ -97,7 +97,69 @@ func (p *dnParser) atv() (atv, error) {
 	if err != nil {
 		return atv{}, err
 	}
-	return atv{typ: strings.ToLower(typ), val: val}, nil
+	return atv{typ: canonicalType(typ), val: val}, nil
+}
+
+// typeNames maps the other names of the attribute types that appear in
+// DNs (RFC 4519 and the cosine and core schemas slapd ships: long names,
+// aliases, numeric OIDs) to the short name, lower-cased: slapd binds
+// "commonName=Alice,…" and "2.5.4.3=Alice,…" as cn=Alice,…, so a rule
+// must see the same DN.
+var typeNames = map[string]string{}
+
+func init() {
+	for short, others := range map[string][]string{
+		"cn":                         {"commonName", "2.5.4.3"},
+		"sn":                         {"surname", "2.5.4.4"},
+		"serialnumber":               {"2.5.4.5"},
+		"c":                          {"countryName", "2.5.4.6"},
+		"l":                          {"localityName", "2.5.4.7"},
+		"st":                         {"stateOrProvinceName", "2.5.4.8"},
+		"street":                     {"streetAddress", "2.5.4.9"},
+		"o":                          {"organizationName", "2.5.4.10"},
+		"ou":                         {"organizationalUnitName", "2.5.4.11"},
+		"title":                      {"2.5.4.12"},
+		"description":                {"2.5.4.13"},
+		"businesscategory":           {"2.5.4.15"},
+		"postaladdress":              {"2.5.4.16"},
+		"postalcode":                 {"2.5.4.17"},
+		"postofficebox":              {"2.5.4.18"},
+		"telephonenumber":            {"2.5.4.20"},
+		"name":                       {"2.5.4.41"},
+		"givenname":                  {"gn", "2.5.4.42"},
+		"initials":                   {"2.5.4.43"},
+		"generationqualifier":        {"2.5.4.44"},
+		"x500uniqueidentifier":       {"2.5.4.45"},
+		"dnqualifier":                {"2.5.4.46"},
+		"houseidentifier":            {"2.5.4.51"},
+		"uid":                        {"userid", "0.9.2342.19200300.100.1.1"},
+		"mail":                       {"rfc822Mailbox", "0.9.2342.19200300.100.1.3"},
+		"dc":                         {"domainComponent", "0.9.2342.19200300.100.1.25"},
+		"email":                      {"emailAddress", "pkcs9email", "1.2.840.113549.1.9.1"},
+		"employeenumber":             {"2.16.840.1.113730.3.1.3"},
+		"displayname":                {"2.16.840.1.113730.3.1.241"},
+		"uniqueidentifier":           {"0.9.2342.19200300.100.1.44"},
+		"organizationalstatus":       {"0.9.2342.19200300.100.1.45"},
+		"associateddomain":           {"0.9.2342.19200300.100.1.37"},
+		"host":                       {"0.9.2342.19200300.100.1.9"},
+		"destinationindicator":       {"2.5.4.27"},
+		"registeredaddress":          {"2.5.4.26"},
+		"physicaldeliveryofficename": {"2.5.4.19"},
+	} {
+		for _, o := range others {
+			typeNames[strings.ToLower(o)] = short
+		}
+	}
+}
+
+// canonicalType is the name a type is compared by: its short name when
+// typeNames knows it, else the name lower-cased (a numeric OID as written).
+func canonicalType(typ string) string {
+	low := strings.ToLower(typ)
+	if short, ok := typeNames[low]; ok {
+		return short
+	}
+	return low
 }
 
 // validType accepts a descriptor (ALPHA *(ALPHA / DIGIT / "-")) or a

@@ -31,7 +31,17 @@ func TestNormalizeDN(t *testing.T) {
 		{"sn=B+cn=A,o=pqr", "cn=a+sn=b,o=pqr"}, // multi-valued RDN sorted
 		{"cn=A + sn=B , o=pqr", "cn=a+sn=b,o=pqr"},
 		{"cn=admin;o=pqr", "cn=admin,o=pqr"}, // RFC 1779 separator
-		{"2.5.4.3=Admin,O=PQR", "2.5.4.3=admin,o=pqr"},
+		// Other names of the same attribute type (RFC 4519): long names,
+		// aliases and numeric OIDs are the short name.
+		{"2.5.4.3=Admin,O=PQR", "cn=admin,o=pqr"},
+		{"commonName=Admin,organizationName=PQR", "cn=admin,o=pqr"},
+		{"COMMONNAME=Admin,2.5.4.10=PQR", "cn=admin,o=pqr"},
+		{"userid=alice,organizationalUnitName=people,domainComponent=example,DC=com", "uid=alice,ou=people,dc=example,dc=com"},
+		{"0.9.2342.19200300.100.1.1=alice,2.5.4.11=people,0.9.2342.19200300.100.1.25=example", "uid=alice,ou=people,dc=example"},
+		{"surname=S+givenName=G,countryName=DE,localityName=Bonn,stateOrProvinceName=NRW,streetAddress=X", "givenname=g+sn=s,c=de,l=bonn,st=nrw,street=x"},
+		{"2.5.4.4=S+gn=G,rfc822Mailbox=a@b,2.5.4.12=Boss", "givenname=g+sn=s,mail=a@b,title=boss"},
+		{"emailAddress=a@b,1.2.840.113549.1.9.1=c@d", "email=a@b,email=c@d"},
+		{"1.2.3.4=x,unknownType=y", "1.2.3.4=x,unknowntype=y"}, // unknown: lower-cased only
 		{"cn=#04024869,o=pqr", "cn=#04024869,o=pqr"},
 		{"CN=#0402486A", "cn=#0402486a"},
 		{"cn=,o=pqr", "cn=,o=pqr"}, // empty value is legal

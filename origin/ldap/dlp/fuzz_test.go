@@ -44,6 +44,7 @@ func FuzzCond(f *testing.F) {
 	for _, s := range []string{"(user=cn=a,o=b)", "(&(user:node=o=b)(!(opr.req.typ=add)))", "(user:regex=^cn=(a|b)\\))", `(user=cn=J\C3\BCrgen+sn=x;o=y)`, "(search.req.baseObject=)"} {
 		f.Add(s, "cn=A , o=B")
 	}
+	f.Add("(user=commonName=a,2.5.4.10=b)", "2.5.4.3=A+userid=x, organizationName=B;0.9.2342.19200300.100.1.25=c")
 	f.Fuzz(func(t *testing.T, cond, dn string) {
 		n := dlp.NormalizeDN(dn)
 		if dlp.NormalizeDN(n) != n {

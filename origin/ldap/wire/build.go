@@ -110,6 +110,13 @@ func RootDSESearch(id int32) []byte {
 	))
 }
 
+// WhoAmIRequest is the WhoAmI extended request (RFC 4532): the smallest
+// operation a server must answer, used by the agent's probe to prove the
+// origin accepted its client certificate.
+func WhoAmIRequest(id int32) []byte {
+	return message(id, tlvBytes(TagExtendedRequest, str(0x80, OIDWhoAmI)))
+}
+
 // WithID returns the same PDU with another message id. Only the id is
 // re-encoded; the protocolOp and controls are copied byte for byte.
 func WithID(raw []byte, id int32) ([]byte, error) {

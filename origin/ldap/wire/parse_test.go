@@ -268,6 +268,15 @@ func TestBuilders(t *testing.T) {
 				t.Errorf("parsed %+v", m)
 			}
 		}},
+		{"whoami request", wire.WhoAmIRequest(4), func(t *testing.T, p *ber.Packet, m *wire.Message) {
+			op := p.Children[1]
+			if op.Tag != 23 || len(op.Children) != 1 || op.Children[0].Tag != 0 || op.Children[0].Data.String() != wire.OIDWhoAmI {
+				t.Errorf("whoami decoded as %v", op.Children)
+			}
+			if m.ID != 4 || m.Op != wire.TagExtendedRequest || m.ExtOID != wire.OIDWhoAmI {
+				t.Errorf("parsed %+v", m)
+			}
+		}},
 		{"root dse search", wire.RootDSESearch(9), func(t *testing.T, p *ber.Packet, m *wire.Message) {
 			op := p.Children[1]
 			f, err := ldap.DecompileFilter(op.Children[6])
@@ -316,8 +325,25 @@ func TestWithID(t *testing.T) {
 }
 
 func TestNames(t *testing.T) {
-	for code, want := range map[int]string{0: "success", 1: "operationsError", 2: "protocolError", 49: "invalidCredentials",
-		51: "busy", 52: "unavailable", 53: "unwillingToPerform", 80: "other", 9: "result-9", -1: "result--1"} {
+	// Every code of RFC 4511 §4.1.9 and Appendix A, the IANA registry's
+	// extensions, and the codes slapd sends beyond them; anything else is
+	// a number, never a name made up.
+	for code, want := range map[int]string{
+		0: "success", 1: "operationsError", 2: "protocolError", 3: "timeLimitExceeded", 4: "sizeLimitExceeded",
+		5: "compareFalse", 6: "compareTrue", 7: "authMethodNotSupported", 8: "strongerAuthRequired",
+		10: "referral", 11: "adminLimitExceeded", 12: "unavailableCriticalExtension", 13: "confidentialityRequired",
+		14: "saslBindInProgress", 16: "noSuchAttribute", 17: "undefinedAttributeType", 18: "inappropriateMatching",
+		19: "constraintViolation", 20: "attributeOrValueExists", 21: "invalidAttributeSyntax", 32: "noSuchObject",
+		33: "aliasProblem", 34: "invalidDNSyntax", 36: "aliasDereferencingProblem", 48: "inappropriateAuthentication",
+		49: "invalidCredentials", 50: "insufficientAccessRights", 51: "busy", 52: "unavailable",
+		53: "unwillingToPerform", 54: "loopDetect", 64: "namingViolation", 65: "objectClassViolation",
+		66: "notAllowedOnNonLeaf", 67: "notAllowedOnRDN", 68: "entryAlreadyExists", 69: "objectClassModsProhibited",
+		71: "affectsMultipleDSAs", 80: "other",
+		76: "virtualListViewError", 113: "lcupResourcesExhausted", 117: "lcupReloadRequired", 118: "canceled",
+		119: "noSuchOperation", 120: "tooLate", 121: "cannotCancel", 122: "assertionFailed",
+		123: "authorizationDenied", 4096: "e-syncRefreshRequired", 16654: "noOperation",
+		9: "code-9", 72: "code-72", 99: "code-99", -1: "code--1",
+	} {
 		if got := wire.ResultName(code); got != want {
 			t.Errorf("ResultName(%d) = %q, want %q", code, got, want)
 		}

@@ -54,6 +54,14 @@ func (r *Reader) Buffered() int { return r.br.Buffered() }
 // StartTLS), dropping any buffered bytes; the cap is kept.
 func (r *Reader) Reset(src io.Reader) { r.br.Reset(src) }
 
+// Await waits until the next PDU has started (a byte of it has arrived),
+// consuming nothing, so that the caller can bound the rest with a
+// deadline while leaving an idle stream unbounded. Errors are Next's.
+func (r *Reader) Await() error {
+	_, err := r.br.Peek(1)
+	return err
+}
+
 // Next returns the raw bytes of the next LDAPMessage: tag 0x30 and a
 // definite length, long-form and non-minimal lengths accepted. The slice is
 // valid until the next call unless copied.

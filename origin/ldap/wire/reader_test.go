@@ -152,3 +152,24 @@ func head(b []byte) []byte {
 }
 
 func slicesClone(b []byte) []byte { return append([]byte(nil), b...) }
+
+// Await returns once a PDU has started, consuming nothing; at the end of
+// the stream it returns io.EOF like Next.
+func TestAwait(t *testing.T) {
+	pr, pw := io.Pipe()
+	r := wire.NewReader(pr)
+	started := make(chan error, 1)
+	go func() { started <- r.Await() }()
+	pw.Write(unbindShort[:1])
+	if err := <-started; err != nil {
+		t.Fatalf("Await after one byte: %v", err)
+	}
+	go func() { pw.Write(unbindShort[1:]); pw.Close() }()
+	raw, err := r.Next()
+	if err != nil || !bytes.Equal(raw, unbindShort) {
+		t.Fatalf("Next after Await: %x %v", raw, err)
+	}
+	if err := r.Await(); err != io.EOF {
+		t.Fatalf("Await at the end: %v, want io.EOF", err)
+	}
+}

@@ -153,17 +153,27 @@ var resultNames = map[int]string{
 	64: "namingViolation", 65: "objectClassViolation", 66: "notAllowedOnNonLeaf",
 	67: "notAllowedOnRDN", 68: "entryAlreadyExists", 69: "objectClassModsProhibited",
 	71: "affectsMultipleDSAs", 80: "other",
-	// RFC 3909 (cancel), RFC 4528 (assertion), RFC 4370 (proxied authorization).
+	// The VLV control (draft-ietf-ldapext-ldapv3-vlv; slapd and Active
+	// Directory send it).
+	76: "virtualListViewError",
+	// RFC 3928 (LCUP), RFC 3909 (cancel), RFC 4528 (assertion), RFC 4370
+	// (proxied authorization), RFC 4533 (content synchronization),
+	// draft-zeilenga-ldap-noop (slapd's no-op control).
+	113: "lcupResourcesExhausted", 114: "lcupSecurityViolation", 115: "lcupInvalidData",
+	116: "lcupUnsupportedScheme", 117: "lcupReloadRequired",
 	118: "canceled", 119: "noSuchOperation", 120: "tooLate", 121: "cannotCancel",
 	122: "assertionFailed", 123: "authorizationDenied",
+	4096: "e-syncRefreshRequired", 16654: "noOperation",
 }
 
-// ResultName is the RFC 4511 name of a result code in lowerCamel, as the RFC
-// spells it ("success", "invalidCredentials", "unavailable"); unknown codes
-// are "result-<n>".
+// ResultName is the name of a result code as its RFC spells it
+// ("success", "invalidCredentials", "unavailable", "e-syncRefreshRequired"):
+// every code of RFC 4511 and of the IANA registry's extensions, and the
+// ones slapd and Active Directory send. A code no document names is
+// "code-<n>", so that it still reads as a number in logs and metrics.
 func ResultName(code int) string {
 	if n, ok := resultNames[code]; ok {
 		return n
 	}
-	return "result-" + strconv.Itoa(code)
+	return "code-" + strconv.Itoa(code)
 }

@@ -1,0 +1,280 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/edgefleet/edgefleet/deploy"
+	"github.com/edgefleet/edgefleet/firewall"
+	"github.com/edgefleet/edgefleet/probe"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+func init() {
+	subcommands = append(subcommands, applyCommand, rotateCommand, statusCommand)
+}
+
+// convergeFlags are the options of apply, rotate and status that are not
+// inventory keys.
+type convergeFlags struct {
+	fw      firewallFlags
+	noFW    bool
+	dryRun  bool
+	slack   time.Duration
+	every   time.Duration
+	timeout time.Duration
+}
+
+func (fl *convergeFlags) register(fs *pflag.FlagSet, withDryRun bool) {
+	fs.StringVar(&fl.fw.chain, "chain", firewall.DockerUser, "firewall hook chain: DOCKER-USER or INPUT (an origin not in Docker)")
+	fs.StringVar(&fl.fw.backend, "backend", "auto", "iptables backend: auto, nft or legacy")
+	fs.BoolVar(&fl.fw.createChain, "create-chain", false, "create the hook chain when it is missing")
+	fs.BoolVar(&fl.noFW, "no-firewall", false, "leave the firewall alone: no steps 1 and 6 (development, an origin without one)")
+	fs.DurationVar(&fl.timeout, "timeout", 5*time.Second, "bound on each exchange with the DNS server")
+	if withDryRun {
+		fs.BoolVar(&fl.dryRun, "dry-run", false, "print what would be done, change nothing")
+		fs.DurationVar(&fl.slack, "slack", 5*time.Second, "added to the TTL a removed edge waits for")
+		fs.DurationVar(&fl.every, "progress", 5*time.Second, "how often a wait prints its progress")
+	}
+}
+
+// fleetParts are the live peers convergence and status talk to.
+type fleetParts struct {
+	f     fleetFile
+	pub   *deploy.Publisher
+	fw    deploy.Firewall
+	probe deploy.ProbeFunc
+}
+
+// setupFleet loads the inventory and opens DNS, the firewall and the probe.
+func setupFleet(cmd *cobra.Command, fl convergeFlags) (fleetParts, error) {
+	var p fleetParts
+	var err error
+	if p.f, p.pub, err = dnsSetup(cmd, fl.timeout); err != nil {
+		return p, err
+	}
+	if !fl.noFW {
+		fc := firewallConfig(p.f.Config, fl.fw)
+		if err := fc.Validate(); err != nil {
+			return p, err
+		}
+		fw, err := openFirewall(fl.fw.backend, fc.Chain)
+		if err != nil {
+			return p, err
+		}
+		p.fw = deploy.IPTables{FW: fw, Base: fc}
+	}
+	serverName := p.f.Probe.ServerName
+	if serverName == "" {
+		serverName = strings.TrimSuffix(p.f.Name, ".")
+	}
+	conf, err := probe.ClientTLS(p.f.Probe.CA, p.f.Probe.Cert, p.f.Probe.Key, serverName)
+	if err != nil {
+		return p, fmt.Errorf("probe: %w", err)
+	}
+	budget := p.f.Probe.Budget
+	p.probe = func(ctx context.Context, addr string) deploy.ProbeResult {
+		r := probe.Probe(ctx, addr, conf, budget)
+		return deploy.ProbeResult{OK: r.OK, HandshakeMS: r.TLSHandshakeMS, Error: r.Error}
+	}
+	return p, nil
+}
+
+// converge runs the six steps for cfg until done, SIGINT or SIGTERM.
+func converge(cmd *cobra.Command, p fleetParts, cfg deploy.Config, fl convergeFlags) error {
+	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	c := &deploy.Converger{
+		Config: cfg, StatePath: statePath(p.f.path),
+		DNS: p.pub, Firewall: p.fw, Probe: p.probe, Conns: deploy.ScrapeConns,
+		Slack: fl.slack, DryRun: fl.dryRun, Out: cmd.OutOrStdout(), Every: fl.every,
+	}
+	if err := c.Run(ctx); err != nil {
+		if errors.Is(err, context.Canceled) {
+			return exitError{1, errors.New("interrupted: the state file keeps the progress, run the command again to resume")}
+		}
+		return exitError{1, err}
+	}
+	return nil
+}
+
+func applyCommand() *cobra.Command {
+	var fl convergeFlags
+	cmd := &cobra.Command{
+		Use:   "apply",
+		Short: "converge DNS and the firewall to fleet.yaml, in the one safe order",
+		Long: `apply makes the live fleet what fleet.yaml lists: 1 the firewall allows every
+new edge; 2 each new edge is probed end to end (TLS and one LDAP round trip
+through it to the origin), and one that fails stops the run; 3 DNS adds the
+new edges; 4 DNS removes the edges no longer listed (one UPDATE each, never
+leaving the set empty, each read back); 5 a removed edge stays allowed until
+one TTL plus slack has passed and its connections drained (or drain_timeout);
+6 the firewall drops it. Progress is kept in fleet.state.json beside
+fleet.yaml: an interrupted run resumes, a run with nothing to do changes
+nothing.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := setupFleet(cmd, fl)
+			if err != nil {
+				return err
+			}
+			return converge(cmd, p, p.f.Config, fl)
+		},
+	}
+	fl.register(cmd.Flags(), true)
+	return cmd
+}
+
+func rotateCommand() *cobra.Command {
+	var fl convergeFlags
+	var out, in string
+	cmd := &cobra.Command{
+		Use:   "rotate --out OLD --in NEW=IPV4[,IPV6]",
+		Short: "replace edge OLD by NEW in fleet.yaml (in place, comments kept) and converge",
+		Long: `rotate edits fleet.yaml atomically, replacing edge OLD by NEW at the same place
+(comments kept), then converges as apply does: NEW is allowed, probed and
+published before OLD leaves DNS, and OLD leaves the firewall only after one
+TTL plus slack and its drain. Run again after an interruption, it finds
+fleet.yaml already edited and resumes.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			newEdge, err := parseIn(in)
+			if err != nil {
+				return err
+			}
+			if out == "" {
+				return errors.New("--out: the edge to rotate out is required")
+			}
+			p, err := setupFleet(cmd, fl)
+			if err != nil {
+				return err
+			}
+			cfg, err := rotateInventory(cmd, p, out, newEdge, fl.dryRun)
+			if err != nil {
+				return err
+			}
+			return converge(cmd, p, cfg, fl)
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "", "the edge leaving the fleet")
+	cmd.Flags().StringVar(&in, "in", "", "the edge joining it: NAME=IPV4[,IPV6]")
+	fl.register(cmd.Flags(), true)
+	return cmd
+}
+
+// parseIn reads NAME=IPV4[,IPV6] (either address may be the IPv6 one).
+func parseIn(s string) (deploy.Edge, error) {
+	name, addrs, ok := strings.Cut(s, "=")
+	if !ok || name == "" || addrs == "" {
+		return deploy.Edge{}, fmt.Errorf("--in %q: want NAME=IPV4[,IPV6]", s)
+	}
+	e := deploy.Edge{Name: name}
+	for _, a := range strings.Split(addrs, ",") {
+		if strings.Contains(a, ":") {
+			e.IPv6 = a
+		} else {
+			e.IPv4 = a
+		}
+	}
+	return e, nil
+}
+
+// rotateInventory writes fleet.yaml with out replaced by in (unless that
+// is already done: a resumed rotation) and returns the new inventory,
+// after recording out in the state file so that it can be drained by name.
+func rotateInventory(cmd *cobra.Command, p fleetParts, out string, in deploy.Edge, dryRun bool) (deploy.Config, error) {
+	cfg := p.f.Config
+	old, hasOld := cfg.Edge(out)
+	cur, hasIn := cfg.Edge(in.Name)
+	readdress := out == in.Name // the same edge on new addresses
+	switch {
+	case hasIn && cur.IPv4 == in.IPv4 && cur.IPv6 == in.IPv6 && (!hasOld || readdress):
+		fmt.Fprintf(cmd.OutOrStdout(), "fleet.yaml already lists %s instead of %s: resuming\n", in, out)
+		return cfg, nil
+	case !hasOld:
+		return cfg, fmt.Errorf("--out %s: no such edge in fleet.yaml", out)
+	case hasIn && !readdress:
+		return cfg, fmt.Errorf("--in %s: already in fleet.yaml", in.Name)
+	}
+	if p.f.path == "" {
+		return cfg, errors.New("rotate edits fleet.yaml: give --config or run beside fleet.yaml")
+	}
+	next := cfg
+	next.Edges = nil
+	for _, e := range cfg.Edges {
+		if e.Name == out {
+			e = in
+		}
+		next.Edges = append(next.Edges, e)
+	}
+	if err := next.Validate(); err != nil {
+		return cfg, fmt.Errorf("--in: %w", err)
+	}
+	if dryRun {
+		fmt.Fprintf(cmd.OutOrStdout(), "would edit %s: %s out, %s in\n", p.f.path, out, in)
+		return next, nil
+	}
+	src, err := os.ReadFile(p.f.path)
+	if err != nil {
+		return cfg, fmt.Errorf("config: %w", err)
+	}
+	edited, err := deploy.RotateInventory(src, out, in)
+	if err != nil {
+		return cfg, err
+	}
+	// The state remembers out before the file forgets it.
+	sp := statePath(p.f.path)
+	st, err := deploy.LoadState(sp)
+	if err != nil {
+		return cfg, err
+	}
+	if st.Edges[out] == nil {
+		st.Edges[out] = &deploy.EdgeState{IPv4: old.IPv4, IPv6: old.IPv6, Metrics: old.Metrics, State: deploy.StateActive}
+		if err := st.Save(sp); err != nil {
+			return cfg, err
+		}
+	}
+	if err := deploy.WriteFileAtomic(p.f.path, edited, 0o600); err != nil {
+		return cfg, err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "edited %s: %s out, %s in\n", p.f.path, out, in)
+	return next, nil
+}
+
+func statusCommand() *cobra.Command {
+	var fl convergeFlags
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "the fleet at a glance: one row per edge",
+		Long: `status prints, for every edge of fleet.yaml and every edge still draining:
+its address, whether DNS answers it and the firewall lets it in, the TLS
+handshake time of a fresh probe through it to the origin, its active
+connections (from metrics) and its state (active, draining, new, failed).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := setupFleet(cmd, fl)
+			if err != nil {
+				return err
+			}
+			live, err := p.pub.Read(cmd.Context())
+			if err != nil {
+				return exitError{1, err}
+			}
+			st, err := deploy.LoadState(statePath(p.f.path))
+			if err != nil {
+				return exitError{1, err}
+			}
+			rows := deploy.Status(cmd.Context(), p.f.Config, st, live, p.fw, p.probe, deploy.ScrapeConns)
+			return deploy.PrintStatus(cmd.OutOrStdout(), rows)
+		},
+	}
+	fl.register(cmd.Flags(), false)
+	return cmd
+}

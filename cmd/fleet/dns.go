@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/edgefleet/edgefleet/deploy"
+	"github.com/spf13/cobra"
+)
+
+func init() { subcommands = append(subcommands, dnsCommand) }
+
+func dnsCommand() *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "dns",
+		Short: "publish the edges as the A/AAAA set of name (RFC 2136 + TSIG)",
+		Long: `dns reads and updates the A and AAAA records of the inventory's name on its
+authoritative server (dns.server), with RFC 2136 UPDATEs signed by the TSIG
+key dns.tsig. Only those two RRsets are touched; each change is one UPDATE,
+additions before removals so the set is never empty, each read back.
+"dns serve" is an embedded authoritative server for the demo and development.`,
+	}
+	cmd.PersistentFlags().DurationVar(&timeout, "timeout", 5*time.Second, "bound on each exchange with the server")
+
+	plan := &cobra.Command{
+		Use:   "plan",
+		Short: "print the UPDATEs apply would send (nsupdate syntax)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, pub, err := dnsSetup(cmd, timeout)
+			if err != nil {
+				return err
+			}
+			p, err := dnsPlan(cmd.Context(), f, pub)
+			if err != nil {
+				return exitError{1, err}
+			}
+			fmt.Fprint(cmd.OutOrStdout(), p.String())
+			return nil
+		},
+	}
+
+	apply := &cobra.Command{
+		Use:   "apply",
+		Short: "publish exactly the inventory's edges: one UPDATE per change, each read back",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, pub, err := dnsSetup(cmd, timeout)
+			if err != nil {
+				return err
+			}
+			p, err := dnsPlan(cmd.Context(), f, pub)
+			if err != nil {
+				return exitError{1, err}
+			}
+			return applyDNS(cmd.Context(), cmd.OutOrStdout(), pub, p)
+		},
+	}
+
+	var format string
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "print the A/AAAA set of name as the authoritative server answers it",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if format != "text" && format != "json" {
+				return fmt.Errorf("--format %q: want text or json", format)
+			}
+			_, pub, err := dnsSetup(cmd, timeout)
+			if err != nil {
+				return err
+			}
+			set, err := pub.Read(cmd.Context())
+			if err != nil {
+				return exitError{1, err}
+			}
+			return printRRSet(cmd.OutOrStdout(), set, format)
+		},
+	}
+	list.Flags().StringVar(&format, "format", "text", "text or json")
+
+	cmd.AddCommand(plan, apply, list, dnsServeCommand())
+	return cmd
+}
+
+// dnsSetup loads and checks the inventory for publishing.
+func dnsSetup(cmd *cobra.Command, timeout time.Duration) (fleetFile, *deploy.Publisher, error) {
+	f, _, err := loadFleet(cmd)
+	if err != nil {
+		return f, nil, err
+	}
+	if err := f.ValidateDNS(); err != nil {
+		return f, nil, err
+	}
+	pub, err := deploy.NewPublisher(f.Config)
+	if err != nil {
+		return f, nil, err
+	}
+	pub.Timeout = timeout
+	return f, pub, nil
+}
+
+// dnsPlan reads the live set and plans the inventory's; the state file
+// (when there is one) names addresses that left the inventory.
+func dnsPlan(ctx context.Context, f fleetFile, pub *deploy.Publisher) (deploy.DNSPlan, error) {
+	live, err := pub.Read(ctx)
+	if err != nil {
+		return deploy.DNSPlan{}, err
+	}
+	gone := map[netip.Addr]string{}
+	if st, err := deploy.LoadState(statePath(f.path)); err == nil {
+		gone = st.Names()
+	}
+	return deploy.PlanDNS(f.Name, live, f.Edges, uint32(f.TTL), gone)
+}
+
+// applyDNS applies the plan, printing a line per UPDATE once read back.
+func applyDNS(ctx context.Context, w io.Writer, pub *deploy.Publisher, p deploy.DNSPlan) error {
+	if len(p.Changes) == 0 {
+		fmt.Fprintf(w, "%s in sync: %s\n", p.Name, addrs(p.After))
+		return nil
+	}
+	err := pub.ApplyPlan(ctx, p, func(c deploy.Change) {
+		fmt.Fprintf(w, "%s: %s, read back\n", p.Name, c.Describe())
+	})
+	if err != nil {
+		return exitError{1, err}
+	}
+	fmt.Fprintf(w, "%s now answers: %s\n", p.Name, addrs(p.After))
+	return nil
+}
+
+func addrs(a []netip.Addr) string {
+	s := make([]string, len(a))
+	for i, x := range a {
+		s[i] = x.String()
+	}
+	if len(s) == 0 {
+		return "(none)"
+	}
+	return strings.Join(s, " ")
+}
+
+// rrsetJSON is `fleet dns list --format json`.
+type rrsetJSON struct {
+	Name string   `json:"name"`
+	TTL  uint32   `json:"ttl"`
+	A    []string `json:"a"`
+	AAAA []string `json:"aaaa"`
+}
+
+func printRRSet(w io.Writer, set deploy.RRSet, format string) error {
+	j := rrsetJSON{Name: strings.TrimSuffix(set.Name, "."), TTL: set.TTL(), A: []string{}, AAAA: []string{}}
+	for _, a := range set.A {
+		j.A = append(j.A, a.String())
+	}
+	for _, a := range set.AAAA {
+		j.AAAA = append(j.AAAA, a.String())
+	}
+	if format == "json" {
+		b, _ := json.Marshal(j)
+		_, err := fmt.Fprintf(w, "%s\n", b)
+		return err
+	}
+	if len(j.A)+len(j.AAAA) == 0 {
+		_, err := fmt.Fprintf(w, "%s: no A or AAAA record\n", j.Name)
+		return err
+	}
+	for _, a := range j.A {
+		fmt.Fprintf(w, "%s\t%d\tIN\tA\t%s\n", j.Name, set.TTLA, a)
+	}
+	for _, a := range j.AAAA {
+		fmt.Fprintf(w, "%s\t%d\tIN\tAAAA\t%s\n", j.Name, set.TTLAAAA, a)
+	}
+	return nil
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/edgefleet/edgefleet/internal/testbed"
+	"github.com/edgefleet/edgefleet/internal/testbed/stack"
+)
+
+// TestApplyNoFirewall converges on loopback, as the demo does, with the
+// embedded DNS server and without a firewall: our edges on 127.0.0.2-4
+// in front of our origin, fleet apply publishes e1 and e2 after probing
+// them end to end, fleet rotate swaps e1 for e3, fleet status shows both,
+// and an edge whose origin is gone fails its probe and is not published.
+func TestApplyNoFirewall(t *testing.T) {
+	testbed.Need(t, "slapd", "dig")
+	o := stack.Start(t)
+	port, err := testbed.LowPort("127.0.0.2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := strconv.Itoa(port)
+	for i, name := range []string{"e1", "e2", "e3"} {
+		o.EdgeAt(t, name, fmt.Sprintf("127.0.0.%d:%s", i+2, p))
+	}
+	// e4 accepts but its origin is gone: the probe must catch it.
+	dead := testbed.FreeAddr(t, "127.0.0.1")
+	stack.EdgeTo(t, "e4", "127.0.0.5:"+p, dead)
+
+	dir := t.TempDir()
+	dnsPort, _ := testbed.LowPort("127.0.0.1")
+	server := net.JoinHostPort("127.0.0.1", strconv.Itoa(dnsPort))
+	testbed.WriteFile(t, dir, "fleet.key", testbed.WrongKeySecret+"\n")
+	yaml := func(edges ...string) string {
+		return testbed.WriteFile(t, dir, "fleet.yaml", fmt.Sprintf(`name: ldap.example.test
+zone: example.test
+ttl: 1
+drain_timeout: 1s
+dns: {server: "%s", tsig: {name: fleet-key, algorithm: hmac-sha256, secret_file: fleet.key}}
+probe: {ca: %s, cert: %s, key: %s, server_name: %s, port: %s}
+edges:
+%s`, server, o.PKI.Path("ca.pem"), o.PKI.Path("agent.pem"), o.PKI.Path("agent.key"), testbed.ServerName, p, strings.Join(edges, "")))
+	}
+	inv := yaml("  - {name: e1, ipv4: 127.0.0.2}\n", "  - {name: e2, ipv4: 127.0.0.3}\n")
+	testbed.Start(t, fleetBin(t), "--config", inv, "dns", "serve")
+	waitDNS(t, server)
+
+	r := fleetRun(t, nil, "--config", inv, "apply", "--no-firewall", "--slack", "0s")
+	if r.code != 0 || !strings.Contains(r.stdout, "step 1/6 firewall: skipped (no firewall)") || !strings.Contains(r.stdout, "step 2/6 probe: e2 127.0.0.3:"+p+" ok") {
+		t.Fatalf("apply: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	wantSet(t, "after apply", digSet(t, server, "ldap.example.test", "A"), "127.0.0.2", "127.0.0.3")
+
+	r = fleetRun(t, nil, "--config", inv, "rotate", "--no-firewall", "--slack", "0s", "--out", "e1", "--in", "e3=127.0.0.4")
+	t.Logf("rotate:\n%s", r.stdout)
+	if r.code != 0 || !strings.Contains(r.stdout, "e1 has no metrics endpoint: waiting drain_timeout") {
+		t.Fatalf("rotate: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	wantSet(t, "after rotate", digSet(t, server, "ldap.example.test", "A"), "127.0.0.3", "127.0.0.4")
+
+	r = fleetRun(t, nil, "--config", inv, "status", "--no-firewall")
+	t.Logf("status:\n%s", r.stdout)
+	if r.code != 0 || strings.Count(r.stdout, " active\n") != 2 || !strings.Contains(r.stdout, "e3    127.0.0.4  yes     -") {
+		t.Fatalf("status: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	inv = yaml("  - {name: e2, ipv4: 127.0.0.3}\n", "  - {name: e3, ipv4: 127.0.0.4}\n", "  - {name: e4, ipv4: 127.0.0.5}\n")
+	r = fleetRun(t, nil, "--config", inv, "apply", "--no-firewall")
+	oneLineFailure(t, "dead edge", r, 1, "end-to-end probe failed: e4 not published")
+	wantSet(t, "after the dead edge", digSet(t, server, "ldap.example.test", "A"), "127.0.0.3", "127.0.0.4")
+	r = fleetRun(t, nil, "--config", inv, "status", "--no-firewall")
+	if !strings.Contains(r.stdout, "e4") || !strings.HasSuffix(strings.TrimSpace(r.stdout), "failed") {
+		t.Fatalf("status with the dead edge:\n%s", r.stdout)
+	}
+	t.Logf("status with the dead edge:\n%s", r.stdout)
+}

@@ -1,0 +1,237 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgefleet/edgefleet/deploy/monitoring"
+	"github.com/edgefleet/edgefleet/internal/testbed"
+	"github.com/edgefleet/edgefleet/internal/testbed/stack"
+	"github.com/edgefleet/edgefleet/probe"
+)
+
+func buildProbe(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "probe")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// fleetArgs are the flags naming a test fleet, as an agent would give them.
+func fleetArgs(f *stack.Fleet) []string {
+	p := f.Origin.PKI
+	return []string{"--name", testbed.ServerName, "--port", strconv.Itoa(f.Port), "--dns", f.Named.Addr,
+		"--ca", p.Path("ca.pem"), "--cert", p.Path("agent.pem"), "--key", p.Path("agent.key"), "--budget", "1s"}
+}
+
+func run(t *testing.T, bin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return o.String(), e.String(), code
+}
+
+// TestRankJSON: `probe rank --format json` prints the shape of DESIGN.md
+// §6 (and nothing else), and the state file holds the same document.
+func TestRankJSON(t *testing.T) {
+	bin := buildProbe(t)
+	f := stack.NewFleet(t, stack.KindEdge, stack.KindHole)
+	state := filepath.Join(t.TempDir(), "edges.json")
+	out, errOut, code := run(t, bin, append(fleetArgs(f), "rank", "--state", state, "--format", "json")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	keys := slices.Sorted(func(yield func(string) bool) {
+		for k := range doc {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	if want := []string{"addresses", "chosen", "measured_at", "name", "ranking"}; !slices.Equal(keys, want) {
+		t.Fatalf("keys %v, want %v:\n%s", keys, want, out)
+	}
+	ranking := doc["ranking"].([]any)
+	first, second := ranking[0].(map[string]any), ranking[1].(map[string]any)
+	if first["addr"] != f.Addrs[0] || first["ok"] != true || doc["chosen"] != f.Addrs[0] {
+		t.Fatalf("first entry %v, chosen %v", first, doc["chosen"])
+	}
+	for _, k := range []string{"tcp_connect_ms", "tls_handshake_ms", "app_rtt_ms"} {
+		if v, ok := first[k].(float64); !ok || v <= 0 {
+			t.Fatalf("%s = %v in %v", k, first[k], first)
+		}
+	}
+	if _, has := first["error"]; has {
+		t.Fatalf("a success with an error field: %v", first)
+	}
+	if second["ok"] != false || !strings.Contains(second["error"].(string), "budget") {
+		t.Fatalf("black hole entry %v", second)
+	}
+	var printed, saved probe.Ranking
+	json.Unmarshal([]byte(out), &printed)
+	data, err := os.ReadFile(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.Unmarshal(data, &saved)
+	if !reflect.DeepEqual(printed, saved) {
+		t.Fatalf("state file %s differs from the output %s", data, out)
+	}
+}
+
+// TestMonitorOnce: one round as a table; an edge whose origin is gone is
+// down and makes the exit status 1; all up is 0.
+func TestMonitorOnce(t *testing.T) {
+	bin := buildProbe(t)
+	f := stack.NewFleet(t, stack.KindEdge, stack.KindOrphan)
+	out, errOut, code := run(t, bin, append(fleetArgs(f), "monitor", "--once")...)
+	if code != 1 || !strings.Contains(errOut, "edge "+f.Addrs[1]+" is down") {
+		t.Fatalf("exit %d, stderr %q; want 1 naming the orphan edge", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[1], "ADDR") ||
+		!strings.Contains(lines[2], f.Addrs[0]) || !strings.Contains(lines[2], " up ") ||
+		!strings.Contains(lines[3], f.Addrs[1]) || !strings.Contains(lines[3], " down ") {
+		t.Fatalf("table:\n%s", out)
+	}
+
+	up := stack.NewFleet(t, stack.KindEdge, stack.KindEdge)
+	if out, errOut, code := run(t, bin, append(fleetArgs(up), "monitor", "--once", "--format", "json")...); code != 0 {
+		t.Fatalf("all up: exit %d, %s\n%s", code, errOut, out)
+	}
+}
+
+// TestWatchPrintsEvents: after a failover (the state file says the far
+// edge is in use although the near one ranks first), `probe watch` retries
+// the near edge and prints one better-edge event after two good rounds.
+func TestWatchPrintsEvents(t *testing.T) {
+	bin := buildProbe(t)
+	f := stack.NewFleet(t, stack.KindEdge, stack.KindSlow)
+	near, far := f.Addrs[0], f.Addrs[1]
+	state := filepath.Join(t.TempDir(), "edges.json")
+	r := probe.Ranking{Name: testbed.ServerName, Addresses: []string{"127.0.0.2", "127.0.0.3"}, MeasuredAt: time.Now(),
+		Ranking: []probe.Result{{Addr: near, OK: true, TLSHandshakeMS: 2}, {Addr: far, OK: true, TLSHandshakeMS: 90}}, Chosen: far}
+	if err := probe.SaveState(state, r); err != nil {
+		t.Fatal(err)
+	}
+	// Logs go to stderr and the ranking and events to stdout; StartCmd
+	// keeps both in one buffer, and only events are one-line JSON objects.
+	p := testbed.StartCmd(t, exec.Command(bin, append(fleetArgs(f), "watch", "--state", state, "--interval", "200ms", "--format", "json")...))
+	var ev probe.Event
+	for deadline := time.Now().Add(20 * time.Second); ev.Reason == ""; {
+		for _, l := range strings.Split(p.Output(), "\n") {
+			if strings.HasPrefix(l, "{") && json.Unmarshal([]byte(l), &ev) == nil && ev.Reason != "" {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no event after 20 s; output:\n%s", p.Output())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if ev.Reason != probe.ReasonBetterEdge || ev.From != far || ev.To != near {
+		t.Fatalf("event %+v, want better-edge %s → %s", ev, far, near)
+	}
+	if saved, err := probe.LoadState(state); err != nil || saved.Chosen != near {
+		t.Fatalf("state after the switch: %+v %v", saved, err)
+	}
+}
+
+// TestBadConfiguration: each bad value exits 2 with one line naming it,
+// before any probe.
+func TestBadConfiguration(t *testing.T) {
+	bin := buildProbe(t)
+	dir := t.TempDir()
+	cfgFile := testbed.WriteFile(t, dir, "probe.yaml", "name: ldap.example.test\nbudgit: 2s\n")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"rank"}, "name: required"},
+		{[]string{"rank", "--name", "n", "--port", "70000"}, "port: 70000 is not a TCP port"},
+		{[]string{"rank", "--name", "n", "--budget", "0s"}, "budget: 0s must be positive"},
+		{[]string{"rank", "--name", "n", "--format", "xml"}, `format: "xml" is not table or json`},
+		{[]string{"rank", "--name", "n", "--dns", "nowhere"}, `dns: "nowhere" is not host:port`},
+		{[]string{"rank", "--name", "n", "--ca", filepath.Join(dir, "missing.pem")}, "read ca"},
+		{[]string{"rank", "--name", "n", "--cert", "a.pem"}, "give both cert and key"},
+		{[]string{"watch", "--name", "n", "--interval", "-1s"}, "interval: -1s must be positive"},
+		{[]string{"monitor", "--name", "n", "--metrics", "9104"}, `metrics: "9104" is not host:port`},
+		{[]string{"rank", "--config", cfgFile}, `unknown key "budgit"`},
+		{[]string{}, "a command is required"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			_, errOut, code := run(t, bin, tc.args...)
+			lines := strings.Split(strings.TrimSpace(errOut), "\n")
+			last := lines[len(lines)-1]
+			if code != 2 || !strings.Contains(last, tc.want) || !strings.HasPrefix(last, "probe: ") {
+				t.Fatalf("exit %d, stderr %q; want 2 and %q", code, errOut, tc.want)
+			}
+		})
+	}
+}
+
+// TestMonitorMetrics: `probe monitor` serves every family
+// deploy/monitoring lists for the probe on /metrics, with a sample, and
+// GET /status as JSON.
+func TestMonitorMetrics(t *testing.T) {
+	bin := buildProbe(t)
+	f := stack.NewFleet(t, stack.KindEdge, stack.KindOrphan)
+	addr := testbed.FreeAddr(t, "127.0.0.1")
+	testbed.Start(t, bin, append(fleetArgs(f), "monitor", "--metrics", addr, "--interval", "1h")...)
+	testbed.WaitTCP(t, addr, 10*time.Second)
+	var st probe.Status
+	for deadline := time.Now().Add(10 * time.Second); len(st.Edges) == 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("GET /status shows no round after 10 s")
+		}
+		resp, err := http.Get("http://" + addr + "/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+	}
+	if len(st.Edges) != 2 || !st.Edges[0].Up || st.Edges[1].Up {
+		t.Fatalf("status %+v, want the edge up and the orphan down", st)
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for name, typ := range monitoring.Exported["probe"] {
+		if !strings.Contains(string(body), "\n# TYPE "+name+" "+typ+"\n"+name) {
+			t.Errorf("/metrics lacks %s %s with a sample", typ, name)
+		}
+	}
+	if !strings.Contains(string(body), `edgefleet_probe_edge_up{addr="`+f.Addrs[1]+`"} 0`) {
+		t.Errorf("/metrics does not say the orphan edge is down:\n%s", body)
+	}
+}

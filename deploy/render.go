@@ -1,0 +1,222 @@
+package deploy
+
+import (
+	"bytes"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/edgefleet/edgefleet/relay"
+	"golang.org/x/crypto/ssh"
+)
+
+// Where an edge's files live on its host. The binary is installed under a
+// name carrying its SHA-256 and reached through a symbolic link, so
+// switching versions is one rename and the previous version stays on disk;
+// the unit checks at every start that the binary's content matches its
+// name (deploy/templates/edge.service).
+const (
+	BinDir     = "/usr/local/lib/edgefleet"
+	BinLink    = "/usr/local/bin/edgefleet-edge"
+	ConfigPath = "/etc/edgefleet/edge.yaml"
+	UnitPath   = "/etc/systemd/system/" + UnitName
+	UnitName   = "edgefleet-edge.service"
+)
+
+// MaxUserData is the user-data size the common clouds accept (EC2, GCE,
+// Hetzner, Scaleway: 16 KiB before base64).
+const MaxUserData = 16 << 10
+
+// LimitNOFILE is the unit's file descriptor limit: two per relayed
+// connection (client and origin) at the edge's default max_conns of
+// 100,000, plus the splice pipes of the busy ones, fits with room.
+const LimitNOFILE = 1 << 20
+
+// Deploy is the `deploy:` section of fleet.yaml: what every edge runs and
+// how `fleet deploy` reaches it. It holds no secret: identity is a path.
+type Deploy struct {
+	BinaryURL      string        `mapstructure:"binary_url"`      // where cloud-init fetches the edge binary (https, or http: the SHA-256 is the guarantee)
+	BinarySHA256   string        `mapstructure:"binary_sha256"`   // hex SHA-256 of that binary; render needs it, push checks the uploaded file against it
+	Binary         string        `mapstructure:"binary"`          // local edge binary that push uploads
+	Identity       string        `mapstructure:"identity"`        // SSH private key file for push; empty: the ssh-agent at SSH_AUTH_SOCK
+	AuthorizedKeys []string      `mapstructure:"authorized_keys"` // public keys cloud-init authorises for root, for later pushes
+	Listen         []string      `mapstructure:"listen"`          // the edge's listen addresses
+	Origins        []string      `mapstructure:"origins"`         // what the edges dial; empty: origin.address with each of origin.ports
+	Metrics        string        `mapstructure:"metrics"`         // the edge's metrics listen address; "" disables
+	DrainTimeout   time.Duration `mapstructure:"drain_timeout"`   // the edge's drain_timeout; the unit's stop timeout follows it
+}
+
+// DefaultDeploy is the edge's own defaults (DESIGN.md §2) and bin/edge,
+// where `make build` puts the binary.
+func DefaultDeploy() Deploy {
+	return Deploy{Binary: "bin/edge", Listen: []string{":636"}, Metrics: "127.0.0.1:9101", DrainTimeout: 30 * time.Second}
+}
+
+// Rendering is everything an edge host needs, rendered from the inventory:
+// the edge's configuration file, its systemd unit, and the cloud-init
+// user-data that writes both and installs the binary on first boot.
+// Push installs the same EdgeConfig and Unit bytes.
+type Rendering struct {
+	Edge       Edge
+	EdgeConfig []byte // edgefleet edge YAML, installed at ConfigPath
+	Unit       []byte // installed at UnitPath
+	UserData   []byte // #cloud-config
+}
+
+//go:embed templates
+var templates embed.FS
+
+var tmpl = template.Must(template.New("").Funcs(template.FuncMap{
+	"json":   jsonString,
+	"indent": indent,
+	"shq":    shellQuote,
+}).ParseFS(templates, "templates/*"))
+
+// Render renders the files of the edge called name. The binary's URL and
+// SHA-256 are required: user-data that fetched an unpinned binary would
+// run whatever the URL serves.
+func Render(c Config, name string) (*Rendering, error) {
+	e, ok := c.Edge(name)
+	if !ok {
+		return nil, fmt.Errorf("edge %q is not in the inventory", name)
+	}
+	d := c.Deploy
+	if err := d.validate(c.Origin, true); err != nil {
+		return nil, err
+	}
+	d.BinarySHA256, _ = ParseSHA256(d.BinarySHA256)
+	origins := d.origins(c.Origin)
+	rc := relay.DefaultConfig()
+	rc.Name, rc.Listen, rc.Origins, rc.DrainTimeout = e.Name, d.Listen, origins, d.DrainTimeout
+	if err := rc.Validate(); err != nil {
+		return nil, fmt.Errorf("edge %s configuration: %w", e.Name, err)
+	}
+	if 2*rc.MaxConns+4096 > LimitNOFILE {
+		return nil, fmt.Errorf("edge %s: max_conns %d needs more descriptors than LimitNOFILE %d", e.Name, rc.MaxConns, LimitNOFILE)
+	}
+	data := map[string]any{
+		"Edge": e, "Deploy": d, "Relay": rc, "LimitNOFILE": LimitNOFILE,
+		"TimeoutStopSec": int64((rc.DrainTimeout + 10*time.Second).Round(time.Second) / time.Second),
+		"BinDir":         BinDir, "BinLink": BinLink, "ConfigPath": ConfigPath, "UnitPath": UnitPath, "UnitName": UnitName,
+	}
+	r := &Rendering{Edge: e}
+	var err error
+	if r.EdgeConfig, err = execute("edge.yaml", data); err != nil {
+		return nil, err
+	}
+	if r.Unit, err = execute("edge.service", data); err != nil {
+		return nil, err
+	}
+	install, err := execute("install-edge.sh", data)
+	if err != nil {
+		return nil, err
+	}
+	data["EdgeConfig"], data["Unit"], data["Install"] = string(r.EdgeConfig), string(r.Unit), string(install)
+	if r.UserData, err = execute("user-data.yaml", data); err != nil {
+		return nil, err
+	}
+	if len(r.UserData) >= MaxUserData {
+		return nil, fmt.Errorf("edge %s: user-data is %d bytes, over the %d-byte limit", e.Name, len(r.UserData), MaxUserData)
+	}
+	return r, nil
+}
+
+func execute(name string, data any) ([]byte, error) {
+	var b bytes.Buffer
+	if err := tmpl.ExecuteTemplate(&b, name, data); err != nil {
+		return nil, fmt.Errorf("render %s: %w", name, err)
+	}
+	return b.Bytes(), nil
+}
+
+// origins is deploy.origins, or origin.address with each origin port.
+func (d Deploy) origins(o Origin) []string {
+	if len(d.Origins) > 0 {
+		return d.Origins
+	}
+	var out []string
+	for _, p := range o.Ports {
+		out = append(out, net.JoinHostPort(o.Address, strconv.Itoa(p)))
+	}
+	return out
+}
+
+// validate checks the deploy section; forRender also requires the pinned
+// download that cloud-init needs.
+func (d Deploy) validate(o Origin, forRender bool) error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("deploy.%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	if forRender || d.BinaryURL != "" {
+		u, err := url.Parse(d.BinaryURL)
+		switch {
+		case d.BinaryURL == "":
+			bad("binary_url", "required: cloud-init fetches the edge binary from it")
+		case err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "":
+			bad("binary_url", "%q is not an http(s) URL", d.BinaryURL)
+		}
+	}
+	if forRender || d.BinarySHA256 != "" {
+		if _, err := ParseSHA256(d.BinarySHA256); err != nil {
+			bad("binary_sha256", "%v", err)
+		}
+	}
+	for i, k := range d.AuthorizedKeys {
+		if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(k)); err != nil {
+			bad(fmt.Sprintf("authorized_keys[%d]", i), "not an SSH public key: %v", err)
+		}
+	}
+	if d.Metrics != "" {
+		if _, _, err := net.SplitHostPort(d.Metrics); err != nil {
+			bad("metrics", "%q is not host:port", d.Metrics)
+		}
+	}
+	if len(d.Origins) == 0 && o.Address == "" {
+		bad("origins", "required when origin.address is empty (the edges must know what to dial)")
+	}
+	return errors.Join(errs...)
+}
+
+// ParseSHA256 reads a hex SHA-256 (64 digits, either case) and returns it
+// lower-cased.
+func ParseSHA256(s string) (string, error) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	if b, err := hex.DecodeString(s); err != nil || len(b) != 32 {
+		return "", fmt.Errorf("%q is not a SHA-256 (64 hex digits)", s)
+	}
+	return s, nil
+}
+
+// jsonString quotes s for YAML: a JSON string is a YAML double-quoted
+// scalar.
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// indent prefixes every non-empty line of s with n spaces (a YAML block
+// scalar's body).
+func indent(n int, s string) string {
+	pad := strings.Repeat(" ", n)
+	lines := strings.SplitAfter(strings.TrimSuffix(s, "\n"), "\n")
+	for i, l := range lines {
+		if strings.TrimSpace(l) != "" {
+			lines[i] = pad + l
+		}
+	}
+	return strings.Join(lines, "")
+}
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

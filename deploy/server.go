@@ -1,0 +1,378 @@
+package deploy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"slices"
+	"sync"
+
+	"github.com/miekg/dns"
+)
+
+// ServerConfig is the embedded authoritative server (`fleet dns serve`).
+type ServerConfig struct {
+	Zone     string // the zone served
+	ZoneFile string // where the zone is kept across restarts
+	// NS is the zone's name server ("ns1.<zone>" when empty); NSAddr, when
+	// set, is its address record in a new zone.
+	NS, NSAddr string
+	// KeyName, Algorithm and Secret (base64): the TSIG key updates must be
+	// signed with.
+	KeyName, Algorithm, Secret string
+	// Names the key may update (the inventory's name); any other name, and
+	// SOA or NS records, are REFUSED.
+	Names []string
+	Log   *slog.Logger
+}
+
+// Server answers queries for its zone authoritatively and applies RFC 2136
+// UPDATEs signed with its key, writing the zone file before it answers.
+type Server struct {
+	cfg  ServerConfig
+	log  *slog.Logger
+	mu   sync.Mutex
+	zone *Zone
+
+	udp, tcp *dns.Server
+	// Addr is the address it serves on, once Serve is called.
+	Addr string
+}
+
+var _ dns.Handler = (*Server)(nil)
+
+// Validate reports what the server cannot run with.
+func (c ServerConfig) Validate() error {
+	var errs []error
+	if !isDomain(c.Zone) {
+		errs = append(errs, fmt.Errorf("zone: %q is not a domain name", c.Zone))
+	}
+	if c.ZoneFile == "" {
+		errs = append(errs, errors.New("zone file: required"))
+	}
+	if c.KeyName == "" || c.Secret == "" {
+		errs = append(errs, errors.New("dns.tsig: a key name and secret are required to accept updates"))
+	}
+	for _, n := range c.Names {
+		if !isDomain(n) || !inZone(n, c.Zone) {
+			errs = append(errs, fmt.Errorf("name: %q is not inside zone %q", n, c.Zone))
+		}
+	}
+	if c.NSAddr != "" && net.ParseIP(c.NSAddr) == nil {
+		errs = append(errs, fmt.Errorf("ns address: %q is not an IP address", c.NSAddr))
+	}
+	return errors.Join(errs...)
+}
+
+// NewServer loads the zone file, or creates the zone (SOA and NS) and
+// writes it when the file does not exist. A zone file that does not parse
+// is an error naming it.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.Names = slices.Clone(cfg.Names)
+	s := &Server{cfg: cfg, log: cfg.Log}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.cfg.Zone = dns.CanonicalName(cfg.Zone)
+	s.cfg.KeyName = dns.CanonicalName(cfg.KeyName)
+	s.cfg.Algorithm = dns.CanonicalName(cfg.Algorithm)
+	for i, n := range cfg.Names {
+		s.cfg.Names[i] = dns.CanonicalName(n)
+	}
+	if s.cfg.NS == "" {
+		s.cfg.NS = "ns1." + s.cfg.Zone
+	}
+	b, err := os.ReadFile(cfg.ZoneFile)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if s.zone, err = NewZone(s.cfg.Zone, s.cfg.NS, cfg.NSAddr); err != nil {
+			return nil, err
+		}
+		if err := WriteFileAtomic(cfg.ZoneFile, s.zone.Marshal(), 0o644); err != nil {
+			return nil, fmt.Errorf("zone file: %w", err)
+		}
+	case err != nil:
+		return nil, fmt.Errorf("zone file: %w", err)
+	default:
+		if s.zone, err = ParseZone(b, s.cfg.Zone); err != nil {
+			return nil, fmt.Errorf("zone file %s: %w", cfg.ZoneFile, err)
+		}
+	}
+	return s, nil
+}
+
+// Listen opens the UDP and TCP sockets of addr (the TCP one on the port
+// the UDP one got, for a port 0).
+func Listen(addr string) (net.PacketConn, net.Listener, error) {
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dns serve: %w", err)
+	}
+	ln, err := net.Listen("tcp", pc.LocalAddr().String())
+	if err != nil {
+		pc.Close()
+		return nil, nil, fmt.Errorf("dns serve: %w", err)
+	}
+	return pc, ln, nil
+}
+
+// Serve answers on pc (UDP) and ln (TCP) until Close; it returns at once.
+func (s *Server) Serve(pc net.PacketConn, ln net.Listener) {
+	s.Addr = pc.LocalAddr().String()
+	secret := map[string]string{s.cfg.KeyName: s.cfg.Secret}
+	s.udp = &dns.Server{PacketConn: pc, Handler: s, TsigSecret: secret, MsgAcceptFunc: acceptMsg}
+	s.tcp = &dns.Server{Listener: ln, Handler: s, TsigSecret: secret, MsgAcceptFunc: acceptMsg}
+	for _, srv := range []*dns.Server{s.udp, s.tcp} {
+		go srv.ActivateAndServe()
+	}
+	s.log.Info("dns server started", "addr", s.Addr, "zone", s.cfg.Zone, "serial", s.serial())
+}
+
+// acceptMsg is miekg/dns's default filter with UPDATE let in: one zone
+// (question), bounded prerequisite and update sections, the TSIG (and an
+// OPT) in the additional section.
+func acceptMsg(dh dns.Header) dns.MsgAcceptAction {
+	const qr = 1 << 15
+	if dh.Bits&qr != 0 {
+		return dns.MsgIgnore
+	}
+	switch opcode := int(dh.Bits>>11) & 0xF; {
+	case opcode == dns.OpcodeQuery && dh.Ancount <= 1 && dh.Nscount <= 1,
+		opcode == dns.OpcodeUpdate && dh.Ancount <= 64 && dh.Nscount <= 256:
+	case opcode != dns.OpcodeQuery && opcode != dns.OpcodeUpdate:
+		return dns.MsgRejectNotImplemented
+	default:
+		return dns.MsgReject
+	}
+	if dh.Qdcount != 1 || dh.Arcount > 2 {
+		return dns.MsgReject
+	}
+	return dns.MsgAccept
+}
+
+// Close stops both listeners.
+func (s *Server) Close() error {
+	return errors.Join(s.udp.Shutdown(), s.tcp.Shutdown())
+}
+
+func (s *Server) serial() uint32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.zone.SOA().Serial
+}
+
+// ServeDNS answers one message.
+func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
+	m := new(dns.Msg)
+	switch r.Opcode {
+	case dns.OpcodeQuery:
+		m = s.query(r)
+	case dns.OpcodeUpdate:
+		m = s.update(w, r)
+	default:
+		m.SetRcode(r, dns.RcodeNotImplemented)
+	}
+	w.WriteMsg(m)
+}
+
+func (s *Server) query(r *dns.Msg) *dns.Msg {
+	m := new(dns.Msg).SetReply(r)
+	if len(r.Question) != 1 {
+		return m.SetRcode(r, dns.RcodeFormatError)
+	}
+	q := r.Question[0]
+	name := dns.CanonicalName(q.Name)
+	if !dns.IsSubDomain(s.cfg.Zone, name) || q.Qclass != dns.ClassINET && q.Qclass != dns.ClassANY {
+		return m.SetRcode(r, dns.RcodeRefused)
+	}
+	m.Authoritative = true
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	z := s.zone
+	switch {
+	case q.Qtype == dns.TypeANY:
+		for _, set := range z.rrs[name] {
+			m.Answer = append(m.Answer, copyRRs(set)...)
+		}
+	default:
+		m.Answer = copyRRs(z.get(name, q.Qtype))
+	}
+	if len(m.Answer) == 0 {
+		if !z.exists(name) {
+			m.Rcode = dns.RcodeNameError
+		}
+		m.Ns = []dns.RR{dns.Copy(z.SOA())}
+	} else if name != z.Origin || q.Qtype != dns.TypeNS {
+		m.Ns = copyRRs(z.get(z.Origin, dns.TypeNS))
+	}
+	return m
+}
+
+func copyRRs(set []dns.RR) []dns.RR {
+	out := make([]dns.RR, len(set))
+	for i, rr := range set {
+		out[i] = dns.Copy(rr)
+	}
+	return out
+}
+
+// update applies an RFC 2136 UPDATE: signed with the key, prerequisites
+// met, every change allowed, or nothing changes. The zone file is written
+// before the answer.
+func (s *Server) update(w dns.ResponseWriter, r *dns.Msg) *dns.Msg {
+	m := new(dns.Msg).SetReply(r)
+	t := r.IsTsig()
+	refuse := func(rcode int, why string) *dns.Msg {
+		s.log.Warn("dns update refused", "result", dns.RcodeToString[rcode], "err", why, "client", w.RemoteAddr().String())
+		m.Rcode = rcode
+		return m
+	}
+	if t == nil {
+		return refuse(dns.RcodeRefused, "not signed")
+	}
+	if dns.CanonicalName(t.Hdr.Name) != s.cfg.KeyName || dns.CanonicalName(t.Algorithm) != s.cfg.Algorithm {
+		// The reply carries the TSIG error unsigned (RFC 8945 5.2.1).
+		m.SetTsig(t.Hdr.Name, t.Algorithm, 300, int64(t.TimeSigned))
+		m.IsTsig().Error = dns.RcodeBadKey
+		return refuse(dns.RcodeNotAuth, "unknown key "+t.Hdr.Name)
+	}
+	if err := w.TsigStatus(); err != nil {
+		m.SetTsig(t.Hdr.Name, t.Algorithm, 300, int64(t.TimeSigned))
+		code := dns.RcodeBadSig
+		if errors.Is(err, dns.ErrTime) {
+			code = dns.RcodeBadTime
+		}
+		m.IsTsig().Error = uint16(code)
+		return refuse(dns.RcodeNotAuth, "tsig: "+err.Error())
+	}
+	// From here the answer is signed with the key.
+	m.SetTsig(s.cfg.KeyName, s.cfg.Algorithm, 300, int64(t.TimeSigned))
+	if len(r.Question) != 1 || r.Question[0].Qtype != dns.TypeSOA {
+		return refuse(dns.RcodeFormatError, "zone section is not one SOA question")
+	}
+	if dns.CanonicalName(r.Question[0].Name) != s.cfg.Zone {
+		return refuse(dns.RcodeNotAuth, "not authoritative for "+r.Question[0].Name)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rcode, why := s.prereqs(r.Answer); rcode != dns.RcodeSuccess {
+		return refuse(rcode, why)
+	}
+	z := s.zone.clone()
+	for _, rr := range r.Ns {
+		if rcode, why := s.apply(z, rr); rcode != dns.RcodeSuccess {
+			return refuse(rcode, why)
+		}
+	}
+	if bytes.Equal(z.Marshal(), s.zone.Marshal()) {
+		return m // nothing changed (a no-op delete): no new serial
+	}
+	z.SOA().Serial++
+	if err := WriteFileAtomic(s.cfg.ZoneFile, z.Marshal(), 0o644); err != nil {
+		return refuse(dns.RcodeServerFailure, err.Error())
+	}
+	s.zone = z
+	s.log.Info("dns update applied", "op", "update", "result", "success", "serial", z.SOA().Serial, "client", w.RemoteAddr().String())
+	return m
+}
+
+// prereqs checks the prerequisite section (RFC 2136 3.2).
+func (s *Server) prereqs(rrs []dns.RR) (int, string) {
+	z := s.zone
+	want := map[[2]string][]dns.RR{} // value-dependent "RRset exists", by name and type
+	for _, rr := range rrs {
+		h := rr.Header()
+		name := dns.CanonicalName(h.Name)
+		if !dns.IsSubDomain(s.cfg.Zone, name) {
+			return dns.RcodeNotZone, name + " is outside the zone"
+		}
+		switch h.Class {
+		case dns.ClassANY:
+			if h.Rrtype == dns.TypeANY && !z.exists(name) || h.Rrtype != dns.TypeANY && len(z.get(name, h.Rrtype)) == 0 {
+				if h.Rrtype == dns.TypeANY {
+					return dns.RcodeNameError, name + " does not exist"
+				}
+				return dns.RcodeNXRrset, name + " has no " + dns.TypeToString[h.Rrtype]
+			}
+		case dns.ClassNONE:
+			if h.Rrtype == dns.TypeANY && z.exists(name) {
+				return dns.RcodeYXDomain, name + " exists"
+			}
+			if h.Rrtype != dns.TypeANY && len(z.get(name, h.Rrtype)) > 0 {
+				return dns.RcodeYXRrset, name + " has " + dns.TypeToString[h.Rrtype]
+			}
+		case dns.ClassINET:
+			k := [2]string{name, dns.TypeToString[h.Rrtype]}
+			c := dns.Copy(rr)
+			c.Header().Name = name
+			want[k] = append(want[k], c)
+		default:
+			return dns.RcodeFormatError, "prerequisite class " + dns.ClassToString[h.Class]
+		}
+	}
+	for k, set := range want {
+		have := z.get(k[0], dns.StringToType[k[1]])
+		if len(have) != len(set) {
+			return dns.RcodeNXRrset, k[0] + " " + k[1] + " differs"
+		}
+		for _, rr := range set {
+			if !slices.ContainsFunc(have, func(o dns.RR) bool { return dns.IsDuplicate(o, rr) }) {
+				return dns.RcodeNXRrset, k[0] + " " + k[1] + " differs"
+			}
+		}
+	}
+	return dns.RcodeSuccess, ""
+}
+
+// apply performs one update RR on z (RFC 2136 3.4.2), if the key may.
+func (s *Server) apply(z *Zone, rr dns.RR) (int, string) {
+	h := rr.Header()
+	name := dns.CanonicalName(h.Name)
+	if !dns.IsSubDomain(s.cfg.Zone, name) {
+		return dns.RcodeNotZone, name + " is outside the zone"
+	}
+	if !slices.Contains(s.cfg.Names, name) {
+		return dns.RcodeRefused, "the key may not update " + name
+	}
+	if h.Rrtype == dns.TypeSOA || h.Rrtype == dns.TypeNS {
+		return dns.RcodeRefused, "SOA and NS records are not updatable"
+	}
+	switch h.Class {
+	case dns.ClassINET:
+		if h.Rdlength == 0 || h.Rrtype == dns.TypeANY {
+			return dns.RcodeFormatError, "add without data"
+		}
+		c := dns.Copy(rr)
+		c.Header().Name = name
+		z.add(c)
+	case dns.ClassANY:
+		if h.Rrtype == dns.TypeANY {
+			for t := range z.rrs[name] {
+				if t != dns.TypeSOA && t != dns.TypeNS {
+					z.setRRset(name, t, nil)
+				}
+			}
+		} else {
+			if z.rrs[name] != nil {
+				z.setRRset(name, h.Rrtype, nil)
+			}
+		}
+	case dns.ClassNONE:
+		c := dns.Copy(rr)
+		c.Header().Name = name
+		c.Header().Class = dns.ClassINET
+		if z.rrs[name] != nil {
+			z.remove(c)
+		}
+	default:
+		return dns.RcodeFormatError, "update class " + dns.ClassToString[h.Class]
+	}
+	return dns.RcodeSuccess, ""
+}

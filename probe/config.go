@@ -1,0 +1,80 @@
+package probe
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config is the agent's selection configuration. Every default has its
+// reason in docs/probe.md.
+type Config struct {
+	// Name is the hostname agents dial: its A/AAAA set is the list of edges.
+	Name string `mapstructure:"name"`
+	// Port is the edges' port (the agent's LDAPS port).
+	Port int `mapstructure:"port"`
+	// State is the state file: the last ranking, the set it was measured
+	// on and the chosen edge. Empty keeps nothing: every start measures.
+	State string `mapstructure:"state"`
+	// Budget bounds one probe of one address; probes run in parallel, so
+	// a ranking costs one budget however many addresses there are.
+	Budget time.Duration `mapstructure:"budget"`
+	// Interval is the upper bound of the watcher's period: each round
+	// waits a uniformly random time in [0, Interval] (full jitter).
+	Interval time.Duration `mapstructure:"interval"`
+	// Stale is the age after which the watcher measures the whole set again.
+	Stale time.Duration `mapstructure:"stale"`
+	// Streak is how many consecutive successful probes an address ranked
+	// above the current one needs before the agent switches back to it.
+	Streak int `mapstructure:"streak"`
+	// MinGain and MinGainRatio: a switch needs a gain of at least MinGain
+	// and at least MinGainRatio of the current edge's time, both.
+	MinGain      time.Duration `mapstructure:"min_gain"`
+	MinGainRatio float64       `mapstructure:"min_gain_ratio"`
+}
+
+// DefaultConfig holds the numbers of DESIGN.md §6 (port 636, LDAPS).
+func DefaultConfig() Config {
+	return Config{
+		Port:         636,
+		Budget:       DefaultBudget,
+		Interval:     5 * time.Minute,
+		Stale:        time.Hour,
+		Streak:       2,
+		MinGain:      20 * time.Millisecond,
+		MinGainRatio: 0.25,
+	}
+}
+
+// Validate names the first bad value by its key.
+func (c Config) Validate() error {
+	switch {
+	case c.Name == "":
+		return errors.New("name: required (the hostname whose addresses are the edges)")
+	case c.Port < 1 || c.Port > 65535:
+		return fmt.Errorf("port: %d is not a TCP port", c.Port)
+	case c.Budget <= 0:
+		return fmt.Errorf("budget: %v must be positive", c.Budget)
+	case c.Interval <= 0:
+		return fmt.Errorf("interval: %v must be positive", c.Interval)
+	case c.Stale <= 0:
+		return fmt.Errorf("stale: %v must be positive", c.Stale)
+	case c.Streak < 1:
+		return fmt.Errorf("streak: %d must be at least 1", c.Streak)
+	case c.MinGain < 0:
+		return fmt.Errorf("min_gain: %v must not be negative", c.MinGain)
+	case c.MinGainRatio < 0 || c.MinGainRatio >= 1:
+		return fmt.Errorf("min_gain_ratio: %v is not in [0, 1)", c.MinGainRatio)
+	}
+	return nil
+}
+
+// worthSwitching reports whether moving from a current edge taking cur to
+// one taking next gains enough: at least MinGain and at least
+// MinGainRatio of cur, both. The absolute floor alone would approve
+// 100 → 79 ms; the ratio alone 4 → 3 ms; two edges in one data centre
+// differ by less than a millisecond and would trade places every other day.
+func (c Config) worthSwitching(cur, next time.Duration) bool {
+	gain := cur - next
+	return gain >= c.MinGain && float64(gain) >= c.MinGainRatio*float64(cur)
+}

@@ -1,0 +1,199 @@
+package probe
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Monitor is the platform's view of the edges: each round it resolves the
+// name through the system resolver, as agents do (a direct DNS query once
+// failed outright on a host whose resolver pointed at itself, and the
+// system resolver is what real traffic uses, so it returns the same
+// list), and for every address takes the TCP connect time (the round
+// trip to the edge itself) and the full TLS handshake time (through the
+// tunnel to the origin and back) on one socket. Health is the handshake:
+// an edge whose origin is gone still answers TCP perfectly.
+type Monitor struct {
+	Config Config // Name, Port, Budget, Interval
+	// TLS verifies the origin's certificate against the name (ServerName
+	// defaults to Config.Name); a client certificate is optional.
+	TLS      *tls.Config
+	Resolver *net.Resolver // nil: the system resolver
+	Now      func() time.Time
+	Log      *slog.Logger
+
+	m      *monitorMetrics
+	mu     sync.Mutex
+	status Status
+	seen   map[string]bool // addresses with series
+}
+
+// Status is the monitor's last round: GET /status, and `--once`.
+type Status struct {
+	Name       string       `json:"name"`
+	MeasuredAt time.Time    `json:"measured_at"`
+	Error      string       `json:"error,omitempty"` // resolution failed
+	Edges      []EdgeStatus `json:"edges"`
+}
+
+// EdgeStatus is one address of a monitor round.
+type EdgeStatus struct {
+	Addr           string  `json:"addr"`
+	Up             bool    `json:"up"`
+	TCPConnectMS   float64 `json:"tcp_connect_ms"`
+	TLSHandshakeMS float64 `json:"tls_handshake_ms"`
+	Error          string  `json:"error,omitempty"`
+}
+
+type monitorMetrics struct {
+	tcp, tls, up *prometheus.GaugeVec
+}
+
+// NewMonitor checks cfg and registers the monitor's metrics with reg
+// (nil: not registered).
+func NewMonitor(cfg Config, conf *tls.Config, reg prometheus.Registerer) (*Monitor, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := &Monitor{Config: cfg, TLS: conf, seen: map[string]bool{}, m: &monitorMetrics{
+		tcp: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "edgefleet_probe_tcp_connect_seconds",
+			Help: "TCP connect time to the edge in the last monitor round."}, []string{"addr"}),
+		tls: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "edgefleet_probe_tls_handshake_seconds",
+			Help: "Full TLS handshake time through the edge to the origin, same socket as the connect."}, []string{"addr"}),
+		up: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "edgefleet_probe_edge_up",
+			Help: "1 when the TLS handshake through the edge completed in the last round."}, []string{"addr"}),
+	}}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.m.tcp, m.m.tls, m.m.up} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("probe: register metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *Monitor) now() time.Time {
+	if m.Now != nil {
+		return m.Now()
+	}
+	return time.Now()
+}
+
+// Round measures every address once, updates the metrics and the status,
+// and returns it.
+func (m *Monitor) Round(ctx context.Context) Status {
+	st := Status{Name: m.Config.Name, MeasuredAt: m.now(), Edges: []EdgeStatus{}}
+	addrs, err := Resolve(ctx, m.Resolver, m.Config.Name)
+	if err != nil {
+		st.Error = err.Error()
+	}
+	conf := &tls.Config{}
+	if m.TLS != nil {
+		conf = m.TLS.Clone()
+	}
+	if conf.ServerName == "" {
+		conf.ServerName = m.Config.Name
+	}
+	results := make([]Result, len(addrs))
+	var wg sync.WaitGroup
+	for i, ip := range addrs {
+		addr := net.JoinHostPort(ip, strconv.Itoa(m.Config.Port))
+		wg.Go(func() { results[i] = probe(ctx, addr, conf, m.Config.Budget, false) })
+	}
+	wg.Wait()
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := map[string]bool{}
+	for _, r := range results {
+		now[r.Addr] = true
+		st.Edges = append(st.Edges, EdgeStatus{Addr: r.Addr, Up: r.OK, TCPConnectMS: r.TCPConnectMS, TLSHandshakeMS: r.TLSHandshakeMS, Error: r.Error})
+		m.m.up.WithLabelValues(r.Addr).Set(b2f(r.OK))
+		m.set(m.m.tcp, r.Addr, r.TCPConnectMS)
+		m.set(m.m.tls, r.Addr, r.TLSHandshakeMS)
+		if !r.OK {
+			m.log().Warn("edge down", "edge", r.Addr, "target", m.Config.Name, "err", r.Error)
+		}
+	}
+	if err == nil { // a failed resolution keeps the last known series
+		for a := range m.seen {
+			if !now[a] {
+				m.m.up.DeleteLabelValues(a)
+				m.m.tcp.DeleteLabelValues(a)
+				m.m.tls.DeleteLabelValues(a)
+			}
+		}
+		m.seen = now
+	}
+	m.status = st
+	return st
+}
+
+// set records a stage's time, or removes the series when the stage did
+// not complete (a zero would read as an instant edge).
+func (m *Monitor) set(g *prometheus.GaugeVec, addr string, msec float64) {
+	if msec > 0 {
+		g.WithLabelValues(addr).Set(msec / 1000)
+	} else {
+		g.DeleteLabelValues(addr)
+	}
+}
+
+func (m *Monitor) log() *slog.Logger {
+	if m.Log != nil {
+		return m.Log
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// Run runs a Round now and then every Interval until ctx ends.
+func (m *Monitor) Run(ctx context.Context) error {
+	t := time.NewTicker(m.Config.Interval)
+	defer t.Stop()
+	for {
+		m.Round(ctx)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// Status is the last round's status.
+func (m *Monitor) Status() Status {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.status
+}
+
+// ServeHTTP answers GET /status with the last round as JSON.
+func (m *Monitor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(m.Status())
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,125 @@
+package probe
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Ranking is one measurement of a name's address set: what `probe rank`
+// prints and what the state file holds. Ranking lists every address,
+// successes fastest first, failures last with their error. Chosen is the
+// edge the agent uses ("" when there is no choice: it dials the name);
+// after a failover it is no longer the first entry.
+type Ranking struct {
+	Name       string    `json:"name"`
+	Addresses  []string  `json:"addresses"` // the set it was measured on: IPs, sorted
+	MeasuredAt time.Time `json:"measured_at"`
+	Ranking    []Result  `json:"ranking"`
+	Chosen     string    `json:"chosen"`
+	// NoChoice says why Chosen is empty (DNS error, fewer than two
+	// addresses, nobody answered, the state file…); never in a state file.
+	NoChoice string `json:"no_choice,omitempty"`
+}
+
+// noChoice is a Ranking that tells the agent to dial the name.
+func noChoice(name string, addrs []string, at time.Time, why string) Ranking {
+	if addrs == nil {
+		addrs = []string{}
+	}
+	return Ranking{Name: name, Addresses: addrs, MeasuredAt: at, Ranking: []Result{}, NoChoice: why}
+}
+
+// Entry returns the ranking entry of addr.
+func (r Ranking) Entry(addr string) (Result, int, bool) {
+	for i, e := range r.Ranking {
+		if e.Addr == addr {
+			return e, i, true
+		}
+	}
+	return Result{}, -1, false
+}
+
+// sameSet reports whether addrs (sorted) is the set r was measured on.
+func (r Ranking) sameSet(name string, addrs []string) bool {
+	return r.Name == name && slices.Equal(r.Addresses, addrs)
+}
+
+// Resolve returns the sorted, de-duplicated IPs of name through r (nil:
+// the system resolver, which is what the agent's real traffic uses; with
+// CGO_ENABLED=0 that is Go's own resolver reading /etc/resolv.conf and
+// /etc/hosts).
+func Resolve(ctx context.Context, r *net.Resolver, name string) ([]string, error) {
+	if r == nil {
+		r = net.DefaultResolver
+	}
+	ips, err := r.LookupNetIP(ctx, "ip", name)
+	if err != nil {
+		return nil, fmt.Errorf("resolve %s: %w", name, err)
+	}
+	seen := map[netip.Addr]bool{}
+	var out []netip.Addr
+	for _, ip := range ips {
+		ip = ip.Unmap()
+		if !seen[ip] {
+			seen[ip] = true
+			out = append(out, ip)
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
+	s := make([]string, len(out))
+	for i, ip := range out {
+		s[i] = ip.String()
+	}
+	return s, nil
+}
+
+// DNSResolver is a resolver that asks server (host:port) directly: for
+// tests and the demo only (`--dns`); agents use the system resolver.
+func DNSResolver(server string) *net.Resolver {
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, server)
+	}}
+}
+
+// ProbeFunc probes one address ("ip:port").
+type ProbeFunc func(ctx context.Context, addr string) Result
+
+// Measure probes every address in parallel, each with its own budget
+// inside probe, and returns the results ordered: successes fastest first,
+// then failures in address order. It costs the slowest probe, so one
+// budget however many addresses are black holes.
+func Measure(ctx context.Context, addrs []string, port int, probe ProbeFunc) []Result {
+	out := make([]Result, len(addrs))
+	var wg sync.WaitGroup
+	for i, ip := range addrs {
+		wg.Go(func() { out[i] = probe(ctx, net.JoinHostPort(ip, strconv.Itoa(port))) })
+	}
+	wg.Wait()
+	order(out)
+	return out
+}
+
+// order sorts results: successes by total time, failures after them in
+// their given order.
+func order(rs []Result) {
+	slices.SortStableFunc(rs, func(a, b Result) int {
+		switch {
+		case a.OK != b.OK:
+			if a.OK {
+				return -1
+			}
+			return 1
+		case !a.OK:
+			return 0
+		}
+		return cmp.Compare(a.Total(), b.Total())
+	})
+}

@@ -1,0 +1,208 @@
+package probe_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgefleet/edgefleet/probe"
+)
+
+func sampleRanking() probe.Ranking {
+	return probe.Ranking{
+		Name: "ldap.example.test", Addresses: []string{"192.0.2.1", "192.0.2.2", "2001:db8::1"},
+		MeasuredAt: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+		Ranking: []probe.Result{
+			{Addr: "192.0.2.2:636", OK: true, TCPConnectMS: 1.5, TLSHandshakeMS: 3.25, AppRTTMS: 1},
+			{Addr: "[2001:db8::1]:636", OK: true, TCPConnectMS: 10, TLSHandshakeMS: 20, AppRTTMS: 10},
+			{Addr: "192.0.2.1:636", Error: "tcp connect 192.0.2.1:636: connect: connection refused"},
+		},
+		Chosen: "[2001:db8::1]:636",
+	}
+}
+
+// TestStateRoundTrip: SaveState writes what LoadState reads, 0600, and
+// leaves no temp file behind; saving again replaces it whole.
+func TestStateRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.json")
+	r := sampleRanking()
+	for range 2 {
+		if err := probe.SaveState(path, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := probe.LoadState(path)
+	if err != nil || !reflect.DeepEqual(got, r) {
+		t.Fatalf("loaded %+v %v, want %+v", got, err, r)
+	}
+	if st, _ := os.Stat(path); st.Mode().Perm() != 0o600 {
+		t.Fatalf("state file mode %v", st.Mode())
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("files left in the state dir: %v", ents)
+	}
+}
+
+// TestParseStateRejects: a state file that is not exactly what SaveState
+// writes is corrupt, with a reason.
+func TestParseStateRejects(t *testing.T) {
+	good := `{"name": "n", "addresses": ["192.0.2.1", "192.0.2.2"], "measured_at": "2026-01-01T00:00:00Z",
+	"ranking": [{"addr": "192.0.2.1:636", "ok": true}, {"addr": "192.0.2.2:636", "ok": false, "error": "x"}], "chosen": "192.0.2.1:636"}`
+	if _, err := probe.ParseState([]byte(good)); err != nil {
+		t.Fatalf("good state: %v", err)
+	}
+	for _, tc := range []struct{ name, data, want string }{
+		{"empty", ``, "EOF"},
+		{"truncated", good[:40], "unexpected EOF"},
+		{"unknown field", strings.Replace(good, `"chosen"`, `"choice": 1, "chosen"`, 1), "unknown field"},
+		{"trailing data", good + "{}", "after the JSON object"},
+		{"no name", strings.Replace(good, `"name": "n"`, `"name": ""`, 1), "no name"},
+		{"not an ip", strings.Replace(good, `"192.0.2.1", "192.0.2.2"`, `"192.0.2.1", "edge-2"`, 1), "not an IP"},
+		{"unsorted", strings.Replace(good, `["192.0.2.1", "192.0.2.2"]`, `["192.0.2.2", "192.0.2.1"]`, 1), "not sorted"},
+		{"entry outside the set", strings.Replace(good, `"addr": "192.0.2.2:636"`, `"addr": "192.0.2.9:636"`, 1), "not an address of the set"},
+		{"entry twice", strings.Replace(good, `"addr": "192.0.2.2:636"`, `"addr": "192.0.2.1:636"`, 1), "not an address of the set"},
+		{"success after failure", strings.Replace(strings.Replace(good, `"ok": true`, `"ok": false`, 1), `"ok": false, "error"`, `"ok": true, "error"`, 1), "a success after a failure"},
+		{"chosen not ranked", strings.Replace(good, `"chosen": "192.0.2.1:636"`, `"chosen": "192.0.2.7:636"`, 1), "not a ranking entry"},
+		{"no_choice", strings.Replace(good, `"chosen"`, `"no_choice": "x", "chosen"`, 1), "no_choice"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := probe.ParseState([]byte(tc.data)); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// FuzzParseState: no input panics, and whatever parses saves and parses
+// back to the same ranking.
+func FuzzParseState(f *testing.F) {
+	if err := probe.SaveState(filepath.Join(f.TempDir(), "s.json"), sampleRanking()); err != nil {
+		f.Fatal(err)
+	}
+	f.Add([]byte(`{"name": "n", "addresses": [], "measured_at": "2026-01-01T00:00:00Z", "ranking": [], "chosen": ""}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := probe.ParseState(data)
+		if err != nil {
+			return
+		}
+		path := filepath.Join(t.TempDir(), "s.json")
+		if err := probe.SaveState(path, r); err != nil {
+			t.Fatal(err)
+		}
+		again, err := probe.LoadState(path)
+		if err != nil || !reflect.DeepEqual(again.Ranking, r.Ranking) || again.Chosen != r.Chosen || !again.MeasuredAt.Equal(r.MeasuredAt) {
+			t.Fatalf("%q parsed to %+v, saved and loaded as %+v (%v)", data, r, again, err)
+		}
+	})
+}
+
+// TestStateSetChange: a state file measured on another set is stale even
+// though its chosen address is still in the current set: Select measures.
+func TestStateSetChange(t *testing.T) {
+	f := newFleet(t, kindEdge, kindEdge)
+	cfg := f.config(t)
+	old := probe.Ranking{Name: cfg.Name, Addresses: []string{"127.0.0.2", "127.0.0.3", "127.0.0.9"},
+		MeasuredAt: time.Now().Add(-time.Minute),
+		Ranking: []probe.Result{{Addr: f.addrs[1], OK: true, TLSHandshakeMS: 1}, {Addr: f.addrs[0], OK: true, TLSHandshakeMS: 2},
+			{Addr: "127.0.0.9:1", Error: "gone"}},
+		Chosen: f.addrs[1]}
+	if err := probe.SaveState(cfg.State, old); err != nil {
+		t.Fatal(err)
+	}
+	r := f.dialer(cfg).Select(context.Background())
+	if !reflect.DeepEqual(r.Addresses, []string{"127.0.0.2", "127.0.0.3"}) || !r.MeasuredAt.After(old.MeasuredAt) || len(r.Ranking) != 2 {
+		t.Fatalf("after an edge was removed Select used %+v, want a new measurement of the two", r)
+	}
+	// The same set, fresh: Select uses the state without probing.
+	same := old
+	same.Addresses = r.Addresses
+	same.Ranking = old.Ranking[:2]
+	if err := probe.SaveState(cfg.State, same); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.dialer(cfg).Select(context.Background()); !r.MeasuredAt.Equal(same.MeasuredAt) || r.Chosen != same.Chosen {
+		t.Fatalf("same set, fresh: Select gave %+v, want the state %+v", r, same)
+	}
+}
+
+// TestStateNoChoice: a corrupt, unreadable or unwritable state file means
+// no choice, and the dialer still connects, by the hostname.
+func TestStateNoChoice(t *testing.T) {
+	f := newFleet(t, kindEdge, kindEdge)
+	dir := t.TempDir()
+	notDir := filepath.Join(dir, "file")
+	os.WriteFile(notDir, []byte("x"), 0o600)
+	for _, tc := range []struct {
+		name, state, want string
+		setup             func(path string)
+	}{
+		{"corrupt", filepath.Join(dir, "corrupt.json"), "corrupt", func(p string) { os.WriteFile(p, []byte(`{"name": `), 0o600) }},
+		{"unreadable", filepath.Join(dir, "a-dir"), "is a directory", func(p string) { os.Mkdir(p, 0o700) }},
+		{"unwritable", filepath.Join(notDir, "state.json"), "not a directory", func(string) {}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.setup(tc.state)
+			before, _ := os.ReadFile(tc.state)
+			cfg := f.config(t)
+			cfg.State = tc.state
+			d := f.dialer(cfg)
+			c, err := d.DialContext(context.Background())
+			if err != nil {
+				t.Fatalf("no choice must still connect by name: %v", err)
+			}
+			defer c.Close()
+			if r := d.Current(); r.Chosen != "" || !strings.Contains(r.NoChoice, tc.want) {
+				t.Fatalf("ranking in use %+v, want no choice because %q", r, tc.want)
+			}
+			if who := whoAmI(t, c); who != "" {
+				t.Fatalf("whoami by name: %q", who)
+			}
+			if after, _ := os.ReadFile(tc.state); string(after) != string(before) {
+				t.Fatalf("the state file changed from %q to %q", before, after)
+			}
+		})
+	}
+}
+
+// TestStateRestart: a failover is written down, so a restarted agent
+// keeps the ranking and stays on the edge it failed over to instead of
+// going back to the one that just failed, even when that one is back.
+func TestStateRestart(t *testing.T) {
+	f := newFleet(t, kindEdge, kindSlow)
+	near, far := f.addrs[0], f.addrs[1]
+	cfg := f.config(t)
+	d := f.dialer(cfg)
+	first := d.Rank(context.Background())
+	if first.Chosen != near {
+		t.Fatalf("chosen %q, want %s", first.Chosen, near)
+	}
+	f.edges[near].Stop()
+	c, err := d.DialContext(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if c.RemoteAddr().String() != far {
+		t.Fatalf("failover to %s, want %s", c.RemoteAddr(), far)
+	}
+	f.restartEdge(t, near)
+
+	restarted := f.dialer(cfg)
+	c, err = restarted.DialContext(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := restarted.Current()
+	if c.RemoteAddr().String() != far || r.Chosen != far {
+		t.Fatalf("after a restart dialed %s (chosen %q), want the failover edge %s", c.RemoteAddr(), r.Chosen, far)
+	}
+	if !reflect.DeepEqual(r.Ranking, first.Ranking) || !r.MeasuredAt.Equal(first.MeasuredAt) {
+		t.Fatalf("after a restart the ranking is %+v, want the measured one %+v", r, first)
+	}
+}
