@@ -312,7 +312,7 @@ var firstBufs = sync.Pool{New: func() any {
 	f := &firstBuf{}
 	f.read = func(fd uintptr) bool {
 		for {
-			n, err := unix.Read(int(fd), f.in)
+			n, err := splice.ReadNow(int(fd), f.in)
 			switch {
 			case err == unix.EINTR:
 				continue

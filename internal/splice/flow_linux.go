@@ -157,7 +157,7 @@ func (f *flow) read(fd uintptr) bool {
 	for {
 		if !f.bulk {
 			b := smallBufs.Get().(*[small]byte)
-			m, e := unix.Read(int(fd), b[:])
+			m, e := ReadNow(int(fd), b[:])
 			switch {
 			case e == unix.EINTR:
 				smallBufs.Put(b)
@@ -258,7 +258,7 @@ func (f *flow) writeAll(b []byte) (n int64, err error) {
 // write is writeAll's dst.Write callback.
 func (f *flow) write(fd uintptr) bool {
 	for len(f.wb) > 0 {
-		w, e := unix.Write(int(fd), f.wb)
+		w, e := WriteNow(int(fd), f.wb)
 		if e == unix.EINTR {
 			continue
 		}
