@@ -33,8 +33,13 @@ type flow struct {
 	held       []byte             // bytes received while screen wanted more
 	n          int64
 	rerr, werr error
+}
 
-	// One run's state, and the callbacks bound once (read, write).
+// runner is the state of one flow's run, and its src.Read and dst.Write
+// callbacks bound to it once. Runners are pooled: a run allocates
+// nothing, and an idle flow keeps none of this.
+type runner struct {
+	f               *flow
 	readFn, writeFn func(uintptr) bool
 	p               *pipe // held while a splice burst moves bytes
 	armed, moved    bool  // the idle deadline is set; bytes moved since
@@ -44,6 +49,12 @@ type flow struct {
 	wn              int64
 	wer             error
 }
+
+var runners = sync.Pool{New: func() any {
+	r := &runner{}
+	r.readFn, r.writeFn = r.read, r.write
+	return r
+}}
 
 // idleGrace is how long a direction keeps its goroutine after its last
 // byte before it parks. Start reads it once per pair; tests shorten it.
@@ -67,9 +78,6 @@ func newFlows(j *joint, done func(Result)) bool {
 	}
 	up := &flow{j: j, dst: s, src: c, sr: cr, dr: sr, h: &j.up, done: done, grace: idleGrace}
 	down := &flow{j: j, dst: c, src: s, sr: sr, dr: cr, h: &j.down, done: done, grace: idleGrace}
-	for _, f := range []*flow{up, down} {
-		f.readFn, f.writeFn = f.read, f.write
-	}
 	// The epoll set is made with the first pair, not when the first
 	// direction goes idle, so that it is part of the process's fixed cost.
 	parked.once.Do(parked.start)
@@ -111,20 +119,21 @@ var smallBufs = sync.Pool{New: func() any { return new([small]byte) }}
 // no separate readiness check whose result a later wait could miss. A
 // buffer or pipe is taken from its pool for each read and given back at
 // once (a pipe at EAGAIN), so a waiting direction holds neither. The
-// state of a run lives in f and the callbacks are bound once per flow,
-// so a run allocates nothing.
+// state of a run is a pooled runner, so a run allocates nothing.
 func (f *flow) run() (idle bool) {
-	f.armed, f.moved, f.burst = false, false, 0
-	f.p, f.serr, f.werr = nil, nil, nil
-	err := f.sr.Read(f.readFn)
-	if p := f.p; p != nil {
-		f.p = nil
+	r := runners.Get().(*runner)
+	r.f = f
+	err := f.sr.Read(r.readFn)
+	if p := r.p; p != nil {
 		if f.werr != nil {
 			p.close() // it may still hold bytes
 		} else {
 			putPipe(p)
 		}
 	}
+	serr := r.serr
+	*r = runner{readFn: r.readFn, writeFn: r.writeFn}
+	runners.Put(r)
 	if f.werr != nil {
 		return false
 	}
@@ -133,7 +142,7 @@ func (f *flow) run() (idle bool) {
 		return true
 	}
 	if err == nil {
-		err = f.serr
+		err = serr
 	}
 	f.rerr = err
 	return false
@@ -142,18 +151,20 @@ func (f *flow) run() (idle bool) {
 // idleNow ends a burst at EAGAIN: the next one starts with a small read
 // unless this one was bulk, and the grace counts from the last byte (the
 // deadline is set here, before the poller waits, and only when it moves).
-func (f *flow) idleNow() bool {
-	f.bulk = f.burst >= small
-	f.burst = 0
-	if f.moved || !f.armed {
+func (r *runner) idleNow() bool {
+	f := r.f
+	f.bulk = r.burst >= small
+	r.burst = 0
+	if r.moved || !r.armed {
 		f.src.SetReadDeadline(time.Now().Add(f.grace))
-		f.moved, f.armed = false, true
+		r.moved, r.armed = false, true
 	}
 	return false
 }
 
 // read is run's src.Read callback: it returns false to wait for src.
-func (f *flow) read(fd uintptr) bool {
+func (r *runner) read(fd uintptr) bool {
+	f := r.f
 	for {
 		if !f.bulk {
 			b := smallBufs.Get().(*[small]byte)
@@ -164,16 +175,16 @@ func (f *flow) read(fd uintptr) bool {
 				continue
 			case e == unix.EAGAIN:
 				smallBufs.Put(b)
-				return f.idleNow()
+				return r.idleNow()
 			case e != nil:
 				smallBufs.Put(b)
-				f.serr = os.NewSyscallError("read", e)
+				r.serr = os.NewSyscallError("read", e)
 				return true
 			case m == 0: // EOF
 				smallBufs.Put(b)
 				if len(f.held) > 0 { // a prefix the screen could not decide on
 					var w int64
-					w, f.werr = f.writeAll(f.held)
+					w, f.werr = r.writeAll(f.held)
 					f.n += w
 					f.held = nil
 				}
@@ -195,70 +206,70 @@ func (f *flow) read(fd uintptr) bool {
 				case err != nil:
 					smallBufs.Put(b)
 					f.held = nil
-					f.serr = err
+					r.serr = err
 					return true
 				}
 				f.screen = nil
 			}
 			var w int64
-			w, f.werr = f.writeAll(data)
+			w, f.werr = r.writeAll(data)
 			f.held = nil
 			smallBufs.Put(b)
 			f.n += w
-			f.burst += w
+			r.burst += w
 			if f.werr != nil {
 				return true
 			}
-			f.moved = true
+			r.moved = true
 			f.bulk = m == small
 			continue
 		}
-		if f.p == nil {
-			if f.p, f.serr = getPipe(); f.serr != nil {
+		if r.p == nil {
+			if r.p, r.serr = getPipe(); r.serr != nil {
 				return true
 			}
 		}
-		m, e := unix.Splice(int(fd), nil, f.p.w, nil, chunk, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+		m, e := unix.Splice(int(fd), nil, r.p.w, nil, chunk, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
 		switch {
 		case e == unix.EINTR:
 			continue
 		case e == unix.EAGAIN:
-			putPipe(f.p) // empty: every splice in is drained before the next
-			f.p = nil
-			return f.idleNow()
+			putPipe(r.p) // empty: every splice in is drained before the next
+			r.p = nil
+			return r.idleNow()
 		case e != nil:
-			f.serr = os.NewSyscallError("splice", e)
+			r.serr = os.NewSyscallError("splice", e)
 			return true
 		case m == 0: // EOF
 			return true
 		}
 		var w int64
-		w, f.werr = drain(f.dr, f.p, m)
+		w, f.werr = drain(f.dr, r.p, m)
 		f.n += w
-		f.burst += w
+		r.burst += w
 		if f.werr != nil {
 			return true
 		}
-		f.moved = true
+		r.moved = true
 	}
 }
 
 // writeAll writes b to dst, waiting for dst to be writable as needed.
-func (f *flow) writeAll(b []byte) (n int64, err error) {
-	f.wb, f.wn, f.wer = b, 0, nil
-	err = f.dr.Write(f.writeFn)
+func (r *runner) writeAll(b []byte) (n int64, err error) {
+	r.wb, r.wn, r.wer = b, 0, nil
+	err = r.f.dr.Write(r.writeFn)
 	if err == nil {
-		err = f.wer
+		err = r.wer
 	}
-	n = f.wn
-	f.wb, f.wer = nil, nil
+	n = r.wn
+	r.wb, r.wer = nil, nil
 	return n, err
 }
 
 // write is writeAll's dst.Write callback.
-func (f *flow) write(fd uintptr) bool {
-	for len(f.wb) > 0 {
-		w, e := WriteNow(int(fd), f.wb)
+func (r *runner) write(fd uintptr) bool {
+	for len(r.wb) > 0 {
+		w, e := WriteNow(int(fd), r.wb)
 		if e == unix.EINTR {
 			continue
 		}
@@ -266,11 +277,11 @@ func (f *flow) write(fd uintptr) bool {
 			return false
 		}
 		if e != nil {
-			f.wer = os.NewSyscallError("write", e)
+			r.wer = os.NewSyscallError("write", e)
 			return true
 		}
-		f.wb = f.wb[w:]
-		f.wn += int64(w)
+		r.wb = r.wb[w:]
+		r.wn += int64(w)
 	}
 	return true
 }
