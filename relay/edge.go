@@ -14,6 +14,7 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -353,7 +354,7 @@ func (e *Edge) sendHeader(c, server net.Conn, id string) (sent int64, held []byt
 			out = out[:len(out)+len(first)]
 			sent = int64(len(first))
 		case splice.ErrMore:
-			held = first // ScreenHeld copies it
+			held = bytes.Clone(first) // first is in buf, which goes back to the pool
 		default:
 			return 0, nil, err, nil
 		}
