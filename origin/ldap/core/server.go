@@ -54,6 +54,9 @@ type Server struct {
 	health *dlp.Health
 
 	ids atomic.Uint64
+	// starved rate-limits the lines of dials that failed for lack of
+	// local resources (a flood can make thousands).
+	starved *accept.Limiter
 
 	mu       sync.Mutex
 	lns      map[net.Listener]struct{}
@@ -80,6 +83,7 @@ func New(cfg Config, file *dlp.File, peers PeerLookup, log *slog.Logger, reg pro
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.starved = accept.NewLimiter(1, 10*time.Second, s.now)
 	switch {
 	case cfg.ProxyMode == 0:
 	case file == nil:
@@ -335,8 +339,16 @@ func (s *Server) backendTLS(host string) *tls.Config {
 }
 
 // fail marks a server OFFLINE for every connection after a connect or I/O
-// failure.
+// failure. A local resource error (out of file descriptors or memory:
+// accept.LocalResources) is this host's, not the server's: it marks
+// nothing and logs at most one line per 10 s.
 func (s *Server) fail(name string, err error) {
+	if accept.LocalResources(err) {
+		if ok, suppressed := s.starved.Allow(); ok {
+			s.log.Warn("out of local resources: no server marked OFFLINE", "target", name, "err", err, "suppressed", suppressed)
+		}
+		return
+	}
 	s.health.Fail(name)
 	s.m.backendUp.WithLabelValues(name).Set(0)
 	s.log.Warn("server offline", "target", name, "err", err)
@@ -368,7 +380,7 @@ func (s *Server) answers(name string) bool {
 	defer cancel()
 	c, err := s.connect(ctx, name)
 	if err != nil {
-		return false
+		return accept.LocalResources(err) // no check could be made: not the server's failure
 	}
 	defer c.Close()
 	deadline, _ := ctx.Deadline()
