@@ -259,6 +259,10 @@ func (s *Server) plain(c net.Conn, p Peer) {
 	up, err := d.Dial("tcp", s.cfg.DefaultServer)
 	if err != nil {
 		c.Close()
+		if accept.LocalResources(err) { // a flood: one line per 10 s, not one per client
+			s.starving(s.cfg.DefaultServer, err)
+			return
+		}
 		s.log.Warn("plain mode: dial default server", "id", p.ID, "claimed", p.Claimed, "measured", p.Measured, "edge", p.Edge,
 			"agent", agent, "target", s.cfg.DefaultServer, "err", err)
 		return
