@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,4 +96,57 @@ func echoed(t *testing.T, addr, msg string) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("%s does not serve again: %v", addr, last)
+}
+
+// TestCombinedSurvivesFDExhaustion: the front with the core behind it in
+// one process, flooded through the front under a low RLIMIT_NOFILE until
+// accept fails; seconds after the flood ends a normal client is served
+// through the front again. The feared deadlock — the front's connections,
+// their clients gone, holding every descriptor while they wait for the
+// core to accept their inner connections — needs the core to lose every
+// race for a descriptor during the flood: the front's dial to inner fails
+// at once when descriptors run out (closing the client, result
+// inner-error), and the core's own failed dials close what it accepted, so
+// descriptors keep coming free (docs/origin.md). Every line the flood
+// causes is rate-limited.
+func TestCombinedSurvivesFDExhaustion(t *testing.T) {
+	bin := buildOrigin(t)
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testbed.ServeConns(t, echo, func(c net.Conn) {
+		io.Copy(c, c)
+		c.(*net.TCPConn).CloseWrite()
+	})
+	front := testbed.FreeAddr(t, "127.0.0.1")
+	core := testbed.FreeAddr(t, "127.0.0.1")
+	cfg := testbed.WriteFile(t, t.TempDir(), "origin.yaml", fmt.Sprintf(`front:
+  listen: [%q]
+  inner: %q
+peers_api: ""
+metrics: ""
+log:
+  format: json
+core:
+  listen: %q
+  proxy_mode: 0
+  default_server: %q
+`, front, core, core, echo.Addr()))
+	p := testbed.StartNofile(t, 40, bin, "--config", cfg)
+	testbed.WaitTCP(t, front, 10*time.Second)
+	echoed(t, front, "before the flood")
+	closeAll := testbed.Flood(t, front, 400)
+	testbed.WaitOutput(t, p, 20*time.Second, "accept failed, retrying", "too many open files")
+	closeAll()
+	echoed(t, front, "after the flood")
+	if p.Cmd.ProcessState != nil {
+		t.Fatalf("the origin exited: %v", p.Cmd.ProcessState)
+	}
+	// Every line about the flood is rate-limited (accept: 1, the front's
+	// refusals: 10, the core's local-resource dials: 1 per 10 s), not one
+	// per connection: the core's plain mode used to log each failed dial.
+	if n := strings.Count(p.Output(), "too many open files"); n > 40 {
+		t.Errorf("%d lines about the flood: not rate-limited", n)
+	}
 }

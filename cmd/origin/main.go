@@ -158,7 +158,10 @@ func run(cfg originFile, reload func() (originFile, error)) error {
 		if err != nil {
 			fatal(fmt.Errorf("%s: %w", ep.key, err))
 		}
-		srv := &http.Server{Handler: ep.h, ReadHeaderTimeout: 10 * time.Second}
+		// net/http's own lines (an "http: Accept error" per retry when
+		// descriptors run out) go through slog, rate-limited.
+		srv := &http.Server{Handler: ep.h, ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: accept.ErrorLog(log.With("endpoint", ep.key), "http server error", nil)}
 		servers = append(servers, srv)
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
