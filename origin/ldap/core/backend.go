@@ -33,6 +33,18 @@ type backend struct {
 	// clears both.
 	firstBy time.Time
 	probe   bool
+	// held are the client's operations sent while the core's own search
+	// is unanswered, and the bytes for each: they go out once it is
+	// (release), so that no answer to a client operation can be taken
+	// for the core's (both could use message id 2147483647). Guarded by
+	// the session's mu, like holding.
+	held    []heldOp
+	holding bool
+}
+
+type heldOp struct {
+	o   *op
+	raw []byte
 }
 
 // MaxBackendPDU caps a PDU from a server. Servers are trusted and may
@@ -266,6 +278,8 @@ func (ss *session) readBackend(b *backend) {
 		}
 		if !skip { // the core's own search (firstAnswer): still flush what waits
 			ss.onBackend(b, raw)
+		} else if !b.probe && b.holding {
+			ss.release(b)
 		}
 		ss.settle(b.rd.Buffered() == 0)
 		ss.mu.Unlock()
@@ -286,11 +300,33 @@ func (ss *session) send(o *op, b *backend) {
 	raw := ss.pagedFor(o, b)
 	o.be, o.sent, o.seen, o.skip = b, false, 0, o.base+o.forwarded
 	ss.pend(o, b)
+	if b.holding {
+		b.held = append(b.held, heldOp{o, raw})
+		return
+	}
 	if _, err := b.conn.Write(raw); err != nil {
 		ss.connEnded(b, err)
 		return
 	}
 	o.sent = true
+}
+
+// release sends the operations held while the core's own search on b
+// was unanswered, in order; those abandoned or moved meanwhile are not
+// sent.
+func (ss *session) release(b *backend) {
+	held := b.held
+	b.held, b.holding = nil, false
+	for _, h := range held {
+		if ss.pending[h.o.m.ID] != h.o || h.o.be != b || h.o.sent {
+			continue
+		}
+		if _, err := b.conn.Write(h.raw); err != nil {
+			ss.connEnded(b, err)
+			return
+		}
+		h.o.sent = true
+	}
 }
 
 // reroute finds another connection for an operation that was not sent.

@@ -145,9 +145,9 @@ func (ss *session) track(o *op, b *backend) {
 // and swallows the answer: a live server answers that at once. Nothing
 // here waits with the session's lock held, so a client that gives up
 // still ends its session at once. The search uses the re-binds' message
-// id: a client operation with that id (2147483647) sent before the
-// server answered it would have its answers swallowed up to the first
-// final one.
+// id (2147483647), which a client may use too: the client's operations
+// for the connection are held until the search is answered (send,
+// release), so no answer of the server's can belong to both.
 func (ss *session) firstAnswer(b *backend, ident bool) error {
 	b.firstBy = time.Now().Add(ss.srv.file.Defaults.ConnectTimeout)
 	if err := b.conn.SetReadDeadline(b.firstBy); err != nil {
@@ -156,7 +156,7 @@ func (ss *session) firstAnswer(b *backend, ident bool) error {
 	if !ident {
 		return nil
 	}
-	b.probe = true
+	b.probe, b.holding = true, true
 	_, err := b.conn.Write(wire.RootDSESearch(rebindID))
 	return err
 }

@@ -1,7 +1,6 @@
 package core
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -42,7 +41,8 @@ type session struct {
 	inPDU, armed bool
 
 	mu     sync.Mutex
-	w      *bufio.Writer // to the client
+	out    *clientOut // to the client (out.go)
+	cut    bool       // the client is disconnected without what is still queued for it
 	isTLS  bool
 	ended  bool // set by whoever ends the session; close acts on it
 	closed bool
@@ -117,12 +117,13 @@ func (ss *session) run() {
 		ss.client.Close()
 		return
 	}
-	ss.w = bufio.NewWriterSize(&clientWriter{c: ss.client, d: orDefault(ss.srv.cfg.WriteTimeout)}, 16<<10)
+	ss.out = newClientOut(ss)
 	ss.readClient()
 	ss.mu.Lock()
 	ss.ended = true
 	ss.settle()
 	ss.mu.Unlock()
+	<-ss.out.done // the last bytes written, the writing side shut
 	ss.drain()
 }
 
@@ -210,7 +211,7 @@ func (ss *session) drain() {
 // the session has ended.
 func (ss *session) settle(flush ...bool) {
 	if !ss.ended && (len(flush) == 0 || flush[0]) {
-		if err := ss.w.Flush(); err != nil {
+		if err := ss.out.Flush(); err != nil {
 			ss.writeFailed(err)
 		}
 	}
@@ -219,8 +220,7 @@ func (ss *session) settle(flush ...bool) {
 	}
 	ss.closed = true
 	close(ss.done)
-	ss.w.Flush()
-	ss.shutWrite()
+	ss.out.close(ss.cut) // the writer sends what is queued, then shutWrite
 	// Operations the client will never get an answer to still get their
 	// line (a write's outcome is unknown to everyone from here).
 	for _, o := range ss.opsOn(nil) {
@@ -316,11 +316,11 @@ func (ss *session) onClientEnd(err error) {
 	switch {
 	case errors.As(err, &pe):
 		ss.srv.log.Warn("protocol error from client", ss.who("err", err)...)
-		ss.w.Write(wire.NoticeOfDisconnection(wire.ResultProtocolError, pe.Error()))
+		ss.write(wire.NoticeOfDisconnection(wire.ResultProtocolError, pe.Error()))
 	case errors.As(err, &ne) && ne.Timeout():
 		why := fmt.Sprintf("a PDU not completed within %v", orDefault(ss.srv.cfg.PDUTimeout))
 		ss.srv.log.Warn("protocol error from client", ss.who("err", why)...)
-		ss.w.Write(wire.NoticeOfDisconnection(wire.ResultProtocolError, why))
+		ss.write(wire.NoticeOfDisconnection(wire.ResultProtocolError, why))
 	}
 }
 
@@ -493,7 +493,9 @@ func (ss *session) unbind(o *op) {
 func (ss *session) abandon(o *op) {
 	target := ""
 	if t := ss.pending[o.m.AbandonID]; t != nil && t.be != nil && !t.be.closed {
-		t.be.conn.Write(o.m.Raw)
+		if t.sent { // a held one was never sent: the abandon could only hit the core's own search
+			t.be.conn.Write(o.m.Raw)
+		}
 		target = t.be.name
 		delete(ss.pending, o.m.AbandonID)
 		ss.track(t, nil)
@@ -530,19 +532,23 @@ func (ss *session) finish(o *op, code int, raw []byte) {
 }
 
 func (ss *session) write(raw []byte) {
-	if _, err := ss.w.Write(raw); err != nil {
+	if _, err := ss.out.Write(raw); err != nil {
 		ss.writeFailed(err)
 	}
 }
 
 // writeFailed ends the session after a failed write to the client: it
-// closed, or it read nothing for WriteTimeout (its operations on the
-// servers are abandoned when settle closes their connections).
+// closed, read nothing for WriteTimeout or fell more than MaxQueued
+// behind (its operations on the servers are abandoned when settle closes
+// their connections). What is still queued for it is dropped.
 func (ss *session) writeFailed(err error) {
-	if ne := net.Error(nil); !ss.ended && errors.As(err, &ne) && ne.Timeout() {
+	if errors.Is(err, errOutClosed) {
+		return // the session ended already
+	}
+	if ne := net.Error(nil); !ss.ended && (errors.Is(err, errQueueFull) || errors.As(err, &ne) && ne.Timeout()) {
 		ss.srv.log.Warn("client stopped reading: disconnected", ss.who("err", err, "pending", len(ss.pending))...)
 	}
-	ss.ended = true
+	ss.ended, ss.cut = true, true
 }
 
 func (ss *session) log(o *op, target, result string) {

@@ -122,8 +122,8 @@ func (ss *session) startTLS(o *op) {
 		refuse(wire.ResultOperationsError, "StartTLS with operations outstanding")
 		return
 	}
-	ss.w.Write(wire.ExtendedResult(o.m.ID, wire.ResultSuccess, "", wire.OIDStartTLS))
-	if err := ss.w.Flush(); err != nil {
+	ss.out.Write(wire.ExtendedResult(o.m.ID, wire.ResultSuccess, "", wire.OIDStartTLS))
+	if err := ss.out.sync(); err != nil {
 		ss.ended = true
 		return
 	}
@@ -131,7 +131,7 @@ func (ss *session) startTLS(o *op) {
 		ss.ended = true
 		return
 	}
-	ss.w.Reset(&clientWriter{c: ss.client, d: orDefault(ss.srv.cfg.WriteTimeout)})
+	ss.out.reset(&clientWriter{c: ss.client, d: orDefault(ss.srv.cfg.WriteTimeout)})
 	ss.log(o, "", wire.ResultName(wire.ResultSuccess))
 	ss.wake(ss.client)
 }
