@@ -85,21 +85,28 @@ func (w *Watcher) Round(ctx context.Context) (Event, bool) {
 	if !ok {
 		return Event{}, false // nothing to choose from now: keep the session
 	}
-	if !cur.sameSet(d.Config.Name, d.Config.Port, addrs) || !d.fresh(cur) {
-		return w.remeasure(ctx, cur, addrs)
+	if changed := !cur.sameSet(d.Config.Name, d.Config.Port, addrs); changed || !d.fresh(cur) {
+		return w.remeasure(ctx, cur, addrs, changed)
 	}
 	return w.retryAbove(ctx, cur)
 }
 
 // remeasure measures the whole set and moves only for a real gain, or
-// when the current edge left the set.
-func (w *Watcher) remeasure(ctx context.Context, cur Ranking, addrs []string) (Event, bool) {
+// at once when the current edge left the set. After a change of the set
+// (changed) a move away from a current edge still in it also needs the
+// streak, as in retryAbove: the measurement counts as one round of the
+// addresses it ranks above the current one, so a set that changes every
+// round (an edge flapping in and out of DNS) cannot make the choice
+// follow every measurement's noise.
+func (w *Watcher) remeasure(ctx context.Context, cur Ranking, addrs []string, changed bool) (Event, bool) {
 	d := w.Dialer
-	w.resetStreaks()
+	if !changed {
+		w.resetStreaks()
+	}
 	next := Ranking{Name: d.Config.Name, Addresses: addrs, MeasuredAt: d.now(),
 		Ranking: Measure(ctx, addrs, d.Config.Port, d.probe)}
 	best := next.Ranking[0]
-	again, _, inSet := next.Entry(cur.Chosen)
+	again, idx, inSet := next.Entry(cur.Chosen)
 	switch {
 	case !best.OK:
 		// Nobody answered now: keep the live session and the choice.
@@ -109,6 +116,13 @@ func (w *Watcher) remeasure(ctx context.Context, cur Ranking, addrs []string) (E
 		}
 	case cur.Chosen == "" || !inSet:
 		next.Chosen = best.Addr // no choice before, or the edge is being removed
+		w.resetStreaks()
+	case changed:
+		next.Chosen = cur.Chosen
+		if pick, ok := w.streakPick(next.Ranking[:idx], again, true); ok {
+			next.Chosen, best = pick.Addr, pick
+			w.resetStreaks()
+		}
 	case best.Addr != cur.Chosen && again.OK && d.Config.worthSwitching(again.Total(), best.Total()):
 		next.Chosen = best.Addr
 	default:
@@ -148,26 +162,8 @@ func (w *Watcher) retryAbove(ctx context.Context, cur Ranking) (Event, bool) {
 	}
 	wg.Wait()
 
-	w.mu.Lock()
-	if w.streak == nil {
-		w.streak = map[string]int{}
-	}
-	for _, r := range results {
-		if r.OK {
-			w.streak[r.Addr]++
-		} else {
-			w.streak[r.Addr] = 0
-		}
-	}
-	var pick Result
-	for _, r := range results { // ranking order: the first eligible is the best
-		if r.OK && w.streak[r.Addr] >= d.Config.Streak && (!curEntry.OK || d.Config.worthSwitching(curEntry.Total(), r.Total())) {
-			pick = r
-			break
-		}
-	}
-	w.mu.Unlock()
-	if pick.Addr == "" {
+	pick, ok := w.streakPick(results, curEntry, false)
+	if !ok {
 		return Event{}, false
 	}
 	if err := d.choose(pick.Addr, false); err != nil {
@@ -176,6 +172,37 @@ func (w *Watcher) retryAbove(ctx context.Context, cur Ranking) (Event, bool) {
 	}
 	w.resetStreaks()
 	return w.event(cur.Chosen, curEntry, pick), true
+}
+
+// streakPick counts one round of results, the addresses ranked above
+// the current one (cur) in ranking order, and returns the best of them
+// with a full streak and a real gain over cur (any gain when cur fails).
+// With only, the streaks of addresses not in results start again: they
+// are no longer above the current one.
+func (w *Watcher) streakPick(results []Result, cur Result, only bool) (Result, bool) {
+	d := w.Dialer
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.streak == nil || only {
+		old := w.streak
+		w.streak = map[string]int{}
+		for _, r := range results {
+			w.streak[r.Addr] = old[r.Addr]
+		}
+	}
+	for _, r := range results {
+		if r.OK {
+			w.streak[r.Addr]++
+		} else {
+			w.streak[r.Addr] = 0
+		}
+	}
+	for _, r := range results { // ranking order: the first eligible is the best
+		if r.OK && w.streak[r.Addr] >= d.Config.Streak && (!cur.OK || d.Config.worthSwitching(cur.Total(), r.Total())) {
+			return r, true
+		}
+	}
+	return Result{}, false
 }
 
 func (w *Watcher) resetStreaks() {

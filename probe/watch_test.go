@@ -277,3 +277,54 @@ func TestWatcherUnwritableState(t *testing.T) {
 		t.Fatalf("stale re-measure with an unwritable state: %+v %v, current %+v", ev, ok, d.Current())
 	}
 }
+
+// TestWatcherFlappingSet: an address set that changes every round (an
+// edge flapping in and out of DNS) re-measures every round, but a move
+// away from the current edge, still in the set and answering, needs the
+// streak as any switch does: two edges that take turns being fast cause
+// no switch in 10 rounds, flapping or not (before, every set change
+// switched on the one measurement), and in a flapping set an edge that
+// is steadily faster wins after Streak rounds, not on the first.
+func TestWatcherFlappingSet(t *testing.T) {
+	const edgeX = "192.0.2.9" // refuses: it only changes the set
+	for _, flap := range []bool{false, true} {
+		d, f, clock := newFakeDialer(t, 10, 100)
+		w := &Watcher{Dialer: d}
+		round := func(i int, aFast bool) (Event, bool) {
+			f.mu.Lock()
+			f.addrs = []string{"192.0.2.1", "192.0.2.2"}
+			if flap && i%2 == 1 {
+				f.addrs = append(f.addrs, edgeX)
+			}
+			f.ms[edgeA], f.ms[edgeB] = 100, 10
+			if aFast {
+				f.ms[edgeA], f.ms[edgeB] = 10, 100
+			}
+			f.mu.Unlock()
+			clock.Advance(time.Minute)
+			return w.Round(context.Background())
+		}
+		switches := 0
+		for i := 1; i <= 10; i++ {
+			if _, ok := round(i, i%2 == 0); ok {
+				switches++
+			}
+		}
+		if switches != 0 {
+			t.Errorf("flap=%v: %d switches in 10 rounds of edges taking turns, want 0", flap, switches)
+		}
+		if !flap {
+			continue // a stable set retries only edges ranked above the current one until stale
+		}
+		// The other edge steadily faster from now on.
+		chosen := d.Current().Chosen
+		ev, ok := round(11, chosen == edgeB)
+		if ok {
+			t.Fatalf("flap=%v: switched on the first round of a faster edge: %+v", flap, ev)
+		}
+		ev, ok = round(12, chosen == edgeB)
+		if !ok || ev.From != chosen || ev.To == chosen {
+			t.Fatalf("flap=%v: no switch after %d rounds of a faster edge: %+v %v", flap, d.Config.Streak, ev, ok)
+		}
+	}
+}

@@ -36,7 +36,7 @@ type clientOut struct {
 	// flushAt): what the core logs for an operation is logged before the
 	// client can see its answer.
 	mark int
-	err   error // the writer's failure; Write and Flush return it
+	err  error // the writer's failure; Write and Flush return it
 	// closing: write what is queued, end the client's writing side and
 	// stop; cut: drop what is queued and close the connection.
 	closing, cut bool

@@ -3,8 +3,8 @@ package core_test
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
