@@ -144,7 +144,7 @@ func rankCommand() *cobra.Command {
 handshake verified against the name, one LDAP WhoAmI), each within its budget,
 and prints the ranking: fastest first, failures last with their error. With
 --state it is written to the state file, atomically. "chosen" is empty when
-there is no choice (no_choice says why): the agent then dials the name.`,
+there is no choice (why is printed on stderr): the agent then dials the name.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, conf, resolver, log, err := setup(cmd)
@@ -152,7 +152,11 @@ there is no choice (no_choice says why): the agent then dials the name.`,
 				return err
 			}
 			d := &probe.Dialer{Config: cfg.Config, TLS: conf, Resolver: resolver, Log: log}
-			return printRanking(cmd.OutOrStdout(), cfg.Format, d.Rank(cmd.Context()))
+			r := d.Rank(cmd.Context())
+			if r.NoChoice != "" && cfg.Format == "json" { // the table says it itself
+				fmt.Fprintf(cmd.ErrOrStderr(), "probe: no choice (dial %s): %s\n", r.Name, r.NoChoice)
+			}
+			return printRanking(cmd.OutOrStdout(), cfg.Format, r)
 		},
 	}
 }
