@@ -477,3 +477,12 @@ func oneLine(err error) error {
 	}
 	return errors.New(strings.Join(lines, "; "))
 }
+
+// Defaults returns every key of cfg (a configuration struct, as Load
+// fills it) with its value, keyed as in the file: what a docs table of
+// keys and defaults is checked against.
+func Defaults(cfg any) map[string]any {
+	out := map[string]any{}
+	flatten("", reflect.ValueOf(cfg), func(key string, v reflect.Value) { out[key] = v.Interface() })
+	return out
+}
