@@ -456,7 +456,7 @@ func (p *Publisher) send(ctx context.Context, m *dns.Msg, what string) error {
 }
 
 // errZoneMoved is an UPDATE refused for its SOA prerequisite.
-var errZoneMoved = errors.New("another writer changed the zone")
+var errZoneMoved = errors.New("another writer?")
 
 func updateRefused(what string, r *dns.Msg, key string) error {
 	rcode := dns.RcodeToString[r.Rcode]
@@ -465,7 +465,7 @@ func updateRefused(what string, r *dns.Msg, key string) error {
 	}
 	switch r.Rcode {
 	case dns.RcodeNXRrset:
-		return fmt.Errorf("%s: NXRRSET: the zone's SOA changed between its read and the update: %w", what, errZoneMoved)
+		return fmt.Errorf("%s: NXRRSET: the zone's SOA changed between its read and the update (%w)", what, errZoneMoved)
 	case dns.RcodeNotAuth:
 		return fmt.Errorf("%s: %s: the server does not accept key %s for this zone (wrong key, or not authoritative)", what, rcode, key)
 	case dns.RcodeRefused:

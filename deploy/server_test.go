@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -15,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/internal/testbed"
 )
 
@@ -23,8 +23,9 @@ const testSecret = "c2VjcmV0LW9mLXRoZS1lbWJlZGRlZC1zZXJ2ZXI="
 
 // embedded serves example.test on loopback (UDP and TCP) from a zone file
 // holding zone ("" for a new zone); the key fleet-key may update
-// ldap.example.test. It returns the server and its zone file.
-func embedded(t *testing.T, zone string, log *slog.Logger) (*Server, string) {
+// ldap.example.test; edit, when set, changes the rest of the config. It
+// returns the server and its zone file.
+func embedded(t *testing.T, zone string, edit func(*ServerConfig)) (*Server, string) {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "fleet.zone")
 	if zone != "" {
@@ -32,7 +33,11 @@ func embedded(t *testing.T, zone string, log *slog.Logger) (*Server, string) {
 			t.Fatal(err)
 		}
 	}
-	srv, err := NewServer(serverConfig(file, log))
+	cfg := serverConfig(file, nil)
+	if edit != nil {
+		edit(&cfg)
+	}
+	srv, err := NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,9 +254,9 @@ func TestServerReplay(t *testing.T) {
 func TestServerRefusalLog(t *testing.T) {
 	var out testbed.Buffer
 	clock := testbed.NewClock(time.Now())
-	srv, _ := embedded(t, "", slog.New(slog.NewTextHandler(&out, nil)))
-	srv.now = clock.Now
-	srv.refusals = accept.NewLimiter(refusalLogBurst, refusalLogWindow, clock.Now)
+	srv, _ := embedded(t, "", func(c *ServerConfig) {
+		c.Log, c.Now = slog.New(slog.NewTextHandler(&out, nil)), clock.Now
+	})
 	unsigned, err := newUpdate(t, []string{"ldap 60 IN A 198.51.100.9"}, nil).Pack()
 	if err != nil {
 		t.Fatal(err)
@@ -287,4 +292,28 @@ func value(c prometheus.Counter) float64 {
 	var m dto.Metric
 	c.Write(&m)
 	return m.GetCounter().GetValue()
+}
+
+// TestPublisherReadsTruncated: a set too big for one EDNS answer (100
+// IPv4 edges, ~1.7 KB) comes truncated over UDP (TC, at most 1232 bytes)
+// and the publisher reads it whole over TCP.
+func TestPublisherReadsTruncated(t *testing.T) {
+	var zone strings.Builder
+	zone.WriteString("$ORIGIN example.test.\n@ 60 IN SOA ns1 hostmaster 1 3600 600 86400 60\n@ 60 IN NS ns1\n")
+	for i := 1; i <= 100; i++ {
+		fmt.Fprintf(&zone, "ldap 60 IN A 198.51.100.%d\n", i)
+	}
+	srv, _ := embedded(t, zone.String(), nil)
+	q := new(dns.Msg).SetQuestion("ldap.example.test.", dns.TypeA).SetEdns0(maxUDPSize, false)
+	b, _ := q.Pack()
+	r := raw(t, srv.Addr, "udp", b)
+	r.Compress = true // as it came
+	if !r.Truncated || r.Len() > maxUDPSize || len(r.Answer) == 0 {
+		t.Fatalf("UDP answer: TC %v, %d bytes, %d records; want TC within %d", r.Truncated, r.Len(), len(r.Answer), maxUDPSize)
+	}
+	pub := &Publisher{Server: srv.Addr, Zone: "example.test.", Name: "ldap.example.test.", KeyName: "fleet-key.", Algorithm: dns.HmacSHA256, Secret: testSecret}
+	got, err := pub.Read(context.Background())
+	if err != nil || len(got.A) != 100 {
+		t.Fatalf("read: %d addresses, %v", len(got.A), err)
+	}
 }
