@@ -152,17 +152,20 @@ there is no choice (why is printed on stderr): the agent then dials the name.`,
 				return err
 			}
 			d := &probe.Dialer{Config: cfg.Config, TLS: conf, Resolver: resolver, Log: log}
-			r := d.Rank(cmd.Context())
-			if r.NoChoice != "" && cfg.Format == "json" { // the table says it itself
-				fmt.Fprintf(cmd.ErrOrStderr(), "probe: no choice (dial %s): %s\n", r.Name, r.NoChoice)
-			}
-			return printRanking(cmd.OutOrStdout(), cfg.Format, r)
+			return printRanking(cmd, cfg.Format, d.Rank(cmd.Context()))
 		},
 	}
 }
 
-func printRanking(w io.Writer, format string, r probe.Ranking) error {
+// printRanking prints r on stdout; with json, why there is no choice goes
+// to stderr (the table says it itself), so the JSON keeps the state
+// file's keys.
+func printRanking(cmd *cobra.Command, format string, r probe.Ranking) error {
+	w := cmd.OutOrStdout()
 	if format == "json" {
+		if r.NoChoice != "" {
+			fmt.Fprintf(cmd.ErrOrStderr(), "probe: no choice (dial %s): %s\n", r.Name, r.NoChoice)
+		}
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(r)
@@ -190,7 +193,7 @@ is printed as one event (a JSON line with --format json).`,
 			defer stop()
 			d := &probe.Dialer{Config: cfg.Config, TLS: conf, Resolver: resolver, Log: log}
 			out := cmd.OutOrStdout()
-			if err := printRanking(out, cfg.Format, d.Select(ctx)); err != nil {
+			if err := printRanking(cmd, cfg.Format, d.Select(ctx)); err != nil {
 				return err
 			}
 			events := make(chan probe.Event)
