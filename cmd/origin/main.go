@@ -194,7 +194,7 @@ wait:
 				reloaded(cfg, reload, log)
 				continue
 			}
-			log.Info("shutting down", "signal", s.String(), "drain_timeout", drainTimeout.String())
+			log.Info("shutting down", "signal", s.String(), "drain_timeout", drainTimeout)
 		case err := <-serveErr:
 			log.Error("listener failed", "err", err)
 			failed = err
