@@ -62,7 +62,9 @@ func Load(fs *pflag.FlagSet, path string, out any) error {
 			return fmt.Errorf("config: %w", err)
 		}
 		if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
-			return fmt.Errorf("config %s: %w", path, oneLine(err))
+			// viper's "While parsing config: yaml: line 1: …" → "yaml: line 1: …"
+			msg := strings.TrimPrefix(oneLine(err).Error(), "While parsing config: ")
+			return fmt.Errorf("config %s: %s", path, msg)
 		}
 		// Report unknown keys ourselves, naming the first: a key, or a
 		// section, even an empty one (viper's own view drops those).

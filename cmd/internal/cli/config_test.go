@@ -52,7 +52,7 @@ func TestLoad(t *testing.T) {
 		{name: "list elements", yaml: "edges:\n- name: a\n  tls: {cert: x}\n", check: func(s sample) bool { return len(s.Edges) == 1 && s.Edges[0].TLS.Cert == "x" }},
 		{name: "bad duration", yaml: "timeout: soon\n", wantErr: `bad duration "soon"`},
 		{name: "unitless duration", yaml: "timeout: 3\n", wantErr: `give a unit`},
-		{name: "broken yaml", yaml: "timeout: [\n", wantErr: "config "},
+		{name: "broken yaml", yaml: "timeout: [\n", wantErr: "c.yaml: yaml: line "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := ""
