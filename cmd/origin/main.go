@@ -128,7 +128,6 @@ func run(cfg originFile, reload func() (originFile, error)) error {
 		log.Warn("front.inner is not core.listen: connections go past the core", "inner", cfg.Front.Inner,
 			"core_listen", cfg.Core.Listen)
 	}
-	warnNofile(log, cfg.Front.MaxConns, cfg.Core.Enabled)
 
 	var lns []net.Listener
 	for _, addr := range cfg.Front.Listen {
@@ -173,6 +172,7 @@ func run(cfg originFile, reload func() (originFile, error)) error {
 
 	// A listener that really fails ends the binary: never a front that
 	// forwards to a core nobody accepts for.
+	warnNofile(log, cfg.Front.MaxConns, cfg.Core.Enabled) // once listening: a start that fails prints one line
 	serveErr := make(chan error, len(lns)+1)
 	for _, ln := range lns {
 		go func() {
