@@ -42,9 +42,12 @@ const (
 
 // Edge relays client connections to the origins.
 type Edge struct {
+	// Now is the clock of OFFLINE retry, accept back-off and log rate
+	// limiting; nil means time.Now. Set it before Serve.
+	Now func() time.Time
+
 	cfg    Config
 	log    *slog.Logger
-	now    func() time.Time // the OFFLINE clock; tests replace it
 	dialer net.Dialer
 	m      *metrics
 	orig   *originSet
@@ -77,6 +80,14 @@ type conn struct {
 	forced bool         // closed by Shutdown
 }
 
+// now is e.Now, or time.Now when that is nil.
+func (e *Edge) now() time.Time {
+	if e.Now != nil {
+		return e.Now()
+	}
+	return time.Now()
+}
+
 // New checks cfg (Validate and CheckSelf) and returns an edge that records
 // its metrics into reg (nil: not registered anywhere).
 func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Edge, error) {
@@ -97,7 +108,6 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Edge, error)
 	e := &Edge{
 		cfg:       cfg,
 		log:       log,
-		now:       time.Now,
 		m:         m,
 		orig:      newOriginSet(cfg.Origins, cfg.OfflineRetry),
 		ctx:       ctx,
@@ -107,7 +117,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Edge, error)
 		idle:      make(chan struct{}),
 		own:       accept.NewOwn(),
 	}
-	e.refusals = accept.NewLimiter(refusalLogBurst, refusalLogWindow, func() time.Time { return e.now() })
+	e.refusals = accept.NewLimiter(refusalLogBurst, refusalLogWindow, e.now)
 	e.dialer = net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: -1}
 	if cfg.Keepalive > 0 {
 		e.dialer.KeepAliveConfig = net.KeepAliveConfig{Enable: true, Idle: cfg.Keepalive, Interval: cfg.Keepalive, Count: 4}

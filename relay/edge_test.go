@@ -93,6 +93,11 @@ func TestStream1GiBBothWays(t *testing.T) {
 	if line["bytes_up"] != float64(size) || line["bytes_down"] != float64(size) || line["reason"] != ResultEOF {
 		t.Fatalf("log line %v", line)
 	}
+	for _, k := range []string{"id", "client", "origin", "bytes_up", "bytes_down", "duration", "reason"} { // DESIGN.md §2
+		if _, ok := line[k]; !ok {
+			t.Fatalf("log line without %s: %v", k, line)
+		}
+	}
 	e.waitValue(t, size, "edgefleet_edge_bytes_total", "direction", "up")
 	e.waitValue(t, size, "edgefleet_edge_bytes_total", "direction", "down")
 }
@@ -317,7 +322,7 @@ func TestOfflineRetry(t *testing.T) {
 	aAddr := testbed.FreeAddr(t, "127.0.0.1")
 	b := startOrigin(t, true, echo)
 	e := startEdge(t, Config{Origins: []string{aAddr, b.addr}, OfflineRetry: retry},
-		func(e *Edge) { e.now = clock.Now })
+		func(e *Edge) { e.Now = clock.Now })
 	via := func() string {
 		t.Helper()
 		n := len(e.logs.JSONLines("connection closed"))
@@ -721,7 +726,7 @@ func TestOneRetryAtATime(t *testing.T) {
 	hole := testbed.BlackHole(t)
 	good := startOrigin(t, true, echo)
 	e := startEdge(t, Config{Origins: []string{hole, good.addr}, ConnectTimeout: time.Minute, OfflineRetry: time.Minute},
-		func(e *Edge) { e.now = clock.Now })
+		func(e *Edge) { e.Now = clock.Now })
 	plan, claim := e.orig.plan(clock.Now()) // the black hole failed once: OFFLINE
 	e.orig.fail(plan[0], clock.Now())
 	e.orig.release(plan, claim)

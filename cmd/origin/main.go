@@ -165,7 +165,7 @@ func run(cfg originFile, reload func() (originFile, error)) error {
 		servers = append(servers, srv)
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("http server stopped", "endpoint", ep.key, "error", err)
+				log.Error("http server stopped", "endpoint", ep.key, "err", err)
 			}
 		}()
 	}
@@ -198,7 +198,7 @@ wait:
 				reloaded(cfg, reload, log)
 				continue
 			}
-			log.Info("shutting down", "signal", s.String(), "drain_timeout", drainTimeout.String())
+			log.Info("shutting down", "signal", s.String(), "drain_timeout", drainTimeout)
 		case err := <-serveErr:
 			log.Error("listener failed", "err", err)
 			failed = err
@@ -223,10 +223,10 @@ wait:
 		}
 	}()
 	if err := front.Shutdown(ctx); err != nil {
-		log.Warn("drain cut short", "error", err)
+		log.Warn("drain cut short", "err", err)
 	}
 	if err := stopCore(ctx); err != nil {
-		log.Warn("core stop", "error", err)
+		log.Warn("core stop", "err", err)
 	}
 	for _, srv := range servers {
 		srv.Close()

@@ -87,8 +87,9 @@ type Config struct {
 	// HandshakeTimeout bounds, with TLS on, the wait for a connection's
 	// first byte and its TLS handshake (LDAPS or StartTLS); 0 is 30 s.
 	HandshakeTimeout time.Duration
-	// Clock drives OFFLINE expiry; nil is time.Now.
-	Clock func() time.Time
+	// Now is the server's clock (OFFLINE expiry, balancer smoothing,
+	// monitor checks, durations); nil is time.Now.
+	Now func() time.Time
 	// DialBackend opens a TCP connection to a backend; nil is a net.Dialer
 	// with TCP keepalive. Tests use it to shape socket buffers. The
 	// backend monitor's checks dial through it too.
