@@ -36,7 +36,7 @@ func TestLocalFDExhaustionMarksNoOriginOffline(t *testing.T) {
 		out := p.Output()
 		return strings.Contains(out, "out of local resources") && strings.Contains(out, "http: Accept error")
 	}
-	for round := 0; round < 8 && !seen(); round++ {
+	for round := 0; round < 20 && !seen(); round++ {
 		closeAll := testbed.Flood(t, addr, 40)
 		var waiting []net.Conn
 		for range 5 {
@@ -44,8 +44,10 @@ func TestLocalFDExhaustionMarksNoOriginOffline(t *testing.T) {
 				waiting = append(waiting, c)
 			}
 		}
+		closeMore := testbed.Flood(t, addr, 40) // keeps the edge out of descriptors while they wait
 		time.Sleep(time.Second)
 		closeAll()
+		closeMore()
 		for _, c := range waiting {
 			c.Close()
 		}

@@ -56,6 +56,8 @@ core:
 `, front, inner, tc.core, coreAddr, echo.Addr()))
 			p := testbed.StartNofile(t, 40, bin, "--config", cfg)
 			testbed.WaitTCP(t, front, 10*time.Second)
+			testbed.WaitOutput(t, p, 10*time.Second, "front.max_conns needs more descriptors than RLIMIT_NOFILE",
+				`"max_conns":100000`, `"rlimit_nofile":40`)
 			flooded := map[string]string{"front": front, "core": coreAddr}[tc.flood]
 			closeAll := testbed.Flood(t, flooded, 60)
 			testbed.WaitOutput(t, p, 20*time.Second, "accept failed, retrying", "too many open files", flooded)
@@ -100,15 +102,15 @@ func echoed(t *testing.T, addr, msg string) {
 
 // TestCombinedSurvivesFDExhaustion: the front with the core behind it in
 // one process, flooded through the front under a low RLIMIT_NOFILE until
-// accept fails; seconds after the flood ends a normal client is served
-// through the front again. The feared deadlock — the front's connections,
-// their clients gone, holding every descriptor while they wait for the
-// core to accept their inner connections — needs the core to lose every
-// race for a descriptor during the flood: the front's dial to inner fails
-// at once when descriptors run out (closing the client, result
-// inner-error), and the core's own failed dials close what it accepted, so
-// descriptors keep coming free (docs/origin.md). Every line the flood
-// causes is rate-limited.
+// accept fails, the flood held 2 s more with idle connections to the
+// metrics server; seconds after it ends a normal client is served through
+// the front again, and every line the flood causes is rate-limited. With
+// the default front.max_conns this flood wedged the process (4 of 4 runs):
+// the front's connections, their clients gone, held every descriptor while
+// they waited for the core to accept their inner connections, which it
+// could not do without one. front.max_conns at a quarter of the limit
+// (four descriptors per connection) leaves the core room to accept; the
+// origin warns at start when it does not (docs/origin.md).
 func TestCombinedSurvivesFDExhaustion(t *testing.T) {
 	bin := buildOrigin(t)
 	echo, err := net.Listen("tcp", "127.0.0.1:0")
@@ -121,23 +123,34 @@ func TestCombinedSurvivesFDExhaustion(t *testing.T) {
 	})
 	front := testbed.FreeAddr(t, "127.0.0.1")
 	core := testbed.FreeAddr(t, "127.0.0.1")
+	metrics := testbed.FreeAddr(t, "127.0.0.1")
 	cfg := testbed.WriteFile(t, t.TempDir(), "origin.yaml", fmt.Sprintf(`front:
   listen: [%q]
   inner: %q
+  max_conns: 6
 peers_api: ""
-metrics: ""
+metrics: %q
 log:
   format: json
 core:
   listen: %q
   proxy_mode: 0
   default_server: %q
-`, front, core, core, echo.Addr()))
+`, front, core, metrics, core, echo.Addr()))
 	p := testbed.StartNofile(t, 40, bin, "--config", cfg)
 	testbed.WaitTCP(t, front, 10*time.Second)
 	echoed(t, front, "before the flood")
+	if strings.Contains(p.Output(), "front.max_conns needs more descriptors") {
+		t.Errorf("max_conns 6 under a limit of 40 warned")
+	}
 	closeAll := testbed.Flood(t, front, 400)
 	testbed.WaitOutput(t, p, 20*time.Second, "accept failed, retrying", "too many open files")
+	for range 5 { // wait in the metrics server's queue: its accept fails too
+		if c, err := net.DialTimeout("tcp", metrics, time.Second); err == nil {
+			defer c.Close()
+		}
+	}
+	time.Sleep(2 * time.Second)
 	closeAll()
 	echoed(t, front, "after the flood")
 	if p.Cmd.ProcessState != nil {
