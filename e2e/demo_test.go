@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -214,4 +216,91 @@ func portsFree(base int) bool {
 	}
 	pc.Close()
 	return true
+}
+
+// TestDemoInterrupt: a Ctrl-C (SIGINT to the script's process group, as a
+// terminal sends it) while the demo waits for a slapd to accept stops it
+// at once with status 130: no false "not accepting connections" once the
+// wait would have run out, and its temporary directory removed. LDAP1's
+// port is held by a listening socket whose accept queue is full, so
+// slapd cannot take it and a connect there hangs: the Ctrl-C lands in
+// the wait's connect (before, its subshell ran the INT trap itself, and
+// the script went on as if LDAP1 had answered).
+func TestDemoInterrupt(t *testing.T) {
+	testbed.Need(t, "slapd", "slapadd", "ldapsearch", "openssl")
+	bin := buildBinaries(t)
+	base := demoPortBase(t)
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Port: base + 1, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	ldap1 := fmt.Sprintf("127.0.0.1:%d", base+1)
+	for range 3 { // fill the accept queue, never accepted
+		go func() {
+			if c, err := net.DialTimeout("tcp", ldap1, 5*time.Second); err == nil {
+				t.Cleanup(func() { c.Close() })
+			}
+		}()
+	}
+	waitUntil := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", ldap1, 300*time.Millisecond)
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			break // a connect there hangs now
+		}
+		if err == nil {
+			c.Close()
+		}
+		if time.Now().After(waitUntil) {
+			t.Fatalf("a connect to the full listener does not hang: %v", err)
+		}
+	}
+	tmp := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(repoRoot(t), "scripts", "demo.sh"))
+	cmd.Env = append(os.Environ(), "BIN="+bin, "DEMO_EXIT=1", "DEMO_PORT_BASE="+strconv.Itoa(base), "TMPDIR="+tmp)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The last slapd's log is made right before the waits begin.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		logs, _ := filepath.Glob(filepath.Join(tmp, "edgefleet-demo.*", "ldap3", "log"))
+		if len(logs) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			cmd.Wait()
+			t.Fatalf("the demo did not start its slapds within a minute:\n%s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // inside wait_tcp for LDAP1
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Errorf("demo.sh after Ctrl-C: %v, want exit status 130", err)
+	}
+	if strings.Contains(out.String(), "not accepting connections") {
+		t.Errorf("the Ctrl-C waited for the wait to run out:\n%s", out.String())
+	}
+	if left, _ := os.ReadDir(tmp); len(left) > 0 {
+		t.Errorf("left behind after Ctrl-C: %v", left)
+	}
 }

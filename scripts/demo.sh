@@ -39,14 +39,21 @@ done
 DIR=$(mktemp -d -t edgefleet-demo.XXXXXX)
 PIDS=()
 declare -A EDGE_PID
+CLEANED=0
 cleanup() {
+	# Once only, and not cut short by another Ctrl-C: $DIR always goes.
+	[[ $CLEANED == 1 ]] && return
+	CLEANED=1
+	trap '' INT TERM
 	# A stopped process only dies of SIGKILL or after SIGCONT.
 	for p in "${PIDS[@]}" $(jobs -p); do kill -CONT "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
 	rm -rf "$DIR"
 }
 trap cleanup EXIT
-trap 'exit 0' INT TERM
+# Ctrl-C stops at once, whatever runs (exit runs the EXIT trap, cleanup).
+trap 'exit 130' INT
+trap 'exit 0' TERM
 
 # Bold headings on a terminal only: a log or CI capture stays plain text.
 if [ -t 1 ]; then
@@ -56,8 +63,17 @@ else
 fi
 
 wait_tcp() { # host:port
+	local rc
 	for _ in $(seq 1 100); do
-		if (exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null; then return 0; fi
+		# The subshell must die of a Ctrl-C rather than run the INT trap
+		# itself: bash acts on SIGINT only when its foreground child died
+		# of it, and a child that exits by itself would hide it.
+		rc=0
+		(trap - INT; exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null || rc=$?
+		case $rc in
+		0) return 0 ;;
+		130) exit 130 ;;
+		esac
 		sleep 0.1
 	done
 	echo "demo: $1 is not accepting connections" >&2
