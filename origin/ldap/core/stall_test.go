@@ -98,7 +98,7 @@ func TestStalledReadersBlameNoServer(t *testing.T) {
 	h := newHarness(t, lbDLP(3, 60, 1, named(sl),
 		`{"object": "LoadBalancer", "name": "FO", "algorithm": "failover", "routes": [{"server": "L1", "priority": 1}, {"server": "L2", "priority": 2}]}`,
 		balanceTo("UserRouting", "ALL", "(user=*)", "FO"),
-		proxy([]string{"ALL"}, nil)), func(c *core.Config) { c.WriteTimeout = 30 * time.Second; c.Clock = time.Now })
+		proxy([]string{"ALL"}, nil)), func(c *core.Config) { c.WriteTimeout = 30 * time.Second; c.Now = time.Now })
 	waitWithin(t, 20*time.Second, "the monitor's first check", func() bool { return h.backend(t, "L1").LastCheck != "" })
 	stall(t, h.addr, 4)
 	clientsCut(t, h, 4)
@@ -118,7 +118,7 @@ func TestStalledReadersSaturationWaves(t *testing.T) {
 	h := newHarness(t, lbDLP(3, 60, 1, named(sl),
 		`{"object": "LoadBalancer", "name": "SAT", "algorithm": "saturation", "threshold": 70, "alert": 50, "routes": [{"server": "L1", "priority": 1}, {"server": "L2", "priority": 2}]}`,
 		balanceTo("UserRouting", "ALL", "(user=*)", "SAT"),
-		proxy([]string{"ALL"}, nil)), func(c *core.Config) { c.Clock = time.Now })
+		proxy([]string{"ALL"}, nil)), func(c *core.Config) { c.Now = time.Now })
 	waitWithin(t, 20*time.Second, "the monitor's first check", func() bool { return h.backend(t, "L1").LastCheck != "" })
 	stall(t, h.addr, 4)
 	clientsCut(t, h, 4)
