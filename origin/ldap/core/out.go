@@ -160,7 +160,9 @@ func (o *clientOut) run() {
 		failed := o.err
 		o.cond.Broadcast()
 		o.mu.Unlock()
-		spare = chunk
+		if spare = chunk; cap(spare) > 4*flushAt {
+			spare = nil // a burst's buffer is not kept for the session's life
+		}
 		if err != nil {
 			if failed != nil {
 				o.ss.writerFailed(failed)
