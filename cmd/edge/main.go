@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
+	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/relay"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -131,7 +132,10 @@ func run(cfg edgeFile, reload func() (edgeFile, error)) {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-		metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		// net/http's own lines (an "http: Accept error" per retry when
+		// descriptors run out) go through slog, rate-limited.
+		metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: accept.ErrorLog(log.With("endpoint", "metrics"), "http server error", nil)}
 		go func() {
 			if err := metrics.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("metrics server stopped", "err", err)

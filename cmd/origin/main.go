@@ -158,7 +158,10 @@ func run(cfg originFile, reload func() (originFile, error)) error {
 		if err != nil {
 			fatal(fmt.Errorf("%s: %w", ep.key, err))
 		}
-		srv := &http.Server{Handler: ep.h, ReadHeaderTimeout: 10 * time.Second}
+		// net/http's own lines (an "http: Accept error" per retry when
+		// descriptors run out) go through slog, rate-limited.
+		srv := &http.Server{Handler: ep.h, ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: accept.ErrorLog(log.With("endpoint", ep.key), "http server error", nil)}
 		servers = append(servers, srv)
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -169,6 +172,7 @@ func run(cfg originFile, reload func() (originFile, error)) error {
 
 	// A listener that really fails ends the binary: never a front that
 	// forwards to a core nobody accepts for.
+	warnNofile(log, cfg.Front.MaxConns, cfg.Core.Enabled) // once listening: a start that fails prints one line
 	serveErr := make(chan error, len(lns)+1)
 	for _, ln := range lns {
 		go func() {
@@ -283,4 +287,26 @@ func frontListen(addr string) (net.Listener, error) {
 		},
 	}
 	return lc.Listen(context.Background(), "tcp", addr)
+}
+
+// warnNofile warns when front.max_conns open connections could take more
+// descriptors than RLIMIT_NOFILE allows (as raised by the Go runtime):
+// two per connection in the front, two more in the core when it runs in
+// this process, and some for the process itself. Past that a flood can
+// wedge the front and the core: the front's connections hold every
+// descriptor while they wait for the core to accept their inner
+// connections (docs/origin.md, "Out of descriptors").
+func warnNofile(log *slog.Logger, maxConns int, core bool) {
+	var lim syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) != nil {
+		return
+	}
+	per := 2
+	if core {
+		per = 4
+	}
+	if need := uint64(per)*uint64(maxConns) + 16; need > lim.Cur {
+		log.Warn("front.max_conns needs more descriptors than RLIMIT_NOFILE: a flood can wedge the front and the core",
+			"max_conns", maxConns, "descriptors_per_connection", per, "rlimit_nofile", lim.Cur)
+	}
 }

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
+	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/probe"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -266,7 +267,8 @@ when an edge is down or the name does not resolve.`,
 				mux := http.NewServeMux()
 				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 				mux.Handle("GET /status", m)
-				srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+				srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+					ErrorLog: accept.ErrorLog(log.With("endpoint", "metrics"), "http server error", nil)} // net/http's lines through slog, rate-limited
 				go srv.Serve(ln)
 				defer srv.Close()
 				log.Info("monitor listening", "addr", ln.Addr().String(), "target", cfg.Name)
