@@ -16,7 +16,7 @@ import (
 func fleetBinary(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "fleet")
-	mustRun(t, []string{"CGO_ENABLED=0"}, goTool(), "build", "-o", bin, "../cmd/fleet")
+	mustRun(t, []string{"CGO_ENABLED=0"}, "go", "build", "-o", bin, "../cmd/fleet")
 	return bin
 }
 

@@ -77,8 +77,6 @@ type syntaxError struct {
 	msg string
 }
 
-func (e *syntaxError) Error() string { return e.msg }
-
 // stripComments blanks out comments, rune for rune, keeping newlines, so
 // that every line and column (counted in characters) is where it was.
 // Offsets into the result, not into src, are what position converts. On
