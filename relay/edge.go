@@ -21,13 +21,12 @@ import (
 	"log/slog"
 	"net"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/sockopt"
 	"github.com/edgefleet/edgefleet/internal/splice"
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sys/unix"
 )
 
 // A refused connection (a client's own PROXY header, a loop) logs at most
@@ -147,12 +146,12 @@ func (e *Edge) Serve(ln net.Listener) error {
 	// Accepted sockets inherit keepalive from the listening one; whether
 	// they really do (Go's listener may set its own default on each) is
 	// checked once, on the first connection.
-	inherit := setKeepalive(ln, e.cfg.Keepalive) == nil
+	inherit := keepalive(e.cfg.Keepalive).Set(ln) == nil
 	checked := false
 	loop := accept.Loop{
 		Handle: func(c net.Conn) {
 			if inherit && !checked {
-				inherit, checked = hasKeepalive(c, e.cfg.Keepalive), true
+				inherit, checked = keepalive(e.cfg.Keepalive).Has(c), true
 			}
 			kaSet := inherit
 			e.workers.Go(func() { e.relay(c, kaSet, nil) })
@@ -222,7 +221,7 @@ func (e *Edge) relay(c net.Conn, keepaliveSet bool, over func()) {
 	e.m.active.Inc()
 
 	if !keepaliveSet {
-		setKeepalive(c, e.cfg.Keepalive)
+		keepalive(e.cfg.Keepalive).Set(c)
 	}
 	id := rand.Text()
 	server, addr, err := e.dialOrigin()
@@ -430,73 +429,13 @@ func (e *Edge) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// setKeepalive sets TCP keepalive on a connection or a listening socket
-// (whose accepted sockets inherit it): idle time and interval period, 4
-// probes; period 0 turns it off.
-func setKeepalive(s any, period time.Duration) error {
-	sc, ok := s.(syscall.Conn)
-	if !ok {
-		return errors.ErrUnsupported
+// keepalive is the relay's TCP keepalive both ways: idle time and
+// interval period, 4 probes; period 0 turns it off.
+func keepalive(period time.Duration) sockopt.Keepalive {
+	if period <= 0 {
+		return sockopt.Keepalive{}
 	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	err = raw.Control(func(fd uintptr) {
-		if period <= 0 {
-			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_KEEPALIVE, 0)
-			return
-		}
-		secs := max(int(period/time.Second), 1)
-		for _, o := range [][2]int{{unix.SOL_SOCKET, unix.SO_KEEPALIVE}, {unix.IPPROTO_TCP, unix.TCP_KEEPIDLE},
-			{unix.IPPROTO_TCP, unix.TCP_KEEPINTVL}, {unix.IPPROTO_TCP, unix.TCP_KEEPCNT}} {
-			v := secs
-			switch o[1] {
-			case unix.SO_KEEPALIVE:
-				v = 1
-			case unix.TCP_KEEPCNT:
-				v = 4
-			}
-			if serr = unix.SetsockoptInt(int(fd), o[0], o[1], v); serr != nil {
-				return
-			}
-		}
-	})
-	if err == nil {
-		err = serr
-	}
-	return err
-}
-
-// hasKeepalive reports whether c's keepalive is as setKeepalive(period)
-// leaves it.
-func hasKeepalive(c net.Conn, period time.Duration) bool {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	same := false
-	raw.Control(func(fd uintptr) {
-		on, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_KEEPALIVE)
-		if err != nil {
-			return
-		}
-		if period <= 0 {
-			same = on == 0
-			return
-		}
-		idle, err1 := unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_KEEPIDLE)
-		intvl, err2 := unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_KEEPINTVL)
-		cnt, err3 := unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_KEEPCNT)
-		secs := max(int(period/time.Second), 1)
-		same = on == 1 && err1 == nil && err2 == nil && err3 == nil && idle == secs && intvl == secs && cnt == 4
-	})
-	return same
+	return sockopt.Keepalive{Idle: period, Interval: period, Count: 4}
 }
 
 func b2f(b bool) float64 {

@@ -16,13 +16,13 @@ import (
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
 	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/sockopt"
 	"github.com/edgefleet/edgefleet/origin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"golang.org/x/sys/unix"
 )
 
 // drainTimeout is how long SIGTERM/SIGINT waits for open connections before
@@ -249,38 +249,14 @@ func reloaded(cfg originFile, reload func() (originFile, error), log *slog.Logge
 	}
 }
 
-// Go's default keepalive for accepted connections: idle and interval 15s,
-// 9 probes.
-const (
-	keepaliveSecs  = 15
-	keepaliveCount = 9
-)
+// goKeepalive is Go's default keepalive for accepted connections: idle
+// and interval 15s, 9 probes.
+var goKeepalive = sockopt.Keepalive{Idle: 15 * time.Second, Interval: 15 * time.Second, Count: 9}
 
 // frontListen listens for the front with Go's default keepalive set once
 // on the listening socket, which accepted sockets inherit, instead of
 // four setsockopt calls on each accepted connection.
 func frontListen(addr string) (net.Listener, error) {
-	lc := net.ListenConfig{
-		KeepAlive: -1,
-		Control: func(network, address string, c syscall.RawConn) error {
-			var serr error
-			err := c.Control(func(fd uintptr) {
-				for _, o := range [][3]int{
-					{unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1},
-					{unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, keepaliveSecs},
-					{unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, keepaliveSecs},
-					{unix.IPPROTO_TCP, unix.TCP_KEEPCNT, keepaliveCount},
-				} {
-					if serr = unix.SetsockoptInt(int(fd), o[0], o[1], o[2]); serr != nil {
-						return
-					}
-				}
-			})
-			if err == nil {
-				err = serr
-			}
-			return err
-		},
-	}
+	lc := net.ListenConfig{KeepAlive: -1, Control: goKeepalive.Control}
 	return lc.Listen(context.Background(), "tcp", addr)
 }
