@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/edgefleet/edgefleet/cmd/internal/cli"
 	"github.com/edgefleet/edgefleet/deploy"
 	"github.com/spf13/cobra"
 )
@@ -39,7 +40,7 @@ additions before removals so the set is never empty, each read back.
 			}
 			p, err := dnsPlan(cmd.Context(), f, pub)
 			if err != nil {
-				return exitError{1, err}
+				return cli.Exit(1, err)
 			}
 			fmt.Fprint(cmd.OutOrStdout(), p.String())
 			return nil
@@ -57,7 +58,7 @@ additions before removals so the set is never empty, each read back.
 			}
 			p, err := dnsPlan(cmd.Context(), f, pub)
 			if err != nil {
-				return exitError{1, err}
+				return cli.Exit(1, err)
 			}
 			return applyDNS(cmd.Context(), cmd.OutOrStdout(), pub, p)
 		},
@@ -78,7 +79,7 @@ additions before removals so the set is never empty, each read back.
 			}
 			set, err := pub.Read(cmd.Context())
 			if err != nil {
-				return exitError{1, err}
+				return cli.Exit(1, err)
 			}
 			return printRRSet(cmd.OutOrStdout(), set, format)
 		},
@@ -130,7 +131,7 @@ func applyDNS(ctx context.Context, w io.Writer, pub *deploy.Publisher, p deploy.
 		fmt.Fprintf(w, "%s: %s, read back\n", p.Name, c.Describe())
 	})
 	if err != nil {
-		return exitError{1, err}
+		return cli.Exit(1, err)
 	}
 	fmt.Fprintf(w, "%s now answers: %s\n", p.Name, addrs(p.After))
 	return nil

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/edgefleet/edgefleet/cmd/internal/cli"
 	"github.com/edgefleet/edgefleet/deploy"
 	"github.com/spf13/cobra"
 )
@@ -66,7 +67,7 @@ or any RFC 2136 server instead.`,
 			}
 			pc, ln, err := deploy.Listen(listen)
 			if err != nil {
-				return exitError{1, err}
+				return cli.Exit(1, err)
 			}
 			srv.Serve(pc, ln)
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

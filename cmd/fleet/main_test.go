@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/edgefleet/edgefleet/cmd/internal/cli"
 	"github.com/edgefleet/edgefleet/internal/testbed"
 )
 
@@ -73,8 +74,8 @@ func TestBadBackendIsConfigError(t *testing.T) {
 		cmd := newRoot()
 		cmd.SetArgs(append([]string{"--config", path, "firewall"}, append(strings.Fields(sub), "--backend", "bogus")...))
 		err := cmd.Execute()
-		var ee exitError
-		if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), `--backend "bogus"`) {
+		var ee *cli.ExitError
+		if !errors.As(err, &ee) || ee.Code != 2 || !strings.Contains(err.Error(), `--backend "bogus"`) {
 			t.Errorf("%s: err = %v, want exit 2 naming --backend", sub, err)
 		}
 	}

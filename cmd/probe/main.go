@@ -57,14 +57,6 @@ func defaults() probeFile {
 		MonitorInterval: 30 * time.Second, Log: cli.DefaultLog()}
 }
 
-// exitError carries an exit status other than cli.ExitConfig.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e exitError) Error() string { return e.err.Error() }
-
 // setup reads and checks the configuration, then builds the TLS config,
 // the resolver and the logger: everything is checked before any probe.
 func setup(cmd *cobra.Command) (probeFile, *tls.Config, *net.Resolver, *slog.Logger, error) {
@@ -127,11 +119,7 @@ func main() {
 	pf.String("format", "", "table or json")
 	root.AddCommand(rankCommand(), watchCommand(), monitorCommand())
 	if err := root.Execute(); err != nil {
-		var ee exitError
-		if errors.As(err, &ee) {
-			cli.FatalCode("probe", ee.err, ee.code)
-		}
-		cli.Fatal("probe", err)
+		cli.Die("probe", err)
 	}
 }
 
@@ -286,11 +274,11 @@ func monitorOnce(cmd *cobra.Command, format string, m *probe.Monitor) error {
 		st.WriteTable(out)
 	}
 	if st.Error != "" {
-		return exitError{1, errors.New(st.Error)}
+		return cli.Exit(1, errors.New(st.Error))
 	}
 	for _, e := range st.Edges {
 		if !e.Up {
-			return exitError{1, fmt.Errorf("edge %s is down: %s", e.Addr, e.Error)}
+			return cli.Exit(1, fmt.Errorf("edge %s is down: %s", e.Addr, e.Error))
 		}
 	}
 	return nil
