@@ -2,9 +2,10 @@ package relay
 
 import (
 	"io"
-	"net"
 	"testing"
 	"time"
+
+	"github.com/edgefleet/edgefleet/internal/testbed"
 )
 
 // TestHandleConn feeds the edge a connection it did not accept itself (a
@@ -14,26 +15,13 @@ import (
 func TestHandleConn(t *testing.T) {
 	o := startOrigin(t, true, echo)
 	e := startEdge(t, Config{Origins: []string{o.addr}})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	server, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, server := testbed.TCPPair(t)
 	returned := make(chan struct{})
 	go func() { e.HandleConn(server); close(returned) }()
 
 	c.SetDeadline(time.Now().Add(20 * time.Second))
 	io.WriteString(c, "hello")
-	c.(*net.TCPConn).CloseWrite()
+	c.CloseWrite()
 	if b, err := io.ReadAll(c); err != nil || string(b) != "hello" {
 		t.Fatalf("echo %q, %v", b, err)
 	}

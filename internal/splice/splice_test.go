@@ -11,27 +11,9 @@ import (
 	"runtime"
 	"testing"
 	"time"
-)
 
-// pair returns the two ends of a loopback TCP connection.
-func pair(t *testing.T) (a, b *net.TCPConn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(); s.Close() })
-	return c.(*net.TCPConn), s.(*net.TCPConn)
-}
+	"github.com/edgefleet/edgefleet/internal/testbed"
+)
 
 // entries are the two ways to join a pair; every behaviour test runs
 // through both.
@@ -63,8 +45,8 @@ func TestBothDirectionsWithHalfClose(t *testing.T) {
 // write half first, and checks that the server's answer still arrives
 // whole after the client's FIN went through.
 func testHalfClose(t *testing.T, join func(c, s net.Conn, done chan<- Result), pending bool) {
-	client, relayIn := pair(t)
-	relayOut, server := pair(t)
+	client, relayIn := testbed.TCPPair(t)
+	relayOut, server := testbed.TCPPair(t)
 	done := make(chan Result, 1)
 	hdr := []byte{}
 	var in net.Conn = relayIn
@@ -116,8 +98,8 @@ func TestResetClosesBoth(t *testing.T) {
 // testReset checks that an abortive close on one side ends the whole pair
 // even though the other side stays silent.
 func testReset(t *testing.T, join func(c, s net.Conn, done chan<- Result)) {
-	client, relayIn := pair(t)
-	relayOut, server := pair(t)
+	client, relayIn := testbed.TCPPair(t)
+	relayOut, server := testbed.TCPPair(t)
 	done := make(chan Result, 1)
 	join(relayIn, relayOut, done)
 	client.Write([]byte("x"))
@@ -151,8 +133,8 @@ func testIdle(t *testing.T, join func(c, s net.Conn, done chan<- Result)) {
 	before := countFDs(t)
 	const n = 50
 	for range n {
-		client, relayIn := pair(t)
-		relayOut, server := pair(t)
+		client, relayIn := testbed.TCPPair(t)
+		relayOut, server := testbed.TCPPair(t)
 		join(relayIn, relayOut, make(chan Result, 1))
 		client.Write([]byte("ping"))
 		buf := make([]byte, 4)
@@ -188,8 +170,8 @@ func countFDs(t *testing.T) int {
 func TestStartAfterIdle(t *testing.T) {
 	defer func(g time.Duration) { idleGrace = g }(idleGrace)
 	idleGrace = time.Millisecond
-	client, relayIn := pair(t)
-	relayOut, server := pair(t)
+	client, relayIn := testbed.TCPPair(t)
+	relayOut, server := testbed.TCPPair(t)
 	done := make(chan Result, 1)
 	Start(relayIn, relayOut, func(r Result) { done <- r })
 
@@ -252,8 +234,8 @@ func TestParkedPair(t *testing.T) {
 			busy := func() int { return runtime.NumGoroutine() - workers.Idle() }
 			before := busy()
 			for range n {
-				client, relayIn := pair(t)
-				relayOut, server := pair(t)
+				client, relayIn := testbed.TCPPair(t)
+				relayOut, server := testbed.TCPPair(t)
 				done := make(chan Result, 1)
 				p := Start(relayIn, relayOut, func(r Result) { done <- r })
 				b := []byte("x")
@@ -318,8 +300,8 @@ func TestScreen(t *testing.T) {
 			{"pass at once", []string{"GOOD"}, "GOOD", false},
 		} {
 			t.Run(fmt.Sprintf("%s wrapped=%v", tc.name, wrap), func(t *testing.T) {
-				client, edgeIn := pair(t)
-				edgeOut, server := pair(t)
+				client, edgeIn := testbed.TCPPair(t)
+				edgeOut, server := testbed.TCPPair(t)
 				var in, out net.Conn = edgeIn, edgeOut
 				if wrap {
 					in, out = conn{edgeIn}, conn{edgeOut}
