@@ -3,8 +3,8 @@ package firewall
 import (
 	"errors"
 	"net"
+	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,12 +12,15 @@ import (
 	"github.com/edgefleet/edgefleet/internal/testbed"
 )
 
-// fleetBinary builds cmd/fleet into a temp dir.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testbed.RemoveBuilds()
+	os.Exit(code)
+}
+
+// fleetBinary builds cmd/fleet once per test run.
 func fleetBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "fleet")
-	mustRun(t, []string{"CGO_ENABLED=0"}, "go", "build", "-o", bin, "../cmd/fleet")
-	return bin
+	return testbed.Build(t, "github.com/edgefleet/edgefleet/cmd/fleet")
 }
 
 // fleet runs the binary inside ns and returns stdout+stderr and the exit

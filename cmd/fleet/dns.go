@@ -34,13 +34,9 @@ additions before removals so the set is never empty, each read back.
 		Short: "print the UPDATEs apply would send (nsupdate syntax)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f, pub, err := dnsSetup(cmd, timeout)
+			_, p, err := dnsPlanned(cmd, timeout)
 			if err != nil {
 				return err
-			}
-			p, err := dnsPlan(cmd.Context(), f, pub)
-			if err != nil {
-				return cli.Exit(1, err)
 			}
 			fmt.Fprint(cmd.OutOrStdout(), p.String())
 			return nil
@@ -52,13 +48,9 @@ additions before removals so the set is never empty, each read back.
 		Short: "publish exactly the inventory's edges: one UPDATE per change, each read back",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f, pub, err := dnsSetup(cmd, timeout)
+			pub, p, err := dnsPlanned(cmd, timeout)
 			if err != nil {
 				return err
-			}
-			p, err := dnsPlan(cmd.Context(), f, pub)
-			if err != nil {
-				return cli.Exit(1, err)
 			}
 			return applyDNS(cmd.Context(), cmd.OutOrStdout(), pub, p)
 		},
@@ -105,6 +97,20 @@ func dnsSetup(cmd *cobra.Command, timeout time.Duration) (fleetFile, *deploy.Pub
 	}
 	pub.Timeout = timeout
 	return f, pub, nil
+}
+
+// dnsPlanned is dnsSetup, then dnsPlan (a failure to read the live set
+// exits 1).
+func dnsPlanned(cmd *cobra.Command, timeout time.Duration) (*deploy.Publisher, deploy.DNSPlan, error) {
+	f, pub, err := dnsSetup(cmd, timeout)
+	if err != nil {
+		return nil, deploy.DNSPlan{}, err
+	}
+	p, err := dnsPlan(cmd.Context(), f, pub)
+	if err != nil {
+		return nil, p, cli.Exit(1, err)
+	}
+	return pub, p, nil
 }
 
 // dnsPlan reads the live set and plans the inventory's; the state file

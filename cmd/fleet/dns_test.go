@@ -27,9 +27,7 @@ func fleetBin(t *testing.T) string {
 // TestMain removes the binaries the tests built (binaries).
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
+	testbed.RemoveBuilds()
 	os.Exit(code)
 }
 

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -25,28 +24,8 @@ import (
 	"github.com/edgefleet/edgefleet/probe"
 )
 
-var (
-	edgeOnce sync.Once
-	edgePath string
-	edgeErr  error
-)
-
 // edgeBin builds cmd/edge once per test run.
-func edgeBin(t *testing.T) string {
-	t.Helper()
-	edgeOnce.Do(func() {
-		edgePath = filepath.Join(filepath.Dir(fleetBin(t)), "edge")
-		cmd := exec.Command("go", "build", "-o", edgePath, "../edge")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			edgeErr = errors.New(string(out))
-		}
-	})
-	if edgeErr != nil {
-		t.Fatalf("go build ../edge: %v", edgeErr)
-	}
-	return edgePath
-}
+func edgeBin(t *testing.T) string { return testbed.Build(t, "github.com/edgefleet/edgefleet/cmd/edge") }
 
 // lanHost is a namespace on the test's LAN (a bridge in its own
 // namespace), at 10.77.0.<n>.

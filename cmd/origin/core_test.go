@@ -13,14 +13,15 @@ import (
 	"github.com/edgefleet/edgefleet/internal/testbed"
 )
 
-// buildOrigin builds this command into a temp dir.
+// buildOrigin builds this command once per test run.
 func buildOrigin(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "origin")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	return testbed.Build(t, "github.com/edgefleet/edgefleet/cmd/origin")
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testbed.RemoveBuilds()
+	os.Exit(code)
 }
 
 // runWithDLP runs the origin binary with a minimal configuration whose core
