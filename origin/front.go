@@ -392,7 +392,7 @@ func (s *session) refuse(result, msg string, err error) error {
 		if ok, suppressed := s.f.refusals.Allow(); ok {
 			attrs := []any{"claimed", s.claimed, "measured", s.measured, "header", s.header, "reason", result}
 			if err != nil {
-				attrs = append(attrs, "error", err)
+				attrs = append(attrs, "err", err)
 			}
 			if suppressed > 0 {
 				attrs = append(attrs, "suppressed", suppressed)
