@@ -315,11 +315,7 @@ func edgeBinary(t *testing.T) string {
 	return testbed.Build(t, "github.com/edgefleet/edgefleet/cmd/edge")
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testbed.RemoveBuilds()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbed.Main(m) }
 
 // TestInstallEdge runs the user-data's install-edge script against a root
 // prefix, fetching the real edge binary from an HTTP server on loopback:

@@ -3,7 +3,6 @@ package firewall
 import (
 	"errors"
 	"net"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -12,11 +11,7 @@ import (
 	"github.com/edgefleet/edgefleet/internal/testbed"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testbed.RemoveBuilds()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbed.Main(m) }
 
 // fleetBinary builds cmd/fleet once per test run.
 func fleetBinary(t *testing.T) string {

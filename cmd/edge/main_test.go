@@ -22,11 +22,7 @@ import (
 // edgeBin builds this command once per test run and returns the binary.
 func edgeBin(t *testing.T) string { return testbed.Build(t, "github.com/edgefleet/edgefleet/cmd/edge") }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testbed.RemoveBuilds()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbed.Main(m) }
 
 // TestBadConfig runs the binary with bad values and unknown keys: exit
 // status 2 and exactly one line on stderr naming the key.

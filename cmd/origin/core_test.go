@@ -18,11 +18,7 @@ func buildOrigin(t *testing.T) string {
 	return testbed.Build(t, "github.com/edgefleet/edgefleet/cmd/origin")
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testbed.RemoveBuilds()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbed.Main(m) }
 
 // runWithDLP runs the origin binary with a minimal configuration whose core
 // reads the DLP file dlp, and returns what it printed.

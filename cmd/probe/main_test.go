@@ -27,11 +27,7 @@ func buildProbe(t *testing.T) string {
 	return testbed.Build(t, "github.com/edgefleet/edgefleet/cmd/probe")
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testbed.RemoveBuilds()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbed.Main(m) }
 
 // fleetArgs are the flags naming a test fleet, as an agent would give them.
 func fleetArgs(f *stack.Fleet) []string {

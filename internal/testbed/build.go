@@ -71,3 +71,11 @@ func RemoveBuilds() {
 		os.RemoveAll(builds.dir)
 	}
 }
+
+// Main is the TestMain of a package whose tests Build commands: it runs
+// the tests, removes the binaries and exits with the tests' status.
+func Main(m *testing.M) {
+	code := m.Run()
+	RemoveBuilds()
+	os.Exit(code)
+}
