@@ -61,6 +61,8 @@ type Converger struct {
 	Slack time.Duration
 	// DryRun prints what would be done and changes nothing.
 	DryRun bool
+	// Locked says the caller holds the state lock (LockState) already.
+	Locked bool
 	// Out receives the progress lines.
 	Out io.Writer
 	// Now and Sleep are the clock (nil: the real one).
@@ -109,10 +111,19 @@ func Reconcile(cfg Config, st *State, live RRSet) {
 	for _, e := range cfg.Edges {
 		s := st.Edges[e.Name]
 		if s != nil && (s.IPv4 != e.IPv4 || s.IPv6 != e.IPv6) && (s.State == StateActive || s.State == StateDraining) {
-			// Re-addressed: the old addresses drain under another name.
+			// Re-addressed: the addresses it no longer has drain under
+			// another name.
 			old := *s
-			old.State = StateDraining
-			st.Edges[e.Name+".old"] = &old
+			old.State, old.LeftDNS = StateDraining, time.Time{}
+			if old.IPv4 == e.IPv4 {
+				old.IPv4 = ""
+			}
+			if old.IPv6 == e.IPv6 {
+				old.IPv6 = ""
+			}
+			if old.IPv4 != "" || old.IPv6 != "" {
+				st.Edges[e.Name+".old"] = &old
+			}
 			s = nil
 		}
 		if s == nil || s.State == StateDraining {
@@ -156,7 +167,7 @@ func Reconcile(cfg Config, st *State, live RRSet) {
 // that is interrupted resumes where it stopped.
 func (c *Converger) Run(ctx context.Context) error {
 	cfg := c.Config
-	if !c.DryRun {
+	if !c.DryRun && !c.Locked {
 		unlock, err := LockState(c.StatePath)
 		if err != nil {
 			return err
@@ -205,7 +216,7 @@ func (c *Converger) Run(ctx context.Context) error {
 			allow = append(allow, s.Edge(name))
 		}
 	}
-	if err := c.allow("1/6", allow, st); err != nil {
+	if err := c.allow("1/6", allow); err != nil {
 		return err
 	}
 
@@ -220,21 +231,18 @@ func (c *Converger) Run(ctx context.Context) error {
 			c.printf("step 2/6 probe: would probe %s end to end (%s)", e.Name, c.probeAddrs(e))
 			continue
 		}
-		s.State, s.Error = StateActive, ""
+		// New until published, even once probed: a rerun probes again.
+		s.State, s.Error = StateNew, ""
 		for _, a := range e.Addrs() {
 			addr := net.JoinHostPort(a.String(), strconv.Itoa(cfg.Probe.Port))
 			r := c.Probe(ctx, addr)
 			if !r.OK {
 				s.State, s.Error = StateFailed, r.Error
 				c.printf("step 2/6 probe: %s %s failed: %s", e.Name, addr, r.Error)
+				failed = append(failed, e.Name)
 				break
 			}
 			c.printf("step 2/6 probe: %s %s ok, TLS handshake %.1f ms", e.Name, addr, r.HandshakeMS)
-		}
-		if s.State == StateFailed {
-			failed = append(failed, e.Name)
-		} else {
-			s.State = StateNew // probed; active once published
 		}
 	}
 	if len(failed) > 0 {
@@ -306,7 +314,7 @@ func (c *Converger) Run(ctx context.Context) error {
 
 	// 6. The firewall drops them.
 	if len(done) > 0 || c.DryRun {
-		if err := c.allow("6/6", cfg.Edges, st); err != nil {
+		if err := c.allow("6/6", cfg.Edges); err != nil {
 			return err
 		}
 	}
@@ -357,7 +365,7 @@ func (c *Converger) markDNS(st *State, name string, live RRSet, plan DNSPlan) {
 }
 
 // allow runs a firewall step, printing what it does.
-func (c *Converger) allow(step string, edges []Edge, st *State) error {
+func (c *Converger) allow(step string, edges []Edge) error {
 	if c.DryRun {
 		c.printf("step %s firewall: would allow exactly %s", step, edgeNames(edges))
 		return nil
@@ -383,7 +391,13 @@ func (c *Converger) allow(step string, edges []Edge, st *State) error {
 // passes, printing progress.
 func (c *Converger) wait(ctx context.Context, name string, s *EdgeState) error {
 	ttl := time.Duration(max(s.TTL, uint32(c.Config.TTL))) * time.Second
-	cached := s.LeftDNS.Add(ttl + c.Slack)
+	left := s.LeftDNS
+	if left.IsZero() {
+		// [unexpected] an address of it is still published (under another
+		// edge's name): count from now, never from the zero time.
+		left = c.now()
+	}
+	cached := left.Add(ttl + c.Slack)
 	every := c.Every
 	if every <= 0 {
 		every = 5 * time.Second

@@ -372,3 +372,28 @@ func TestConvergeReaddress(t *testing.T) {
 		t.Fatalf("events:\n%s\nwant:\n%s", strings.Join(w.events, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestConvergePartialReaddress: an edge that loses only its IPv6 address
+// keeps its IPv4 one published and allowed; the IPv6 one alone drains (as
+// "<name>.old"), with the full TTL wait.
+func TestConvergePartialReaddress(t *testing.T) {
+	w, conv := world(t)
+	w.dns.AAAA, w.dns.TTLAAAA = addrs("2001:db8::3"), 60
+	w.dns.A = append(w.dns.A, netip.MustParseAddr("192.0.2.3"))
+	conv(e1, e2, e3).Run(context.Background())
+	w.events = nil
+	v4only := e3
+	v4only.IPv6 = ""
+	start := w.clock.Now()
+	if err := conv(e1, e2, v4only).Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// e3 keeps a published address: no probe, no addition.
+	want := []string{"firewall e1 e2 e3 e3.old", "dns remove AAAA 2001:db8::3 (e3.old)", "firewall e1 e2 e3"}
+	if !slices.Equal(w.events, want) {
+		t.Fatalf("events:\n%s\nwant:\n%s", strings.Join(w.events, "\n"), strings.Join(want, "\n"))
+	}
+	if waited := w.clock.Now().Sub(start); waited < 95*time.Second {
+		t.Fatalf("waited %v, want TTL 60s + slack 5s + drain_timeout 30s (no metrics)", waited)
+	}
+}

@@ -111,16 +111,22 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 // Listen opens the UDP and TCP sockets of addr (the TCP one on the port
 // the UDP one got, for a port 0).
 func Listen(addr string) (net.PacketConn, net.Listener, error) {
-	pc, err := net.ListenPacket("udp", addr)
-	if err != nil {
-		return nil, nil, fmt.Errorf("dns serve: %w", err)
-	}
-	ln, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
+	_, port, _ := net.SplitHostPort(addr)
+	for try := 0; ; try++ {
+		pc, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("dns serve: %w", err)
+		}
+		ln, err := net.Listen("tcp", pc.LocalAddr().String())
+		if err == nil {
+			return pc, ln, nil
+		}
 		pc.Close()
-		return nil, nil, fmt.Errorf("dns serve: %w", err)
+		// A port the kernel chose for UDP may be taken for TCP: choose again.
+		if port != "0" || try == 20 {
+			return nil, nil, fmt.Errorf("dns serve: %w", err)
+		}
 	}
-	return pc, ln, nil
 }
 
 // Serve answers on pc (UDP) and ln (TCP) until Close; it returns at once.

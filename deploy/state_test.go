@@ -67,3 +67,23 @@ func TestLockState(t *testing.T) {
 	}
 	unlock2()
 }
+
+// TestDocStateFile: the state file shown in docs/dns-deploy.md parses.
+func TestDocStateFile(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "docs", "dns-deploy.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "```json\n")
+	doc, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/dns-deploy.md shows no state file")
+	}
+	st, err := ParseState([]byte(doc))
+	if err != nil || st.Edges["e1"].State != StateDraining || st.Edges["e1"].TTL != 3 {
+		t.Fatalf("the documented state file: %v", err)
+	}
+	if string(st.Marshal()) != doc {
+		t.Errorf("the documented state file is not what Marshal writes:\n%s", st.Marshal())
+	}
+}

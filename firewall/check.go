@@ -116,7 +116,9 @@ func diff(a, b []string) []string {
 
 // Sources are the addresses the live rules of the hook chain let in: the
 // -s of every edge rule (tagged "edgefleet: edge …") of the chain its
-// rule 1 jumps to, both families; none when nothing of ours is hooked.
+// rule 1 jumps to, both families (a family without our DOCKER-USER jump is
+// read from INPUT, where Plan puts it then); none when nothing of ours is
+// hooked.
 func (fw *Firewall) Sources(hook string) ([]netip.Addr, error) {
 	if hook == "" {
 		hook = fw.hook
@@ -124,6 +126,10 @@ func (fw *Firewall) Sources(hook string) ([]netip.Addr, error) {
 	var out []netip.Addr
 	for _, proto := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
 		l, err := fw.read(proto, hook)
+		if err == nil && l.first == "" && hook == DockerUser {
+			// dockerd without ip6tables: Plan hooks IPv6 into INPUT.
+			l, err = fw.read(proto, Input)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", cmdName(proto), err)
 		}

@@ -172,6 +172,14 @@ func TestDockerUser(t *testing.T) {
 			if !rep.InSync() {
 				t.Errorf("check right after apply:\n%s", strings.Join(rep.Diff, "\n"))
 			}
+			// Sources reads the allowed edge back, both families.
+			src, err := fw.Sources(DockerUser)
+			if err != nil {
+				return err
+			}
+			if len(src) != 2 || src[0] != d.V4.Edge || src[1] != d.V6.Edge {
+				t.Errorf("Sources = %v, want %v and %v", src, d.V4.Edge, d.V6.Edge)
+			}
 			other := hostConfig(d, true)
 			if rep, err = fw.Check(other); err != nil {
 				return err

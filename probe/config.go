@@ -3,6 +3,7 @@ package probe
 import (
 	"errors"
 	"fmt"
+	"net"
 	"time"
 )
 
@@ -31,6 +32,9 @@ type Config struct {
 	// and at least MinGainRatio of the current edge's time, both.
 	MinGain      time.Duration `mapstructure:"min_gain"`
 	MinGainRatio float64       `mapstructure:"min_gain_ratio"`
+	// Source is the local IP the probes and the agent's connections leave
+	// from (a multi-homed agent; the loopback demo); "": the kernel picks.
+	Source string `mapstructure:"source"`
 }
 
 // DefaultConfig holds the numbers of DESIGN.md §6 (port 636, LDAPS).
@@ -65,8 +69,19 @@ func (c Config) Validate() error {
 		return fmt.Errorf("min_gain: %v must not be negative", c.MinGain)
 	case c.MinGainRatio < 0 || c.MinGainRatio >= 1:
 		return fmt.Errorf("min_gain_ratio: %v is not in [0, 1)", c.MinGainRatio)
+	case c.Source != "" && net.ParseIP(c.Source) == nil:
+		return fmt.Errorf("source: %q is not an IP address", c.Source)
 	}
 	return nil
+}
+
+// dialer is the net.Dialer of every probe and connection: from Source.
+func (c Config) dialer() *net.Dialer {
+	d := &net.Dialer{}
+	if ip := net.ParseIP(c.Source); ip != nil {
+		d.LocalAddr = &net.TCPAddr{IP: ip}
+	}
+	return d
 }
 
 // worthSwitching reports whether moving from a current edge taking cur to

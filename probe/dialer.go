@@ -68,7 +68,7 @@ func (d *Dialer) probe(ctx context.Context, addr string) Result {
 	if d.Probe != nil {
 		return d.Probe(ctx, addr)
 	}
-	return Probe(ctx, addr, d.tlsConfig(), d.Config.Budget)
+	return probe(ctx, d.Config.dialer(), addr, d.tlsConfig(), d.Config.Budget, true)
 }
 
 // Current is the ranking in use (the zero Ranking before the first
@@ -268,14 +268,16 @@ func walk(r Ranking) []string {
 func (d *Dialer) dialEdge(ctx context.Context, addr string) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.Config.Budget)
 	defer cancel()
-	td := tls.Dialer{Config: d.tlsConfig()}
+	td := tls.Dialer{NetDialer: d.Config.dialer(), Config: d.tlsConfig()}
 	return td.DialContext(ctx, "tcp", addr)
 }
 
 // dialName is the connection without edgefleet: the name, through the
 // same resolver, with Go's own walk of its addresses.
 func (d *Dialer) dialName(ctx context.Context) (net.Conn, error) {
-	td := tls.Dialer{NetDialer: &net.Dialer{Resolver: d.Resolver}, Config: d.tlsConfig()}
+	nd := d.Config.dialer()
+	nd.Resolver = d.Resolver
+	td := tls.Dialer{NetDialer: nd, Config: d.tlsConfig()}
 	addr := net.JoinHostPort(d.Config.Name, strconv.Itoa(d.Config.Port))
 	c, err := td.DialContext(ctx, "tcp", addr)
 	if err != nil {

@@ -109,7 +109,7 @@ func (m *Monitor) Round(ctx context.Context) Status {
 	var wg sync.WaitGroup
 	for i, ip := range addrs {
 		addr := net.JoinHostPort(ip, strconv.Itoa(m.Config.Port))
-		wg.Go(func() { results[i] = probe(ctx, addr, conf, m.Config.Budget, false) })
+		wg.Go(func() { results[i] = probe(ctx, m.Config.dialer(), addr, conf, m.Config.Budget, false) })
 	}
 	wg.Wait()
 

@@ -82,12 +82,13 @@ func (r Result) Total() time.Duration {
 // client certificate, so only an answer proves the path works. Any LDAP
 // response to the request counts; a notice of disconnection does not.
 func Probe(ctx context.Context, addr string, conf *tls.Config, budget time.Duration) Result {
-	return probe(ctx, addr, conf, budget, true)
+	return probe(ctx, nil, addr, conf, budget, true)
 }
 
-// probe is Probe, with the LDAP round trip only when app is set (the
-// monitor's health is the handshake alone).
-func probe(ctx context.Context, addr string, conf *tls.Config, budget time.Duration, app bool) Result {
+// probe is Probe dialing with nd (nil: the kernel picks the source), with
+// the LDAP round trip only when app is set (the monitor's health is the
+// handshake alone).
+func probe(ctx context.Context, nd *net.Dialer, addr string, conf *tls.Config, budget time.Duration, app bool) Result {
 	if budget <= 0 {
 		budget = DefaultBudget
 	}
@@ -107,8 +108,10 @@ func probe(ctx context.Context, addr string, conf *tls.Config, budget time.Durat
 	}
 
 	start := time.Now()
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
+	if nd == nil {
+		nd = &net.Dialer{}
+	}
+	c, err := nd.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return fail("tcp connect", err)
 	}

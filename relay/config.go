@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -22,6 +23,9 @@ type Config struct {
 	MaxConns       int           `mapstructure:"max_conns"`       // open client connections at most
 	DrainTimeout   time.Duration `mapstructure:"drain_timeout"`   // Shutdown's grace period
 	Keepalive      time.Duration `mapstructure:"keepalive"`       // TCP keepalive period both sides; 0 disables
+	// Source is the local IP origin connections are made from (HAProxy's
+	// source, nginx's proxy_bind); empty: the kernel picks.
+	Source string `mapstructure:"source"`
 }
 
 // Values of Config.ProxyProtocol.
@@ -99,6 +103,9 @@ func (c Config) Validate() error {
 	case c.Keepalive < 0:
 		return fmt.Errorf("keepalive: %v must not be negative (0 disables)", c.Keepalive)
 	}
+	if c.Source != "" && net.ParseIP(c.Source) == nil {
+		return fmt.Errorf("source: %q is not an IP address (empty: the kernel picks)", c.Source)
+	}
 	return nil
 }
 
@@ -113,6 +120,15 @@ func (c Config) CheckSelf() error {
 		if l := accept.SelfTarget(c.Listen, a); l != "" {
 			return fmt.Errorf("origins: %q is the edge's own listen address %q: every connection would be relayed to itself", a, l)
 		}
+	}
+	if c.Source != "" {
+		// Every origin connection would fail to bind: say so at start,
+		// not as one OFFLINE origin after another.
+		ln, err := net.Listen("tcp", net.JoinHostPort(c.Source, "0"))
+		if err != nil {
+			return fmt.Errorf("source: %q is not an address of this host: %v", c.Source, errors.Unwrap(err))
+		}
+		ln.Close()
 	}
 	return nil
 }

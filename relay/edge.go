@@ -109,6 +109,9 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Edge, error)
 	if cfg.Keepalive > 0 {
 		e.dialer.KeepAliveConfig = net.KeepAliveConfig{Enable: true, Idle: cfg.Keepalive, Interval: cfg.Keepalive, Count: 4}
 	}
+	if cfg.Source != "" {
+		e.dialer.LocalAddr = &net.TCPAddr{IP: net.ParseIP(cfg.Source)}
+	}
 	for a := range e.orig.states() {
 		e.m.originUp.WithLabelValues(a).Set(1)
 	}

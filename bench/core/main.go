@@ -5,9 +5,12 @@
 //	go run ./bench/core                 # 1, 16 and 64 clients, 3 s per cell
 //	go run ./bench/core -d 5s -c 1,64
 //
-// Every target serves the same slapd directory (two are started; the core
-// and back-ldap both list them in failover order, so all traffic goes to
-// the first). Clients are lean: prebuilt PDUs over a raw socket, framed
+// Every target serves the same slapd directory (three are started; the
+// core and back-ldap both list the first two in failover order, so all
+// their traffic goes to the first). A second core balances every
+// operation over all three with a proportional LoadBalancer (equal
+// weights): the balancer's cost against the one-server rule, in the same
+// run. All slapds share the machine's cores, so no scaling can show. Clients are lean: prebuilt PDUs over a raw socket, framed
 // with origin/ldap/wire, so the figures show the servers, not the client
 // library.
 package main
@@ -111,26 +114,37 @@ func run(w io.Writer, dur time.Duration, rounds int, clientList string) error {
 	if err != nil {
 		return err
 	}
+	l3, err := start("ldap3", testbed.SlapdConfig{})
+	if err != nil {
+		return err
+	}
 	backLDAP, err := start("back-ldap", testbed.SlapdConfig{Proxy: []string{l1.URL, l2.URL}})
 	if err != nil {
 		return err
 	}
-	coreAddr, stop, err := startCore(l1.Addr, l2.Addr)
+	coreAddr, stop, err := startCore(oneServer(l1.Addr, l2.Addr))
 	if err != nil {
 		return err
 	}
 	defer stop()
-	targets := []target{{"direct slapd", l1.Addr}, {"core", coreAddr}, {"back-ldap", backLDAP.Addr}}
+	balancedAddr, stopBalanced, err := startCore(proportional(l1.Addr, l2.Addr, l3.Addr))
+	if err != nil {
+		return err
+	}
+	defer stopBalanced()
+	targets := []target{{"direct slapd", l1.Addr}, {"core", coreAddr}, {"back-ldap", backLDAP.Addr}, {"core proportional ×3", balancedAddr}}
 
 	fmt.Fprintf(w, "LDAP core benchmark, %s: %d samples of %v per target and cell, alternating targets, medians; %d CPUs\n\n",
 		time.Now().UTC().Format(time.RFC3339), rounds, dur, runtime.NumCPU())
-	fmt.Fprintln(w, "| workload | clients | direct slapd ops/s | core ops/s | back-ldap ops/s | core ÷ back-ldap | core ÷ direct |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| workload | clients | direct slapd ops/s | core ops/s | back-ldap ops/s | core ÷ back-ldap | core ÷ direct | proportional ×3 ops/s | proportional ÷ core |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, wl := range []string{"bind+search", "search"} {
 		for _, n := range counts {
 			samples := make([][]float64, len(targets))
-			for range rounds {
-				for i, tg := range targets {
+			for round := range rounds {
+				for k := range targets {
+					i := (k + round) % len(targets) // each round starts with another target
+					tg := targets[i]
 					r, err := measure(tg.addr, wl, n, dur)
 					if err != nil {
 						return fmt.Errorf("%s %s %d clients: %w", tg.name, wl, n, err)
@@ -142,26 +156,43 @@ func run(w io.Writer, dur time.Duration, rounds int, clientList string) error {
 			for i, s := range samples {
 				rates[i] = benchkit.Median(s)
 			}
-			fmt.Fprintf(w, "| %s | %d | %.0f | %.0f | %.0f | %.2f× | %.2f× |\n", wl, n, rates[0], rates[1], rates[2],
-				rates[1]/rates[2], rates[1]/rates[0])
+			fmt.Fprintf(w, "| %s | %d | %.0f | %.0f | %.0f | %.2f× | %.2f× | %.0f | %.2f× |\n", wl, n, rates[0], rates[1], rates[2],
+				rates[1]/rates[2], rates[1]/rates[0], rates[3], rates[3]/rates[1])
 		}
 	}
 	fmt.Fprintln(w, "\nops/s: bind+search counts one bind and one search as one operation pair; search counts searches (bound once).")
 	return nil
 }
 
-// startCore runs the core in this process, routing everyone to the first
-// server with failover to the second.
-func startCore(l1, l2 string) (string, func(), error) {
-	hp := func(a string) (string, string) { h, p, _ := net.SplitHostPort(a); return h, p }
-	h1, p1 := hp(l1)
-	h2, p2 := hp(l2)
-	src := fmt.Sprintf(`[
-  {"object": "LdapServer", "name": "L1", "host": %q, "port": %s},
-  {"object": "LdapServer", "name": "L2", "host": %q, "port": %s},
-  {"object": "ProxyRule", "ruleType": "UserRouting", "name": "ALL", "condition": "(user=*)", "actions": ["forwardto(L1,L2)"], "loadbalance": 0},
+// servers renders LdapServer objects L1, L2, … for the addresses.
+func servers(addrs ...string) string {
+	var b strings.Builder
+	for i, a := range addrs {
+		h, p, _ := net.SplitHostPort(a)
+		fmt.Fprintf(&b, "  {\"object\": \"LdapServer\", \"name\": \"L%d\", \"host\": %q, \"port\": %s},\n", i+1, h, p)
+	}
+	return b.String()
+}
+
+// oneServer routes everyone to the first server, with failover to the
+// second.
+func oneServer(l1, l2 string) string {
+	return "[\n" + servers(l1, l2) + `  {"object": "ProxyRule", "ruleType": "UserRouting", "name": "ALL", "condition": "(user=*)", "actions": ["forwardto(L1,L2)"], "loadbalance": 0},
   {"object": "LdapProxy", "name": "ldapConfiguration", "rules": ["ALL"]}
-]`, h1, p1, h2, p2)
+]`
+}
+
+// proportional balances every operation over the three servers, equal
+// weights.
+func proportional(l1, l2, l3 string) string {
+	return "[\n" + servers(l1, l2, l3) + `  {"object": "LoadBalancer", "name": "PROP", "algorithm": "proportional", "routes": [{"server": "L1"}, {"server": "L2"}, {"server": "L3"}]},
+  {"object": "ProxyRule", "ruleType": "UserRouting", "name": "ALL", "condition": "(user=*)", "actions": ["balance(PROP)"]},
+  {"object": "LdapProxy", "name": "ldapConfiguration", "rules": ["ALL"]}
+]`
+}
+
+// startCore runs a core in this process with the DLP file src.
+func startCore(src string) (string, func(), error) {
 	f, err := dlp.Parse("bench.json", []byte(src))
 	if err != nil {
 		return "", nil, err

@@ -64,6 +64,7 @@ func main() {
 	f.StringSlice("origins", nil, "origin addresses host:port, tried in order (overrides origins)")
 	f.String("proxy-protocol", "", "v2, v1 or off (overrides proxy_protocol)")
 	f.String("metrics", "", "address of the metrics endpoint (overrides metrics)")
+	f.String("source", "", "local IP the origin connections are made from (overrides source)")
 	check := f.Bool("check", false, "check the configuration, print it is ok and exit without listening (fleet deploy push runs it)")
 	root.RunE = func(cmd *cobra.Command, args []string) error {
 		if len(args) > 0 {
@@ -112,7 +113,7 @@ func run(cfg edgeFile, reload func() (edgeFile, error)) {
 	for _, ln := range lns {
 		go func() { serveErr <- e.Serve(ln) }()
 		log.Info("edge listening", "addr", ln.Addr().String(), "name", cfg.Name, "origins", cfg.Origins,
-			"proxy_protocol", cfg.ProxyProtocol, "metrics", cfg.Metrics)
+			"proxy_protocol", cfg.ProxyProtocol, "source", cfg.Source, "metrics", cfg.Metrics)
 	}
 
 	failed := p.Wait(serveErr, func() { reloadOrigins(e, &cfg, reload, log) }, cfg.DrainTimeout)

@@ -88,14 +88,15 @@ func setupFleet(cmd *cobra.Command, fl convergeFlags) (fleetParts, error) {
 	return p, nil
 }
 
-// converge runs the six steps for cfg until done, SIGINT or SIGTERM.
-func converge(cmd *cobra.Command, p fleetParts, cfg deploy.Config, fl convergeFlags) error {
+// converge runs the six steps for cfg until done, SIGINT or SIGTERM;
+// locked says the caller holds the state lock.
+func converge(cmd *cobra.Command, p fleetParts, cfg deploy.Config, fl convergeFlags, locked bool) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	c := &deploy.Converger{
 		Config: cfg, StatePath: statePath(p.f.path),
 		DNS: p.pub, Firewall: p.fw, Probe: p.probe, Conns: deploy.ScrapeConns,
-		Slack: fl.slack, DryRun: fl.dryRun, Out: cmd.OutOrStdout(), Every: fl.every,
+		Slack: fl.slack, DryRun: fl.dryRun, Locked: locked, Out: cmd.OutOrStdout(), Every: fl.every,
 	}
 	if err := c.Run(ctx); err != nil {
 		if errors.Is(err, context.Canceled) {
@@ -126,7 +127,7 @@ nothing.`,
 			if err != nil {
 				return err
 			}
-			return converge(cmd, p, p.f.Config, fl)
+			return converge(cmd, p, p.f.Config, fl, false)
 		},
 	}
 	fl.register(cmd.Flags(), true)
@@ -157,11 +158,20 @@ fleet.yaml already edited and resumes.`,
 			if err != nil {
 				return err
 			}
+			// One lock from the edit of fleet.yaml to the end of the
+			// convergence: no other apply or rotate sees half of it.
+			if !fl.dryRun {
+				unlock, err := deploy.LockState(statePath(p.f.path))
+				if err != nil {
+					return cli.Exit(1, err)
+				}
+				defer unlock()
+			}
 			cfg, err := rotateInventory(cmd, p, out, newEdge, fl.dryRun)
 			if err != nil {
 				return err
 			}
-			return converge(cmd, p, cfg, fl)
+			return converge(cmd, p, cfg, fl, true)
 		},
 	}
 	cmd.Flags().StringVar(&out, "out", "", "the edge leaving the fleet")

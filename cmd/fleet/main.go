@@ -1,11 +1,15 @@
 // Command fleet runs fleet operations on the inventory in fleet.yaml:
-// firewall (this file's siblings add dns, deploy, rotate).
+// firewall, dns, deploy, and the convergence commands apply, rotate and
+// status (one file each).
 //
 //	fleet --config fleet.yaml firewall plan
-//	fleet --config fleet.yaml firewall apply
 //	fleet --config fleet.yaml firewall check   # exit 1 and a diff when the live rules differ
+//	fleet --config fleet.yaml dns plan         # the RFC 2136 UPDATEs apply would send
+//	fleet --config fleet.yaml apply            # firewall, probe, DNS, wait, drain, firewall
+//	fleet --config fleet.yaml rotate --out e1 --in e3=203.0.113.13
+//	fleet --config fleet.yaml status
 //
-// See README.md for its configuration.
+// See docs/firewall.md and docs/dns-deploy.md.
 package main
 
 import (

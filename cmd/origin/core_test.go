@@ -2,11 +2,9 @@ package main
 
 import (
 	"errors"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -67,6 +65,12 @@ func TestDLPFileErrorsExit19(t *testing.T) {
 		{"json syntax", `[
   {"object": "LdapServer", "name": "L1" "host": "x"}
 ]`, []string{`ldap_proxy.json:2:`}, 1},
+		{"load balancer errors", `[
+  {"object": "LdapServer", "name": "L1", "host": "127.0.0.1", "port": 389},
+  {"object": "LoadBalancer", "name": "LB", "algorithm": "saturation", "routes": [{"server": "L2", "priority": 1}]},
+  {"object": "ProxyRule", "ruleType": "UserRouting", "name": "R1", "condition": "(user=*)", "actions": ["balance(LB)"]},
+  {"object": "LdapProxy", "name": "ldapConfiguration", "rules": ["R1"]}
+]`, []string{`ldap_proxy.json:3:3: LoadBalancer "LB": missing key "threshold"`, `ldap_proxy.json:3:`, `key "routes[1].server": no LdapServer named "L2"`}, 2},
 		{"ssl server in proxy mode 1", `[
   {"object": "LdapServer", "name": "S1", "host": "127.0.0.1", "port": 636, "ssl": 1},
   {"object": "LdapProxy", "name": "ldapConfiguration", "default": ["S1"]}
@@ -117,54 +121,4 @@ func TestPlainModeWithoutDefaultServerIsNotExit19(t *testing.T) {
 	if !strings.Contains(string(out), "core.default_server") {
 		t.Errorf("output does not name core.default_server:\n%s", out)
 	}
-}
-
-// make demo's script runs to the end on its own when stdin is not a
-// terminal, and shows the core's log line with claimed and measured.
-func TestDemoScript(t *testing.T) {
-	testbed.Need(t, "slapd", "slapadd", "ldapsearch", "openssl")
-	bin := filepath.Dir(buildOrigin(t))
-	if out, err := exec.Command("go", "build", "-o", bin, "../edge").CombinedOutput(); err != nil {
-		t.Fatalf("go build edge: %v\n%s", err, out)
-	}
-	cmd := exec.Command("../../scripts/demo.sh")
-	cmd.Env = append(os.Environ(), "BIN="+bin, "DEMO_EXIT=1", "DEMO_PORT_BASE="+strconv.Itoa(demoPorts(t)))
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("demo.sh: %v\n%s", err, out)
-	}
-	for _, w := range []string{`msg="ldap op"`, "op=search", "claimed=127.0.0.1:", "measured=127.0.0.1:", "edge=edge-a",
-		"agent=agent-laptop-7", "result=success", "cn: bob", "ldapsearch -H ldaps://127.0.0.2:"} {
-		if !strings.Contains(string(out), w) {
-			t.Errorf("demo output lacks %q:\n%s", w, out)
-		}
-	}
-}
-
-// demoPorts finds a base below the ephemeral port range with base+1 …
-// base+9 free on the loopback addresses the demo uses.
-func demoPorts(t *testing.T) int {
-	t.Helper()
-	for range 50 {
-		base, err := testbed.LowPort("127.0.0.1")
-		if err != nil || base > 31980 {
-			continue
-		}
-		free := true
-		for p := base + 1; p <= base+9 && free; p++ {
-			for _, ip := range []string{"127.0.0.1", "127.0.0.2", "127.0.0.3"} {
-				ln, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(p)))
-				if err != nil {
-					free = false
-					break
-				}
-				ln.Close()
-			}
-		}
-		if free {
-			return base
-		}
-	}
-	t.Fatal("no free port range for the demo")
-	return 0
 }

@@ -116,6 +116,7 @@ func main() {
 	pf.String("server-name", "", "name the certificate is verified against (default: --name)")
 	pf.String("state", "", "state file: the ranking, its address set and the choice")
 	pf.Duration("budget", 0, "bound of one probe of one address (budget, default 2s)")
+	pf.String("source", "", "local IP the probes and connections leave from (source; default: the kernel picks)")
 	pf.String("format", "", "table or json")
 	root.AddCommand(rankCommand(), watchCommand(), monitorCommand())
 	if err := root.Execute(); err != nil {

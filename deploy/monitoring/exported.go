@@ -37,6 +37,7 @@ var Exported = map[string]map[string]string{
 		"edgefleet_origin_peer_table_entries":    "gauge",
 		"edgefleet_core_operations_total":        "counter",
 		"edgefleet_core_backend_up":              "gauge",
+		"edgefleet_core_backend_saturation":      "gauge",
 		"edgefleet_core_connections_active":      "gauge",
 	},
 	"probe": { // probe monitor, per resolved address, last measurement
@@ -57,8 +58,6 @@ type PendingMetric struct {
 // Pending lists the families the rules and the dashboard use before their
 // exporter exists.
 var Pending = map[string]PendingMetric{
-	// DESIGN.md §5: route saturation, percent, smoothed over MonitorInterval.
-	"edgefleet_core_backend_saturation": {"origin", "gauge", 12},
 	// Proposed for DESIGN.md §8, exported by the same fleet process (a
 	// `fleet status`/`fleet dns` exporter), label family="ipv4"|"ipv6":
 	// the addresses the authoritative server answers for name (A, AAAA)…

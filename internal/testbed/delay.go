@@ -19,13 +19,26 @@ func Delay(t testing.TB, target string, rtt time.Duration) string {
 // A set whose edges share a port.
 func DelayAt(t testing.TB, listen, target string, rtt time.Duration) string {
 	t.Helper()
-	d := rtt / 2
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return delay(t, ln, func() (net.Conn, error) { return net.DialTimeout("tcp", target, 5*time.Second) }, rtt)
+}
+
+// DelayIn is DelayAt inside namespace ns, dialing target from source (an
+// address of ns; "" lets the kernel pick): a far link between two hosts of
+// a namespace topology, e.g. an edge and its origin.
+func DelayIn(t testing.TB, ns *Netns, listen, source, target string, rtt time.Duration) string {
+	t.Helper()
+	return delay(t, ns.Listen(listen), func() (net.Conn, error) { return ns.Dial(source, target, 5*time.Second) }, rtt)
+}
+
+func delay(t testing.TB, ln net.Listener, dial func() (net.Conn, error), rtt time.Duration) string {
+	t.Helper()
+	d := rtt / 2
 	ServeConns(t, ln, func(c net.Conn) {
-		up, err := net.DialTimeout("tcp", target, 5*time.Second)
+		up, err := dial()
 		if err != nil {
 			return
 		}

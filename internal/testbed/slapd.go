@@ -62,6 +62,9 @@ type SlapdConfig struct {
 	// TLSCert and TLSKey (PEM files), when set, make slapd serve LDAPS
 	// (URL is then ldaps://…).
 	TLSCert, TLSKey string
+	// Netns, when set, runs slapd inside that namespace (Addr is then its
+	// loopback).
+	Netns *Netns
 }
 
 // Slapd is one slapd process serving ldap://Addr/ from Dir. Stop or Kill
@@ -72,6 +75,7 @@ type Slapd struct {
 	URL  string // ldap://127.0.0.1:port
 	Dir  string
 
+	ns   *Netns // nil: this machine's own namespace
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -82,7 +86,7 @@ type Slapd struct {
 // data and starts slapd on a free loopback port. It needs no test, so
 // benchmarks use it too; Close stops it.
 func NewSlapd(dir string, cfg SlapdConfig) (*Slapd, error) {
-	s := &Slapd{Dir: dir, out: &Buffer{}}
+	s := &Slapd{Dir: dir, out: &Buffer{}, ns: cfg.Netns}
 	port, err := LowPort("127.0.0.1")
 	if err != nil {
 		return nil, err
@@ -185,7 +189,15 @@ func (s *Slapd) Start() error {
 		return err
 	}
 	// -d 0 keeps slapd in the foreground without debug output.
-	cmd := exec.Command(slapd, "-h", s.URL+"/", "-f", filepath.Join(s.Dir, "slapd.conf"), "-d", "0")
+	args := []string{"-h", s.URL + "/", "-f", filepath.Join(s.Dir, "slapd.conf"), "-d", "0"}
+	cmd := exec.Command(slapd, args...)
+	dial := func() (net.Conn, error) { return net.DialTimeout("tcp", s.Addr, 200*time.Millisecond) }
+	if s.ns != nil {
+		// ip netns exec execs slapd itself: the process is slapd, so the
+		// signals of Stop, Kill and Freeze reach it.
+		cmd = s.ns.Command(slapd, args...)
+		dial = func() (net.Conn, error) { return s.ns.Dial("", s.Addr, 200*time.Millisecond) }
+	}
 	cmd.Stdout, cmd.Stderr = s.out, s.out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -195,7 +207,7 @@ func (s *Slapd) Start() error {
 	go func() { cmd.Wait(); close(done) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		c, err := net.DialTimeout("tcp", s.Addr, 200*time.Millisecond)
+		c, err := dial()
 		if err == nil {
 			c.Close()
 			break

@@ -26,6 +26,12 @@ type backend struct {
 	broken atomic.Bool
 	err    error // why the reader stopped; set before broken
 	closed bool
+	// firstBy is set while the answer to the connection's first request
+	// is awaited, with a read deadline; probe while the core's own search
+	// ahead of the first request is unanswered (firstAnswer). The reader
+	// clears both.
+	firstBy time.Time
+	probe   bool
 }
 
 // MaxBackendPDU caps a PDU from a server. Servers are trusted and may
@@ -161,7 +167,7 @@ func (ss *session) dial(name string, ident bool) (*backend, error) {
 			conn.Close()
 			return nil, fmt.Errorf("%w: the SASL identity of %q cannot be re-established on another server", errIdentity, ss.user)
 		}
-		code, err := ss.rebind(b)
+		code, err := ss.rebind(b, ss.cred)
 		if err != nil {
 			conn.Close()
 			if srv.serverFailed(name, err) {
@@ -174,6 +180,10 @@ func (ss *session) dial(name string, ident bool) (*backend, error) {
 			return nil, fmt.Errorf("%w as %q refused: %s", errIdentity, ss.user, wire.ResultName(code))
 		}
 		b.gen = ss.gen
+	} else if err := ss.firstAnswer(b, ident); err != nil {
+		conn.Close()
+		srv.fail(name, err)
+		return nil, err
 	}
 	if !ss.addLine(conn) {
 		return nil, errors.New("session ending")
@@ -183,12 +193,13 @@ func (ss *session) dial(name string, ident bool) (*backend, error) {
 	return b, nil
 }
 
-// rebind binds a fresh backend connection with the saved credentials and
-// swallows the answer. Being the core's own step of connecting, it is
+// rebind binds a fresh backend connection with cred (the saved
+// credentials, or the core's anonymous bind of firstAnswer) and swallows
+// the answer. Being the core's own step of connecting, it is
 // bounded by ConnectTimeout: a server that accepts connections but does not
 // answer fails here, like one that does not accept, and failover goes on.
-func (ss *session) rebind(b *backend) (int, error) {
-	req, err := wire.WithID(ss.cred, rebindID)
+func (ss *session) rebind(b *backend, cred []byte) (int, error) {
+	req, err := wire.WithID(cred, rebindID)
 	if err != nil {
 		return 0, err
 	}
@@ -224,6 +235,7 @@ func (ss *session) rebind(b *backend) (int, error) {
 func (ss *session) readBackend(b *backend) {
 	for {
 		raw, err := b.rd.Next()
+		skip, err := b.answered(raw, err, ss.srv.file.Defaults.ConnectTimeout)
 		if err != nil {
 			b.err = err
 			b.broken.Store(true)
@@ -243,7 +255,9 @@ func (ss *session) readBackend(b *backend) {
 			ss.mu.Unlock()
 			return
 		}
-		ss.onBackend(b, raw)
+		if !skip { // the core's own search (firstAnswer): still flush what waits
+			ss.onBackend(b, raw)
+		}
 		ss.settle(b.rd.Buffered() == 0)
 		ss.mu.Unlock()
 	}
@@ -262,7 +276,7 @@ func (ss *session) send(o *op, b *backend) {
 	}
 	raw := ss.pagedFor(o, b)
 	o.be, o.sent, o.seen, o.skip = b, false, 0, o.base+o.forwarded
-	ss.pending[o.m.ID] = o
+	ss.pend(o, b)
 	if _, err := b.conn.Write(raw); err != nil {
 		ss.connEnded(b, err)
 		return
@@ -348,10 +362,12 @@ func (ss *session) onBackend(b *backend, raw []byte) {
 func (ss *session) bound(o *op, b *backend, code int) {
 	switch code {
 	case wire.ResultSuccess:
+		prev, prevGen := ss.cred, ss.gen
 		ss.cred, ss.credOK = o.m.Raw, ss.sasl == nil
 		ss.user, ss.norm = o.m.BindName, dlp.NormalizeDN(o.m.BindName)
 		ss.gen++
 		b.gen, ss.sasl = ss.gen, nil
+		ss.sameIdentity(prev, prevGen)
 		ss.max.Store(int64(ss.srv.cfg.MaxPDU))
 	case wire.ResultSaslBindInProgress:
 		ss.sasl = b
@@ -473,6 +489,7 @@ func (ss *session) backendFailed(b *backend, err error) {
 		switch {
 		case ss.ended:
 			delete(ss.pending, o.m.ID)
+			ss.track(o, nil)
 		case o.sent && !wire.IsRead(o.m):
 			ss.reply(o, wire.ResultUnavailable, fmt.Sprintf(
 				"%s failed after the %s request was sent: its outcome is unknown; check the directory before retrying", b.name, o.name))

@@ -21,12 +21,8 @@ func badServer(t *testing.T, answer func(id int32) []byte, hangUp bool) string {
 	}
 	testbed.ServeConns(t, ln, func(c net.Conn) {
 		r := wire.NewReader(c)
-		raw, err := r.Next()
-		if err != nil {
-			return
-		}
-		m, err := wire.Parse(raw)
-		if err != nil {
+		m, ok := readMessage(r)
+		if !ok {
 			return
 		}
 		c.Write(answer(m.ID))
@@ -37,6 +33,17 @@ func badServer(t *testing.T, answer func(id int32) []byte, hangUp bool) string {
 		}
 	})
 	return ln.Addr().String()
+}
+
+// readMessage reads and parses the next PDU; false at the end of the
+// stream or on a malformed PDU.
+func readMessage(r *wire.Reader) (*wire.Message, bool) {
+	raw, err := r.Next()
+	if err != nil {
+		return nil, false
+	}
+	m, err := wire.Parse(raw)
+	return m, err == nil
 }
 
 // A server that answers with bytes that are not LDAP is a failed server:

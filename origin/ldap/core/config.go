@@ -2,7 +2,9 @@
 // TLS (LDAPS, StartTLS, client certificates pinned by fingerprint), learns
 // each client's true peer from the front's peer table, and routes every
 // client's LDAP operations to a pool of directory servers by the rules of a
-// DLP file (origin/ldap/dlp), with failover and round robin.
+// DLP file (origin/ldap/dlp), with failover, round robin and the load
+// balancers of balance(LB) rules, while a monitor checks every server
+// (monitor.go; GET /backends: BackendsHandler).
 //
 //	file, err := dlp.ParseFile("ldap_proxy.json")
 //	srv, err := core.New(core.DefaultConfig(), file, lookup, log, prometheus.NewRegistry())
@@ -88,7 +90,8 @@ type Config struct {
 	// Clock drives OFFLINE expiry; nil is time.Now.
 	Clock func() time.Time
 	// DialBackend opens a TCP connection to a backend; nil is a net.Dialer
-	// with TCP keepalive. Tests use it to shape socket buffers.
+	// with TCP keepalive. Tests use it to shape socket buffers. The
+	// backend monitor's checks dial through it too.
 	DialBackend func(ctx context.Context, addr string) (net.Conn, error)
 }
 

@@ -3,9 +3,8 @@ package core
 import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
-	ops       *prometheus.CounterVec
-	backendUp *prometheus.GaugeVec
-	active    prometheus.Gauge
+	ops    *prometheus.CounterVec
+	active prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -14,16 +13,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "edgefleet_core_operations_total",
 			Help: "LDAP operations answered by the core, by LdapServer, operation and result.",
 		}, []string{"server", "op", "result"}),
-		backendUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "edgefleet_core_backend_up",
-			Help: "1 when the LdapServer is selectable, 0 while it is OFFLINE after a failure.",
-		}, []string{"server"}),
 		active: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "edgefleet_core_connections_active",
 			Help: "Client connections open on the core.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.ops, m.backendUp, m.active} {
+	for _, c := range []prometheus.Collector{m.ops, m.active} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -3,11 +3,9 @@ package core
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -52,6 +50,10 @@ type Server struct {
 	proxy  *dlp.Proxy
 	router *dlp.Router
 	health *dlp.Health
+	// Load balancing and the backend monitor (balance.go, monitor.go).
+	load      *dlp.Load
+	balancers *dlp.Balancers
+	monitor   *monitor
 
 	ids atomic.Uint64
 
@@ -117,9 +119,10 @@ func New(cfg Config, file *dlp.File, peers PeerLookup, log *slog.Logger, reg pro
 	}
 	s.m = m
 	if s.file != nil {
-		for _, name := range s.file.ServerOrder {
-			s.m.backendUp.WithLabelValues(name).Set(1)
+		if err := s.startBalancing(reg); err != nil {
+			return nil, err
 		}
+		s.monitor.start()
 	}
 	return s, nil
 }
@@ -265,6 +268,9 @@ func (s *Server) plain(c net.Conn, p Peer) {
 // Shutdown stops accepting, waits for open connections to end until ctx is
 // done, then closes them.
 func (s *Server) Shutdown(ctx context.Context) error {
+	if s.monitor != nil {
+		s.monitor.stop()
+	}
 	s.mu.Lock()
 	s.shutdown = true
 	for ln := range s.lns {
@@ -290,31 +296,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// BackendsHandler serves GET /backends: each LdapServer with its OFFLINE
-// state, as JSON.
-func (s *Server) BackendsHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		type backend struct {
-			Name        string `json:"name"`
-			Addr        string `json:"addr"`
-			Up          bool   `json:"up"`
-			LastFailure string `json:"last_failure,omitempty"`
-		}
-		out := []backend{}
-		if s.file != nil {
-			for _, name := range s.file.ServerOrder {
-				b := backend{Name: name, Addr: s.file.Servers[name].Addr(), Up: !s.health.Offline(name)}
-				if t := s.health.LastFailure(name); !t.IsZero() {
-					b.LastFailure = t.UTC().Format(time.RFC3339)
-				}
-				out = append(out, b)
-			}
-		}
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(out)
-	})
-}
-
 func (s *Server) dialTCP(ctx context.Context, addr string) (net.Conn, error) {
 	if s.cfg.DialBackend != nil {
 		return s.cfg.DialBackend(ctx, addr)
@@ -338,7 +319,6 @@ func (s *Server) backendTLS(host string) *tls.Config {
 // failure.
 func (s *Server) fail(name string, err error) {
 	s.health.Fail(name)
-	s.m.backendUp.WithLabelValues(name).Set(0)
 	s.log.Warn("server offline", "target", name, "err", err)
 }
 
@@ -366,32 +346,9 @@ func (s *Server) connect(ctx context.Context, name string) (net.Conn, error) {
 func (s *Server) answers(name string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), s.file.Defaults.ConnectTimeout)
 	defer cancel()
-	c, err := s.connect(ctx, name)
-	if err != nil {
-		return false
-	}
-	defer c.Close()
-	deadline, _ := ctx.Deadline()
-	c.SetDeadline(deadline)
-	if _, err := c.Write(wire.RootDSESearch(1)); err != nil {
-		return false
-	}
-	r := wire.NewReader(c)
-	for {
-		raw, err := r.Next()
-		if err != nil {
-			return false
-		}
-		if id, tag, ok := header(raw); !ok || id != 1 {
-			return false
-		} else if tag == wire.TagSearchResultDone {
-			c.Write(wire.UnbindRequest(2))
-			return true
-		}
-	}
+	return s.checkServer(ctx, name) == nil
 }
 
 func (s *Server) succeed(name string) {
 	s.health.Succeed(name)
-	s.m.backendUp.WithLabelValues(name).Set(1)
 }

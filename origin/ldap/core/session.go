@@ -52,9 +52,10 @@ type session struct {
 	sasl       *backend
 
 	selected bool
-	primary  *backend // the user target
-	cands    []string // the user target's server first, then the failover order
-	ring     []string // the list cands walks, wrapping (ringOf)
+	primary  *backend  // the user target
+	lbRule   *dlp.Rule // the user rule when it is balance(LB): every operation picks its server (balance.go)
+	cands    []string  // the user target's server first, then the failover order
+	ring     []string  // the list cands walks, wrapping (ringOf)
 
 	conns   []*backend
 	pending map[int32]*op
@@ -78,7 +79,8 @@ type op struct {
 	seq   uint64
 	be    *backend
 	sent  bool
-	rule  *dlp.Rule // the OperationRouting rule that routed it; nil for the user target
+	rule  *dlp.Rule // the OperationRouting rule that routed it, or a balance(LB) user rule; nil for the user target
+	load  string    // the server where it counts as in flight (track)
 	cands []string  // with rule: the server used first, then the failover order
 	ring  []string  // with rule: the list cands walks, wrapping
 	// failed are the servers that failed while this operation was in
@@ -191,6 +193,7 @@ func (ss *session) settle(flush ...bool) {
 	// line (a write's outcome is unknown to everyone from here).
 	for _, o := range ss.opsOn(nil) {
 		delete(ss.pending, o.m.ID)
+		ss.track(o, nil)
 		ss.log(o, o.be.name, "unanswered")
 	}
 	for _, b := range slices.Clone(ss.conns) {
@@ -351,6 +354,11 @@ func (ss *session) bind(o *op) {
 		ss.reply(o, wire.ResultUnavailable, err.Error())
 		return
 	}
+	if ss.lbRule = balanceRule(sel.Rule); ss.lbRule != nil {
+		ss.selected, ss.primary, ss.cands, ss.ring = true, nil, nil, nil
+		ss.balanced(o, ss.lbRule)
+		return
+	}
 	ss.selected, ss.primary, ss.cands, ss.ring = true, nil, sel.Candidates, ss.ringOf(sel)
 	b, diag := ss.userTarget(false, "")
 	if b == nil {
@@ -369,9 +377,13 @@ func (ss *session) route(o *op) {
 			ss.reply(o, wire.ResultUnavailable, err.Error())
 			return
 		}
-		ss.selected, ss.cands, ss.ring = true, sel.Candidates, ss.ringOf(sel)
+		ss.selected, ss.cands, ss.ring, ss.lbRule = true, sel.Candidates, ss.ringOf(sel), balanceRule(sel.Rule)
 	}
 	if osel, ok := ss.srv.router.SelectOperation(&dlp.Ctx{User: ss.norm, Op: o.name, BaseObject: o.m.BaseObject}); ok {
+		if balanceRule(osel.Rule) != nil {
+			ss.balanced(o, osel.Rule)
+			return
+		}
 		o.rule, o.ring = osel.Rule, ss.ringOf(osel)
 		b, rest, diag := ss.attach(osel.Candidates, o.ring, true)
 		if b == nil {
@@ -380,6 +392,10 @@ func (ss *session) route(o *op) {
 		}
 		o.cands = rest
 		ss.send(o, b)
+		return
+	}
+	if ss.lbRule != nil && ss.primary == nil { // primary: keepconn moved the connection to a rule's server
+		ss.balanced(o, ss.lbRule)
 		return
 	}
 	b, diag := ss.userTarget(true, o.name)
@@ -426,6 +442,7 @@ func (ss *session) abandon(o *op) {
 		t.be.conn.Write(o.m.Raw)
 		target = t.be.name
 		delete(ss.pending, o.m.AbandonID)
+		ss.track(t, nil)
 	}
 	ss.log(o, target, "none")
 }
@@ -446,6 +463,7 @@ func (ss *session) reply(o *op, code int, diag string) {
 }
 
 func (ss *session) finish(o *op, code int, raw []byte) {
+	ss.track(o, nil)
 	if ss.pending[o.m.ID] == o {
 		delete(ss.pending, o.m.ID)
 	}

@@ -1,7 +1,9 @@
 // Package dlp reads the DLP configuration file (ldap_proxy.json) and makes
 // the routing decisions of the LDAP core: which rule applies to a user or an
 // operation, and in which order its servers are tried, with round robin,
-// failover and the OFFLINE state shared by all connections.
+// failover and the OFFLINE state shared by all connections; and, for a
+// balance(LB) rule, which server each operation goes to (the LoadBalancer
+// algorithms of seed 003, over the servers' saturation).
 //
 //	f, err := dlp.ParseFile("ldap_proxy.json")  // err is an ErrorList, one line per error
 //	p := f.Proxy(coreName)                       // nil → plain mode
@@ -10,8 +12,13 @@
 //	sel, err := rt.SelectUser(&dlp.Ctx{User: dlp.NormalizeDN(bindDN), Op: "bind"})
 //	for _, s := range sel.Candidates { /* dial f.Servers[s].Addr(); h.Fail(s) or h.Succeed(s) */ }
 //
+//	load := dlp.NewLoad(f, time.Now)                  // load.Begin(s) / load.End(s) around each operation
+//	bs := dlp.NewBalancers(f, h, load)
+//	order := bs.Select(rule.Balance, dlp.Op{Type: "search", FilterAttrs: attrs}) // for sel.Rule.Balance != ""
+//
 // The selection semantics follow the DirX DLP documentation (seed 000) to
-// the letter; docs/dlp-file.md describes the file format.
+// the letter; docs/dlp-file.md describes the file format, docs/balancers.md
+// the LoadBalancer objects.
 package dlp
 
 import (
@@ -96,12 +103,30 @@ type Proxy struct {
 	Default []string // servers used when no UserRouting rule matches; empty → the operation fails (52)
 }
 
-// Balancer is a LoadBalancer object. Its algorithm-specific keys are kept
-// raw here and interpreted by the balancer package (DESIGN.md §5).
+// Balancer is a LoadBalancer object (DESIGN.md §5), checked by the parser
+// (balancerfile.go); Balancers (balance.go) runs it.
 type Balancer struct {
-	Name      string
-	Algorithm string
-	Raw       map[string]any
+	Name       string
+	Algorithm  string // failover, optimal, proportional, saturation or searchfilter
+	Routes     []*Route
+	Switchback bool    // failover: return to the preferred route once it is healthy again
+	Precision  float64 // optimal: percentage points another route must be lower by (5)
+	Threshold  float64 // saturation: percent at which a route counts as saturated
+	Alert      float64 // saturation: percent at which a warning is logged and counted; 0: none
+}
+
+// Route is one route of a LoadBalancer: a server and what the algorithm
+// needs to know about it.
+type Route struct {
+	Server string
+	// Priority and Weight are by operation type (bind, search, …) with
+	// "default" for the types not listed; a plain number in the file is
+	// stored as "default".
+	Priority map[string]int // lower is preferred
+	Weight   map[string]int // proportional; 0 = never
+	Capacity int            // operations in flight that make 100 % saturation (64)
+	// Allowed and Prohibited are lower-case attribute names (searchfilter).
+	Allowed, Prohibited []string
 }
 
 // Proxy returns the LdapProxy object with that name, nil when there is none

@@ -4,13 +4,15 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
 )
 
 // FuzzParseFile: any bytes give a File or an ErrorList, never a panic, and
-// every error has a position.
+// every error has a position. A file that parses runs its load balancers:
+// every operation type gets servers of the balancer, or none.
 func FuzzParseFile(f *testing.F) {
 	files, _ := filepath.Glob(filepath.Join("testdata", "*.json"))
 	for _, p := range files {
@@ -24,6 +26,7 @@ func FuzzParseFile(f *testing.F) {
 			if file == nil {
 				t.Fatal("nil file without error")
 			}
+			runBalancers(t, file)
 			return
 		}
 		var list dlp.ErrorList
@@ -56,4 +59,21 @@ func FuzzCond(f *testing.F) {
 		}
 		c.Match(&dlp.Ctx{User: n, Op: "search", BaseObject: n})
 	})
+}
+
+func runBalancers(t *testing.T, f *dlp.File) {
+	h := dlp.NewHealth(f.Defaults.OfflineRetryTimeout, nil)
+	l := dlp.NewLoad(f, nil)
+	bs := dlp.NewBalancers(f, h, l)
+	for name, lb := range f.Balancers {
+		for _, op := range []string{"bind", "search", "add", "extended", "op-0x99"} {
+			for _, s := range bs.Select(name, dlp.Op{Type: op, FilterAttrs: []string{"uid", "mail"}}) {
+				if !slices.ContainsFunc(lb.Routes, func(r *dlp.Route) bool { return r.Server == s }) || f.Servers[s] == nil {
+					t.Fatalf("balancer %s chose %q, not one of its servers", name, s)
+				}
+				l.Begin(s)
+			}
+		}
+	}
+	bs.Observe()
 }

@@ -13,11 +13,18 @@ import (
 // After that it is selectable again and stays so, however long it goes
 // without being contacted, until a real attempt fails: being selectable
 // is not a retry, and only a failed attempt starts a new OFFLINE period.
+//
+// The backend monitor (DESIGN.md §5) adds a second reason: a server whose
+// last check failed is down, and so OFFLINE, until a check passes,
+// however long that takes; a passing check also ends an OFFLINE period
+// early. A session's successful connect does not end a down state: a
+// frozen server still accepts connections.
 type Health struct {
 	mu    sync.Mutex
 	retry time.Duration
 	now   func() time.Time
 	fails map[string]time.Time // last failure not followed by a success
+	down  map[string]bool      // the monitor's last check failed
 }
 
 // NewHealth returns a Health in which a failed server is OFFLINE for
@@ -26,15 +33,41 @@ func NewHealth(retry time.Duration, now func() time.Time) *Health {
 	if now == nil {
 		now = time.Now
 	}
-	return &Health{retry: retry, now: now, fails: map[string]time.Time{}}
+	return &Health{retry: retry, now: now, fails: map[string]time.Time{}, down: map[string]bool{}}
 }
 
-// Offline reports whether server failed less than the retry time ago.
+// Offline reports whether server failed less than the retry time ago, or
+// is down by the monitor.
 func (h *Health) Offline(server string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	t, ok := h.fails[server]
-	return ok && h.now().Sub(t) < h.retry
+	return h.down[server] || ok && h.now().Sub(t) < h.retry
+}
+
+// CheckFailed records a failed monitor check: server is down (and
+// OFFLINE) until a check passes.
+func (h *Health) CheckFailed(server string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.down[server] = true
+	h.fails[server] = h.now()
+}
+
+// CheckPassed records a passing monitor check: server is selectable again
+// at once.
+func (h *Health) CheckPassed(server string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.down, server)
+	delete(h.fails, server)
+}
+
+// Down reports whether the monitor's last check of server failed.
+func (h *Health) Down(server string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.down[server]
 }
 
 // Fail records a connect or I/O failure: server is OFFLINE from now on, for

@@ -136,6 +136,7 @@ type builder struct {
 	proxyRules map[*Proxy]*node // rules key, resolved after every rule is known
 	proxyDef   map[*Proxy]*node
 	ruleAction map[*Rule]*node
+	routeAt    map[*Route]routePos // where each route's server and capacity are written
 }
 
 // obj is the object being read, for error attribution.
@@ -171,6 +172,7 @@ func (b *builder) file(root *node) {
 	b.proxyRules = map[*Proxy]*node{}
 	b.proxyDef = map[*Proxy]*node{}
 	b.ruleAction = map[*Rule]*node{}
+	b.routeAt = map[*Route]routePos{}
 	if root.kind != 'a' {
 		b.errAt(root.pos, "", "", "the file must be a JSON array of objects, found %s", root.kindName())
 		return
@@ -445,13 +447,15 @@ func (o *obj) rule() {
 }
 
 func (o *obj) balancer() {
-	lb := &Balancer{Name: o.name, Raw: o.n.value().(map[string]any)}
+	lb := &Balancer{Name: o.name}
 	if a, ok := o.str("algorithm", true); ok {
 		if !slices.Contains(algorithms, a) {
 			o.keyErr("algorithm", "unknown algorithm %q (want one of %s)", a, strings.Join(algorithms, ", "))
+		} else {
+			lb.Algorithm = a
 		}
-		lb.Algorithm = a
 	}
+	o.balancerKeys(lb)
 	o.b.f.Balancers[lb.Name] = lb
 }
 
@@ -487,6 +491,7 @@ func (b *builder) resolve() {
 			p.Default = b.nameList(n, where, "default", "LdapServer", func(s string) bool { return b.f.Servers[s] != nil })
 		}
 	}
+	b.resolveRoutes()
 }
 
 // nameList reads an array of names that must exist and appear once.

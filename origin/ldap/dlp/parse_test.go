@@ -93,9 +93,16 @@ var invalidFiles = map[string][]string{
 		`invalid-proxy.json:6:28: LdapProxy "ldapConfiguration" key "name": duplicate LdapProxy name (first defined on line 4)`,
 	},
 	"invalid-loadbalancer.json": {
-		`invalid-loadbalancer.json:2:46: LoadBalancer "LB1" key "algorithm": unknown algorithm "random" (want one of failover, optimal, proportional, saturation, searchfilter)`,
-		`invalid-loadbalancer.json:3:3: LoadBalancer "LB2": missing key "algorithm"`,
-		`invalid-loadbalancer.json:3:60: LoadBalancer "LB2" key "weights": unknown key`,
+		`invalid-loadbalancer.json:3:46: LoadBalancer "LB1" key "algorithm": unknown algorithm "random" (want one of failover, optimal, proportional, saturation, searchfilter)`,
+		`invalid-loadbalancer.json:4:3: LoadBalancer "LB2": missing key "algorithm"`,
+		`invalid-loadbalancer.json:4:46: LoadBalancer "LB2" key "routes": must list at least one route`,
+		`invalid-loadbalancer.json:4:60: LoadBalancer "LB2" key "weights": unknown key`,
+		`invalid-loadbalancer.json:5:103: LoadBalancer "LB3" key "precision": applies to the optimal algorithm only`,
+		`invalid-loadbalancer.json:6:50: LoadBalancer "LB3" key "routes[1].weight": applies to the proportional algorithm only`,
+		`invalid-loadbalancer.json:7:29: LoadBalancer "LB3" key "routes[2].server": no LdapServer named "L2"`,
+		`invalid-loadbalancer.json:7:70: LoadBalancer "LB3" key "routes[2].priority.default": must be an integer 1..1000000, found 0`,
+		`invalid-loadbalancer.json:9:72: LoadBalancer "LB4" key "routes[1].prohibited": "uid" is both allowed and prohibited`,
+		`invalid-loadbalancer.json:9:97: LoadBalancer "LB4" key "routes[1].capacity": capacity 8 differs from the 64 LoadBalancer "LB1" gives L1 on line 3: a server has one capacity`,
 	},
 	// A Latin-1 file: the name "Rä" comes out in UTF-8 and columns count
 	// characters (one per byte).
@@ -195,7 +202,7 @@ func TestDocExample(t *testing.T) {
 			t.Errorf("rule %s = %+v", w.name, r)
 		}
 	}
-	if lb := f.Balancers["LB1"]; lb.Algorithm != "proportional" || len(lb.Raw["routes"].([]any)) != 2 {
+	if lb := f.Balancers["LB1"]; lb.Algorithm != "proportional" || len(lb.Routes) != 2 || lb.Routes[1].WeightFor("search") != 3 {
 		t.Errorf("LB1 %+v", lb)
 	}
 }
