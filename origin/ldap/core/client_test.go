@@ -2,8 +2,10 @@ package core_test
 
 import (
 	"bytes"
+	"errors"
 	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -204,33 +206,45 @@ func TestPeerByWholeAddress(t *testing.T) {
 	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}}, proxy(nil, []string{"L1"})), nil)
 	front := h.front(t)
 
-	// The victim, through the front, with a header claiming 192.0.2.7.
-	raw, err := net.Dial("tcp", front)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	raw.Write([]byte("PROXY TCP4 192.0.2.7 127.0.0.1 4711 8636\r\n"))
-	victim := ldap.NewConn(raw, false)
-	victim.Start()
-	if err := victim.Bind(alice, "alice-pw"); err != nil {
-		t.Fatal(err)
-	}
-	var port int
-	for _, p := range h.table.Peers() {
-		if p.Claimed == "192.0.2.7:4711" {
-			port = p.InnerPort
+	// The victim, through the front, with a header claiming 192.0.2.7;
+	// the thief: another loopback address, the victim's inner port. Other
+	// tests running beside this one may hold that port on 127.0.0.2 (their
+	// edges dial from it): then a new victim connection gets a new port.
+	var tc net.Conn
+	for attempt := 0; tc == nil; attempt++ {
+		raw, err := net.Dial("tcp", front)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if port == 0 {
-		t.Fatalf("no peer table entry for the victim: %+v", h.table.Peers())
-	}
-
-	// The thief: another loopback address, the victim's inner port.
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2), Port: port}, Timeout: 5 * time.Second}
-	tc, err := d.Dial("tcp", h.addr)
-	if err != nil {
-		t.Fatal(err)
+		defer raw.Close()
+		raw.Write([]byte("PROXY TCP4 192.0.2.7 127.0.0.1 4711 8636\r\n"))
+		victim := ldap.NewConn(raw, false)
+		victim.Start()
+		if err := victim.Bind(alice, "alice-pw"); err != nil {
+			t.Fatal(err)
+		}
+		var port int
+		for _, p := range h.table.Peers() {
+			if p.Claimed == "192.0.2.7:4711" {
+				port = p.InnerPort
+			}
+		}
+		if port == 0 {
+			t.Fatalf("no peer table entry for the victim: %+v", h.table.Peers())
+		}
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2), Port: port}, Timeout: 5 * time.Second}
+		tc, err = d.Dial("tcp", h.addr)
+		if errors.Is(err, syscall.EADDRINUSE) && attempt < 5 {
+			victim.Close()
+			waitFor(t, "the victim's entry to go", func() bool {
+				_, ok := h.table.Lookup(port)
+				return !ok
+			})
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	thief := ldap.NewConn(tc, false)
 	thief.Start()
