@@ -38,8 +38,8 @@ func (ss *session) balanced(o *op, rule *dlp.Rule) {
 	// The next page of a paged search stays on the connection that issued
 	// its cookie while that server is a candidate: anywhere else the core
 	// would restart the search from its beginning (paged.go).
-	if o.paged != nil && o.paged.cookie != "" {
-		if ch, ok := ss.chains[o.paged.cookie]; ok && !ch.be.closed {
+	if o.paged != nil && o.paged.Cookie != "" {
+		if ch, ok := ss.chains[o.paged.Cookie]; ok && !ch.be.closed {
 			if i := slices.Index(cands, ch.be.name); i > 0 {
 				cands = append([]string{cands[i]}, slices.Delete(slices.Clone(cands), i, i+1)...)
 			}
@@ -163,7 +163,7 @@ func (b *backend) answered(raw []byte, err error, limit time.Duration) (skip boo
 		b.firstBy = time.Time{}
 		b.conn.SetReadDeadline(time.Time{})
 	}
-	if id, tag, ok := header(raw); ok && b.probe && id == rebindID {
+	if id, tag, ok := wire.Peek(raw); ok && b.probe && id == rebindID {
 		if wire.IsFinal(tag) {
 			b.probe = false
 		}

@@ -95,7 +95,7 @@ func newHarness(t *testing.T, file string, mod func(*core.Config)) *harness {
 	h := &harness{t: t, logs: &testbed.Buffer{}, clock: testbed.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
 		dials: map[string]int{}, reg: prometheus.NewRegistry()}
 	cfg := core.DefaultConfig()
-	cfg.Clock = h.clock.Now
+	cfg.Now = h.clock.Now
 	cfg.DialBackend = func(ctx context.Context, addr string) (net.Conn, error) {
 		h.mu.Lock()
 		h.dials[addr]++

@@ -77,7 +77,7 @@ func New(cfg Config, file *dlp.File, peers PeerLookup, log *slog.Logger, reg pro
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	s := &Server{cfg: cfg, log: log, peers: peers, now: cfg.Clock,
+	s := &Server{cfg: cfg, log: log, peers: peers, now: cfg.Now,
 		lns: map[net.Listener]struct{}{}, conns: map[net.Conn]*session{}}
 	if s.now == nil {
 		s.now = time.Now
