@@ -1,7 +1,10 @@
 package deploy
 
 import (
+	"bytes"
 	"context"
+	"net"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -71,5 +74,121 @@ func TestPublisherCheck(t *testing.T) {
 				t.Fatalf("other name: %v", err)
 			}
 		})
+	}
+}
+
+// recorder keeps what a connection writes.
+type recorder struct {
+	net.Conn
+	b *bytes.Buffer
+}
+
+func (r recorder) Write(p []byte) (int, error) {
+	r.b.Write(p)
+	return r.Conn.Write(p)
+}
+
+// TestPublisherUpdateNotReplayable: an add fleet sent, captured on the
+// wire and sent again after the remove, is refused by BIND 9 (NXRRSET: its
+// prerequisite is the SOA the add was made against) and by the embedded
+// server (REFUSED by its replay cache; after a restart, which empties the
+// cache, NXRRSET like BIND); the address stays unpublished.
+func TestPublisherUpdateNotReplayable(t *testing.T) {
+	type server struct {
+		addr, key string
+		restart   func() string // nil: not tested
+	}
+	for _, tc := range []struct {
+		name   string
+		replay int // the rcode of the replay
+		start  func(t *testing.T) server
+	}{
+		{"bind", dns.RcodeNXRrset, func(t *testing.T) server {
+			n := testbed.StartNamed(t, testbed.NamedConfig{Zone: "example.test", Names: []string{"ldap.example.test"}})
+			return server{addr: n.Addr, key: n.KeySecret}
+		}},
+		{"embedded", dns.RcodeRefused, func(t *testing.T) server {
+			srv, file := embedded(t, "", nil)
+			return server{addr: srv.Addr, key: testSecret, restart: func() string {
+				srv.Close()
+				again, err := NewServer(serverConfig(file, nil))
+				if err != nil {
+					t.Fatal(err)
+				}
+				pc, ln, err := Listen("127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				again.Serve(pc, ln)
+				t.Cleanup(func() { again.Close() })
+				return again.Addr
+			}}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.start(t)
+			var sent []*bytes.Buffer
+			pub := &Publisher{Server: s.addr, Zone: "example.test.", Name: "ldap.example.test.", KeyName: "fleet-key.", Algorithm: dns.HmacSHA256, Secret: s.key,
+				Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+					c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+					if err != nil || network != "tcp" {
+						return c, err
+					}
+					b := new(bytes.Buffer)
+					sent = append(sent, b)
+					return recorder{c, b}, nil
+				}}
+			ctx := context.Background()
+			for _, a := range []string{"198.51.100.1", "198.51.100.2"} {
+				if err := pub.Apply(ctx, Change{Op: OpAdd, Addr: netip.MustParseAddr(a), TTL: 60}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			add := sent[len(sent)-1].Bytes()[2:] // the add of .2, without the TCP length
+			if err := pub.Apply(ctx, Change{Op: OpRemove, Addr: netip.MustParseAddr("198.51.100.2")}); err != nil {
+				t.Fatal(err)
+			}
+			check := func(addr string, want int) {
+				t.Helper()
+				if r := raw(t, addr, "tcp", add); r.Rcode != want {
+					t.Fatalf("the replayed add: %s, want %s", dns.RcodeToString[r.Rcode], dns.RcodeToString[want])
+				}
+				pub.Server = addr
+				if got, err := pub.Read(ctx); err != nil || len(got.A) != 1 {
+					t.Fatalf("after the replay the server answers %v (%v)", got.A, err)
+				}
+			}
+			check(s.addr, tc.replay)
+			if s.restart != nil {
+				check(s.restart(), dns.RcodeNXRrset)
+			}
+		})
+	}
+}
+
+// TestPublisherRetriesMovedZone: another writer changing the zone between
+// fleet's read of the SOA and its UPDATE (NXRRSET) makes fleet read the
+// SOA again and resend; both changes are there.
+func TestPublisherRetriesMovedZone(t *testing.T) {
+	srv, _ := embedded(t, "", nil)
+	raced := false
+	pub := &Publisher{Server: srv.Addr, Zone: "example.test.", Name: "ldap.example.test.", KeyName: "fleet-key.", Algorithm: dns.HmacSHA256, Secret: testSecret,
+		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if network == "tcp" && !raced {
+				raced = true
+				if r := exchange(t, addr, "tcp", newUpdate(t, []string{"ldap 60 IN A 198.51.100.99"}, nil)); r.Rcode != dns.RcodeSuccess {
+					t.Errorf("the other writer: %s", dns.RcodeToString[r.Rcode])
+				}
+			}
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		}}
+	if err := pub.Apply(context.Background(), Change{Op: OpAdd, Addr: netip.MustParseAddr("198.51.100.1"), TTL: 60}); err != nil {
+		t.Fatal(err)
+	}
+	if got := answers(t, srv.Addr); len(got) != 2 {
+		t.Fatalf("the server answers %v, want both writers' addresses", got)
+	}
+	if n := value(srv.results[UpdateRefused]); n != 1 {
+		t.Fatalf("%v refused updates, want the first try only", n)
 	}
 }

@@ -108,6 +108,23 @@ var ErrProbe = errors.New("end-to-end probe failed")
 // active, others new (or failed); an edge that left the inventory after
 // being published is draining.
 func Reconcile(cfg Config, st *State, live RRSet) {
+	// An entry no longer listed whose every address is an inventory
+	// edge's again (an edge moved back while its old address drained):
+	// nothing to wait for or to drop.
+	listed := map[netip.Addr]bool{}
+	for _, e := range cfg.Edges {
+		for _, a := range e.Addrs() {
+			listed[a] = true
+		}
+	}
+	for name, s := range st.Edges {
+		if _, ok := cfg.Edge(name); ok {
+			continue
+		}
+		if addrs := s.Edge(name).Addrs(); len(addrs) > 0 && !slices.ContainsFunc(addrs, func(a netip.Addr) bool { return !listed[a] }) {
+			delete(st.Edges, name)
+		}
+	}
 	for _, e := range cfg.Edges {
 		s := st.Edges[e.Name]
 		if s != nil && (s.IPv4 != e.IPv4 || s.IPv6 != e.IPv6) && (s.State == StateActive || s.State == StateDraining) {
@@ -122,7 +139,7 @@ func Reconcile(cfg Config, st *State, live RRSet) {
 				old.IPv6 = ""
 			}
 			if old.IPv4 != "" || old.IPv6 != "" {
-				st.Edges[e.Name+".old"] = &old
+				st.Edges[oldName(st, e.Name)] = &old
 			}
 			s = nil
 		}
@@ -158,6 +175,18 @@ func Reconcile(cfg Config, st *State, live RRSet) {
 			s.State = StateDraining
 		}
 	}
+}
+
+// oldName is the state entry a re-addressed edge's old addresses drain
+// under: "<name>.old", or ".old2", ".old3"… while an earlier one still
+// drains (re-addressed again before its TTL and drain were over), so each
+// keeps its own wait.
+func oldName(st *State, name string) string {
+	key := name + ".old"
+	for i := 2; st.Edges[key] != nil; i++ {
+		key = fmt.Sprintf("%s.old%d", name, i)
+	}
+	return key
 }
 
 // Run converges: 1 firewall allows the new edges, 2 each new edge is

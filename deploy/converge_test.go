@@ -397,3 +397,106 @@ func TestConvergePartialReaddress(t *testing.T) {
 		t.Fatalf("waited %v, want TTL 60s + slack 5s + drain_timeout 30s (no metrics)", waited)
 	}
 }
+
+// TestConvergeReaddressTwice: an edge re-addressed again while its first
+// old address still drains (a run interrupted in step 5) keeps both old
+// addresses allowed, each under its own name, until each one's own TTL
+// and drain are over; the first one's state entry is not lost.
+func TestConvergeReaddressTwice(t *testing.T) {
+	w, conv := world(t)
+	conv(e1, e2).Run(context.Background())
+	moved := e1
+	moved.IPv4 = "192.0.2.11"
+	ctx, cancel := context.WithCancel(context.Background())
+	c := conv(moved, e2)
+	c.Conns = func(context.Context, string) (int, error) {
+		w.log("conns: interrupted")
+		cancel()
+		return 1, nil
+	}
+	if err := c.Run(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("run 1: %v, want interrupted", err)
+	}
+	w.events = nil
+	moved.IPv4 = "192.0.2.21"
+	w.conns = []int{0}
+	c = conv(moved, e2)
+	allowed := recordAllowed(c)
+	if err := c.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	wantAllowed := []string{
+		"e1.old2=192.0.2.11 e1.old=192.0.2.1 e1=192.0.2.21 e2=192.0.2.2", // step 1: both old addresses still in
+		"e1=192.0.2.21 e2=192.0.2.2",
+	}
+	if !slices.Equal(*allowed, wantAllowed) {
+		t.Fatalf("the firewall allowed:\n%s\nwant:\n%s", strings.Join(*allowed, "\n"), strings.Join(wantAllowed, "\n"))
+	}
+	want := []string{
+		"firewall e1 e1.old e1.old2 e2", "probe 192.0.2.21:636", "dns add A 192.0.2.21 (e1)", "dns remove A 192.0.2.11 (e1.old2)",
+		"conns 192.0.2.1:9101 = 0", "conns 192.0.2.1:9101 = 0", "firewall e1 e2",
+	}
+	if !slices.Equal(w.events, want) {
+		t.Fatalf("events:\n%s\nwant:\n%s", strings.Join(w.events, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// recordAllowed makes c's firewall record, for each Allow, the edges
+// with their IPv4 addresses ("e1=192.0.2.1 e2=192.0.2.2").
+func recordAllowed(c *Converger) *[]string {
+	var allowed []string
+	fw := c.Firewall
+	c.Firewall = firewallFunc(func(edges []Edge) (bool, error) {
+		var s []string
+		for _, e := range edges {
+			s = append(s, e.Name+"="+e.IPv4)
+		}
+		slices.Sort(s)
+		allowed = append(allowed, strings.Join(s, " "))
+		return fw.Allow(edges)
+	})
+	return &allowed
+}
+
+type firewallFunc func(edges []Edge) (bool, error)
+
+func (f firewallFunc) Allow(edges []Edge) (bool, error)      { return f(edges) }
+func (f firewallFunc) Allowed() (map[netip.Addr]bool, error) { return nil, nil }
+
+// TestConvergeReaddressBack: an edge moved back to the address that still
+// drains under "<name>.old" publishes it again at once: that entry is
+// dropped (nothing to wait for: the firewall keeps the address), and only
+// the address it leaves drains.
+func TestConvergeReaddressBack(t *testing.T) {
+	w, conv := world(t)
+	conv(e1, e2).Run(context.Background())
+	moved := e1
+	moved.IPv4 = "192.0.2.11"
+	ctx, cancel := context.WithCancel(context.Background())
+	c := conv(moved, e2)
+	c.Conns = func(context.Context, string) (int, error) {
+		cancel()
+		return 1, nil
+	}
+	if err := c.Run(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("run 1: %v, want interrupted", err)
+	}
+	w.events = nil
+	w.conns = []int{0}
+	c = conv(e1, e2)
+	allowed := recordAllowed(c)
+	if err := c.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	wantAllowed := []string{"e1.old=192.0.2.11 e1=192.0.2.1 e2=192.0.2.2", "e1=192.0.2.1 e2=192.0.2.2"}
+	if !slices.Equal(*allowed, wantAllowed) {
+		t.Fatalf("the firewall allowed:\n%s\nwant:\n%s", strings.Join(*allowed, "\n"), strings.Join(wantAllowed, "\n"))
+	}
+	want := []string{ // the fake logs a firewall change of names only
+		"probe 192.0.2.1:636", "dns add A 192.0.2.1 (e1)", "dns remove A 192.0.2.11 (e1.old)",
+		"conns 192.0.2.1:9101 = 0", "firewall e1 e2",
+	}
+	if !slices.Equal(w.events, want) {
+		t.Fatalf("events:\n%s\nwant:\n%s", strings.Join(w.events, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -255,7 +255,9 @@ func (p *Publisher) exchange(ctx context.Context, m *dns.Msg, network string) (*
 	if dl, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(dl)
 	}
-	co := &dns.Conn{Conn: conn, TsigSecret: map[string]string{p.KeyName: p.Secret}}
+	// The whole datagram is read, whatever its size: an answer bigger than
+	// the EDNS size asked for is the server's error, not a reason to fail.
+	co := &dns.Conn{Conn: conn, TsigSecret: map[string]string{p.KeyName: p.Secret}, UDPSize: dns.MaxMsgSize}
 	if err := co.WriteMsg(m); err != nil {
 		return nil, err
 	}
@@ -272,12 +274,7 @@ func (p *Publisher) exchange(ctx context.Context, m *dns.Msg, network string) (*
 func (p *Publisher) Read(ctx context.Context) (RRSet, error) {
 	set := RRSet{Name: p.Name}
 	for _, t := range []uint16{dns.TypeA, dns.TypeAAAA} {
-		m := new(dns.Msg).SetQuestion(p.Name, t)
-		m.RecursionDesired = false
-		r, err := p.exchange(ctx, m, "udp")
-		if err == nil && r.Truncated {
-			r, err = p.exchange(ctx, m, "tcp")
-		}
+		r, err := p.query(ctx, p.Name, t)
 		if err != nil {
 			return set, fmt.Errorf("dns: read %s %s from %s: %w", p.Name, dns.TypeToString[t], p.Server, oneLineNetErr(err))
 		}
@@ -313,6 +310,35 @@ func (p *Publisher) Read(ctx context.Context) (RRSet, error) {
 	return set, nil
 }
 
+// query asks the server for name's RRset of type t.
+func (p *Publisher) query(ctx context.Context, name string, t uint16) (*dns.Msg, error) {
+	m := new(dns.Msg).SetQuestion(name, t)
+	m.RecursionDesired = false
+	// EDNS: a set of many edges comes whole over UDP, up to 1232 bytes
+	// (~70 IPv4 edges); beyond, the server truncates (TC) and the set is
+	// read again over TCP.
+	m.SetEdns0(maxUDPSize, false)
+	r, err := p.exchange(ctx, m, "udp")
+	if err == nil && r.Truncated {
+		r, err = p.exchange(ctx, m, "tcp")
+	}
+	return r, err
+}
+
+// soa reads the zone's SOA record, which an UPDATE is bound to.
+func (p *Publisher) soa(ctx context.Context) (*dns.SOA, error) {
+	r, err := p.query(ctx, p.Zone, dns.TypeSOA)
+	if err != nil {
+		return nil, fmt.Errorf("read %s SOA from %s: %w", p.Zone, p.Server, oneLineNetErr(err))
+	}
+	for _, rr := range r.Answer {
+		if soa, ok := rr.(*dns.SOA); ok && strings.EqualFold(soa.Hdr.Name, p.Zone) {
+			return soa, nil
+		}
+	}
+	return nil, fmt.Errorf("%s answers no SOA record for %s (%s)", p.Server, p.Zone, dns.RcodeToString[r.Rcode])
+}
+
 // oneLineNetErr keeps what an operator needs of a network error.
 func oneLineNetErr(err error) error {
 	var ne net.Error
@@ -322,9 +348,19 @@ func oneLineNetErr(err error) error {
 	return err
 }
 
-// update is the UPDATE message for one change.
-func (p *Publisher) update(c Change) *dns.Msg {
+// update is the UPDATE message for one change. With soa, its
+// prerequisite is the zone's SOA record as read just before (RFC 2136
+// 2.4.2, value-dependent): the serial moves with every change, so the
+// message applies once — a copy replayed later, by anyone who captured
+// it, is refused (NXRRSET) by any RFC 2136 server, as is an update
+// racing another writer.
+func (p *Publisher) update(c Change, soa *dns.SOA) *dns.Msg {
 	m := new(dns.Msg).SetUpdate(p.Zone)
+	if soa != nil {
+		pre := dns.Copy(soa)
+		pre.Header().Ttl = 0 // RFC 2136 3.2.1: a prerequisite's TTL is zero
+		m.Used([]dns.RR{pre})
+	}
 	switch c.Op {
 	case OpAdd:
 		m.Insert([]dns.RR{addrRR(p.Name, c.Addr, c.TTL)})
@@ -354,8 +390,26 @@ func addrRR(name string, a netip.Addr, ttl uint32) dns.RR {
 // to check that the change is there.
 func (p *Publisher) Apply(ctx context.Context, c Change) error {
 	what := fmt.Sprintf("dns: update %s (%s) on %s", p.Name, c.Describe(), p.Server)
-	if err := p.send(ctx, p.update(c), what); err != nil {
-		return err
+	var used *dns.SOA
+	for try := 1; ; try++ {
+		soa, err := p.soa(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if used != nil && dns.IsDuplicate(used, soa) {
+			// Refused for an SOA the server still answers: it checks
+			// another one than it serves (inline signing, PowerDNS
+			// SOA-EDIT). Send the change unbound.
+			soa = nil
+		}
+		err = p.send(ctx, p.update(c, soa), what)
+		if !errors.Is(err, errZoneMoved) || soa == nil || try == 3 {
+			if err != nil {
+				return err
+			}
+			break
+		}
+		used = soa // another writer changed the zone in between: again
 	}
 	got, err := p.Read(ctx)
 	if err != nil {
@@ -401,12 +455,17 @@ func (p *Publisher) send(ctx context.Context, m *dns.Msg, what string) error {
 	return nil
 }
 
+// errZoneMoved is an UPDATE refused for its SOA prerequisite.
+var errZoneMoved = errors.New("another writer?")
+
 func updateRefused(what string, r *dns.Msg, key string) error {
 	rcode := dns.RcodeToString[r.Rcode]
 	if t := r.IsTsig(); t != nil && t.Error != 0 {
 		return fmt.Errorf("%s: the server rejected TSIG key %s: %s (wrong key name, secret or algorithm?)", what, key, dns.RcodeToString[int(t.Error)])
 	}
 	switch r.Rcode {
+	case dns.RcodeNXRrset:
+		return fmt.Errorf("%s: NXRRSET: the zone's SOA changed between its read and the update (%w)", what, errZoneMoved)
 	case dns.RcodeNotAuth:
 		return fmt.Errorf("%s: %s: the server does not accept key %s for this zone (wrong key, or not authoritative)", what, rcode, key)
 	case dns.RcodeRefused:

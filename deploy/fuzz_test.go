@@ -2,7 +2,15 @@ package deploy
 
 import (
 	"bytes"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/miekg/dns"
 )
 
 // FuzzParseState: any input either fails to parse or round-trips: what
@@ -50,6 +58,94 @@ func FuzzParseZone(f *testing.F) {
 		}
 		if out2 := z2.Marshal(); !bytes.Equal(out, out2) {
 			t.Fatalf("round trip differs:\n%s\n%s", out, out2)
+		}
+	})
+}
+
+// packetWriter is the dns.ResponseWriter of one UDP packet, for the fuzz
+// target: it keeps what the server writes.
+type packetWriter struct{ out []byte }
+
+func (w *packetWriter) LocalAddr() net.Addr {
+	return &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 53}
+}
+func (w *packetWriter) RemoteAddr() net.Addr {
+	return &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5353}
+}
+func (w *packetWriter) Write(b []byte) (int, error) { w.out = b; return len(b), nil }
+func (w *packetWriter) WriteMsg(m *dns.Msg) error {
+	b, err := m.Pack()
+	w.out = b
+	return err
+}
+func (w *packetWriter) Close() error        { return nil }
+func (w *packetWriter) TsigStatus() error   { return dns.ErrSig }
+func (w *packetWriter) TsigTimersOnly(bool) {}
+func (w *packetWriter) Hijack()             {}
+func (w *packetWriter) Network() string     { return "udp" }
+
+// FuzzServeDNS: whatever packet the server accepts over UDP, its answer
+// packs, echoes the ID, and fits in one datagram: 512 bytes, or the
+// query's EDNS size up to 1232 (a name of 60 edges answers ~1 KB); an
+// unverified UPDATE changes nothing.
+func FuzzServeDNS(f *testing.F) {
+	var zone strings.Builder
+	zone.WriteString("$ORIGIN example.test.\n@ 60 IN SOA ns1 hostmaster 1 3600 600 86400 60\n@ 60 IN NS ns1\n")
+	for i := 1; i <= 60; i++ {
+		fmt.Fprintf(&zone, "ldap 60 IN A 198.51.100.%d\n", i)
+	}
+	zone.WriteString("ldap 60 IN TXT \"not ours\"\n")
+	file := filepath.Join(f.TempDir(), "fleet.zone")
+	os.WriteFile(file, []byte(zone.String()), 0o644)
+	srv, err := NewServer(serverConfig(file, nil))
+	if err != nil {
+		f.Fatal(err)
+	}
+	before := srv.zone.Marshal()
+	seed := func(m *dns.Msg) {
+		b, err := m.Pack()
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	seed(new(dns.Msg).SetQuestion("ldap.example.test.", dns.TypeA))
+	seed(new(dns.Msg).SetQuestion("ldap.example.test.", dns.TypeA).SetEdns0(4096, false))
+	seed(new(dns.Msg).SetQuestion("ldap.example.test.", dns.TypeA).SetEdns0(700, true))
+	seed(new(dns.Msg).SetQuestion("ldap.example.test.", dns.TypeANY))
+	seed(new(dns.Msg).SetQuestion("nowhere.example.test.", dns.TypeA))
+	bad := new(dns.Msg).SetQuestion("ldap.example.test.", dns.TypeA).SetEdns0(1232, false)
+	bad.IsEdns0().SetVersion(1)
+	seed(bad)
+	up := new(dns.Msg).SetUpdate("example.test.")
+	up.Insert([]dns.RR{&dns.A{Hdr: dns.RR_Header{Name: "ldap.example.test.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.IPv4(192, 0, 2, 1)}})
+	seed(up)
+	up.SetTsig("fleet-key.", dns.HmacSHA256, 300, 1764547200)
+	seed(up)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r := new(dns.Msg)
+		if len(b) < 12 || r.Unpack(b) != nil {
+			return
+		}
+		var h dns.Header
+		h.Id, h.Bits = binary.BigEndian.Uint16(b), binary.BigEndian.Uint16(b[2:])
+		h.Qdcount, h.Ancount = binary.BigEndian.Uint16(b[4:]), binary.BigEndian.Uint16(b[6:])
+		h.Nscount, h.Arcount = binary.BigEndian.Uint16(b[8:]), binary.BigEndian.Uint16(b[10:])
+		if acceptMsg(h) != dns.MsgAccept {
+			return
+		}
+		w := &packetWriter{}
+		srv.ServeDNS(w, r)
+		limit := dns.MinMsgSize
+		if opt := r.IsEdns0(); opt != nil {
+			limit = int(min(max(opt.UDPSize(), dns.MinMsgSize), maxUDPSize))
+		}
+		a := new(dns.Msg)
+		if err := a.Unpack(w.out); err != nil || a.Id != r.Id || len(w.out) > limit {
+			t.Fatalf("answer of %d bytes (limit %d), id %d for %d: %v\n%v", len(w.out), limit, a.Id, r.Id, err, a)
+		}
+		if !bytes.Equal(srv.zone.Marshal(), before) {
+			t.Fatalf("an unverified message changed the zone:\n%v", r)
 		}
 	})
 }

@@ -220,7 +220,7 @@ func (c Config) Validate() error {
 		}
 	}
 	seen := map[string]bool{}
-	owner := map[netip.Addr]string{} // address → the edge listing it first
+	owner := map[netip.Addr]int{} // address → the index of the edge listing it first
 	for i, e := range c.Edges {
 		key := fmt.Sprintf("edges[%d]", i)
 		if !edgeName.MatchString(e.Name) {
@@ -251,10 +251,11 @@ func (c Config) Validate() error {
 			if err != nil {
 				continue
 			}
-			if other, dup := owner[ip]; dup && other != e.Name {
-				bad(key+"."+fam, "%s is already the address of edge %q", ip, other)
+			if other, dup := owner[ip]; dup && other != i {
+				bad(key+"."+fam, "%s is already the address of edge %q (edges[%d])", ip, c.Edges[other].Name, other)
+				continue
 			}
-			owner[ip] = e.Name
+			owner[ip] = i
 		}
 		if e.Metrics != "" && !validMetrics(e.Metrics) {
 			bad(key+".metrics", "%q is not host:port or an http(s) URL", e.Metrics)

@@ -50,8 +50,8 @@ func TestValidate(t *testing.T) {
 		{name: "duplicate edge", edit: func(c *Config) { c.Edges[1].Name = "edge-1" }, wantErr: `edges[1].name: "edge-1" is used twice`},
 		{name: "bad edge name", edit: func(c *Config) { c.Edges[0].Name = "edge 1" }, wantErr: `edges[0].name: "edge 1" is not a name`},
 		{name: "unspecified address", edit: func(c *Config) { c.Edges[0].IPv4 = "0.0.0.0" }, wantErr: "edges[0].ipv4: 0.0.0.0 is not the address of one host"},
-		{name: "duplicate address", edit: func(c *Config) { c.Edges[1].IPv4 = "203.0.113.10" }, wantErr: `edges[1].ipv4: 203.0.113.10 is already the address of edge "edge-1"`},
-		{name: "duplicate ipv6", edit: func(c *Config) { c.Edges[1].IPv6 = "2001:db8:0::10" }, wantErr: `edges[1].ipv6: 2001:db8::10 is already the address of edge "edge-1"`},
+		{name: "duplicate address", edit: func(c *Config) { c.Edges[1].IPv4 = "203.0.113.10" }, wantErr: `edges[1].ipv4: 203.0.113.10 is already the address of edge "edge-1" (edges[0])`},
+		{name: "duplicate ipv6", edit: func(c *Config) { c.Edges[1].IPv6 = "2001:db8:0::10" }, wantErr: `edges[1].ipv6: 2001:db8::10 is already the address of edge "edge-1" (edges[0])`},
 		{name: "secret not base64", edit: func(c *Config) { c.DNS.TSIG.Secret = "not base64!" }, wantErr: "dns.tsig.secret: the secret is not base64"},
 		{name: "missing secret file", edit: func(c *Config) {
 			c.DNS.TSIG = TSIG{Name: "k", Algorithm: "hmac-sha256", SecretFile: "/nonexistent/fleet.key"}

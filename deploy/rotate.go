@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -34,8 +35,17 @@ func RotateInventory(src []byte, out string, in Edge) ([]byte, error) {
 		if n := mapValue(item, "name"); n != nil && n.Value == in.Name && in.Name != out {
 			return nil, fmt.Errorf("fleet.yaml: edge %q is already listed", in.Name)
 		}
-		if n := mapValue(item, "name"); n != nil && n.Value == out {
+		n := mapValue(item, "name")
+		if n != nil && n.Value == out {
 			at = i
+			continue
+		}
+		// The new edge's address held by another edge: name that one
+		// (Validate would blame whichever comes later in the list).
+		for fam, a := range map[string]string{"ipv4": in.IPv4, "ipv6": in.IPv6} {
+			if v := mapValue(item, fam); a != "" && v != nil && sameAddr(v.Value, a) && n != nil {
+				return nil, fmt.Errorf("fleet.yaml: %s is already the address of edge %q", a, n.Value)
+			}
 		}
 	}
 	if at < 0 {
@@ -74,6 +84,12 @@ func RotateInventory(src []byte, out string, in Edge) ([]byte, error) {
 	}
 	enc.Close()
 	return b.Bytes(), nil
+}
+
+func sameAddr(a, b string) bool {
+	x, errx := netip.ParseAddr(a)
+	y, erry := netip.ParseAddr(b)
+	return errx == nil && erry == nil && x == y
 }
 
 // mapValue is the value node of key in a mapping node.

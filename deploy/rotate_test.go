@@ -41,8 +41,16 @@ func TestRotateInventoryRefusals(t *testing.T) {
 	for _, tc := range []struct{ out, in, want string }{
 		{"e9", "e3", `no edge "e9"`},
 		{"e1", "e2", `edge "e2" is already listed`},
+		// The new edge takes the address of another one: that one is named
+		// (it used to be blamed on the edge after the rotated one).
+		{"e1", "e3=192.0.2.2", `fleet.yaml: 192.0.2.2 is already the address of edge "e2"`},
+		{"e2", "e3=192.0.2.1", `fleet.yaml: 192.0.2.1 is already the address of edge "e1"`},
 	} {
-		_, err := RotateInventory([]byte(inventoryYAML), tc.out, Edge{Name: tc.in, IPv4: "192.0.2.3"})
+		in, addr, ok := strings.Cut(tc.in, "=")
+		if !ok {
+			addr = "192.0.2.3"
+		}
+		_, err := RotateInventory([]byte(inventoryYAML), tc.out, Edge{Name: in, IPv4: addr})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("rotate %s -> %s: err = %v, want %q", tc.out, tc.in, err, tc.want)
 		}

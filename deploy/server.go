@@ -9,9 +9,14 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgefleet/edgefleet/internal/accept"
 )
 
 // ServerConfig is the embedded authoritative server (`fleet dns serve`).
@@ -24,11 +29,44 @@ type ServerConfig struct {
 	// KeyName, Algorithm and Secret (base64): the TSIG key updates must be
 	// signed with.
 	KeyName, Algorithm, Secret string
-	// Names the key may update (the inventory's name); any other name, and
-	// SOA or NS records, are REFUSED.
+	// Names the key may update (the inventory's name), their A and AAAA
+	// records only; any other name or type is REFUSED.
 	Names []string
 	Log   *slog.Logger
+	// Registerer, when set, gets edgefleet_fleet_dns_updates_total.
+	Registerer prometheus.Registerer
+	// Now is the clock of the replay cache and the TSIG time check (nil:
+	// time.Now).
+	Now func() time.Time
 }
+
+// Results of an UPDATE: the `result` label of
+// edgefleet_fleet_dns_updates_total and of the refusal's log line.
+const (
+	UpdateApplied  = "success"  // applied, or a no-op
+	UpdateUnsigned = "unsigned" // no TSIG: REFUSED
+	UpdateBadKey   = "badkey"   // a key the server does not know: NOTAUTH/BADKEY
+	UpdateBadSig   = "badsig"   // the MAC does not verify: NOTAUTH/BADSIG
+	UpdateBadTime  = "badtime"  // signed outside the fudge window: NOTAUTH/BADTIME
+	UpdateReplay   = "replay"   // a copy of an update already received: REFUSED
+	UpdateRefused  = "refused"  // signed, but not allowed or not applicable
+)
+
+var updateResults = []string{UpdateApplied, UpdateUnsigned, UpdateBadKey, UpdateBadSig, UpdateBadTime, UpdateReplay, UpdateRefused}
+
+// A refused UPDATE logs at most refusalLogBurst lines per
+// refusalLogWindow (an unsigned one is a spoofable UDP packet); the next
+// line says how many were suppressed. The metric counts every one.
+const (
+	refusalLogBurst  = 10
+	refusalLogWindow = 10 * time.Second
+)
+
+// maxFudge bounds the time window of a signed UPDATE whatever fudge its
+// signer chose: it must be signed within 5 minutes of the server's clock
+// (RFC 8945's recommended fudge). The replay cache remembers an update
+// that long.
+const maxFudge = 300 * time.Second
 
 // Server answers queries for its zone authoritatively and applies RFC 2136
 // UPDATEs signed with its key, writing the zone file before it answers.
@@ -41,6 +79,13 @@ type Server struct {
 	udp, tcp *dns.Server
 	// Addr is the address it serves on, once Serve is called.
 	Addr string
+
+	now      func() time.Time
+	refusals *accept.Limiter
+	results  map[string]prometheus.Counter
+	// seen holds the MAC of every verified UPDATE until it stops
+	// verifying (time signed + fudge): a copy is a replay (under mu).
+	seen map[string]time.Time
 }
 
 var _ dns.Handler = (*Server)(nil)
@@ -76,9 +121,25 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	cfg.Names = slices.Clone(cfg.Names)
-	s := &Server{cfg: cfg, log: cfg.Log}
+	s := &Server{cfg: cfg, log: cfg.Log, now: cfg.Now, seen: map[string]time.Time{}, results: map[string]prometheus.Counter{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.refusals = accept.NewLimiter(refusalLogBurst, refusalLogWindow, s.now)
+	total := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "edgefleet_fleet_dns_updates_total",
+		Help: "UPDATEs the embedded DNS server received, by result (success, or why it was refused).",
+	}, []string{"result"})
+	for _, r := range updateResults {
+		s.results[r] = total.WithLabelValues(r)
+	}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(total); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
 	}
 	s.cfg.Zone = dns.CanonicalName(cfg.Zone)
 	s.cfg.KeyName = dns.CanonicalName(cfg.KeyName)
@@ -177,15 +238,55 @@ func (s *Server) serial() uint32 {
 // ServeDNS answers one message.
 func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	m := new(dns.Msg)
-	switch r.Opcode {
-	case dns.OpcodeQuery:
+	opt := r.IsEdns0()
+	switch {
+	case opt != nil && opt.Version() != 0:
+		m.SetRcode(r, dns.RcodeBadVers) // RFC 6891 6.1.3: only EDNS version 0
+	case r.Opcode == dns.OpcodeQuery:
 		m = s.query(r)
-	case dns.OpcodeUpdate:
+	case r.Opcode == dns.OpcodeUpdate:
 		m = s.update(w, r)
 	default:
 		m.SetRcode(r, dns.RcodeNotImplemented)
 	}
+	fit(m, opt, w.LocalAddr().Network() == "udp")
+	if t := m.IsTsig(); t != nil && (t.Error == dns.RcodeBadKey || t.Error == dns.RcodeBadSig) {
+		// Unsigned (RFC 8945 5.3.2), but with the server's time, which
+		// miekg/dns would write as 0 (nsupdate: "clocks are
+		// unsynchronized").
+		t.TimeSigned = uint64(s.now().Unix())
+		if b, err := m.Pack(); err == nil {
+			w.Write(b)
+		}
+		return
+	}
 	w.WriteMsg(m)
+}
+
+// maxUDPSize is the largest UDP answer (the DNS flag day 2020 size, no IP
+// fragmentation), advertised in the OPT record of every EDNS answer.
+const maxUDPSize = 1232
+
+// fit makes m an answer a client can read: an EDNS query gets an OPT
+// record back (before the TSIG, which stays last); over UDP m is cut to
+// 512 bytes, or to the client's EDNS size up to maxUDPSize, with the TC bit
+// set when records had to go, so the client asks again over TCP.
+func fit(m *dns.Msg, opt *dns.OPT, udp bool) {
+	m.Compress = true // 33 bytes an A record uncompressed, 16 compressed
+	size := dns.MinMsgSize
+	if opt != nil {
+		size = int(min(max(opt.UDPSize(), dns.MinMsgSize), maxUDPSize))
+		o := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
+		o.SetUDPSize(maxUDPSize) // Pack puts an extended rcode (BADVERS) in it
+		at := len(m.Extra)
+		if m.IsTsig() != nil {
+			at--
+		}
+		m.Extra = slices.Insert(m.Extra, at, dns.RR(o))
+	}
+	if udp {
+		m.Truncate(size) // an answer with a TSIG (to an UPDATE) is small and kept whole
+	}
 }
 
 func (s *Server) query(r *dns.Msg) *dns.Msg {
@@ -204,8 +305,10 @@ func (s *Server) query(r *dns.Msg) *dns.Msg {
 	z := s.zone
 	switch {
 	case q.Qtype == dns.TypeANY:
-		for _, set := range z.rrs[name] {
-			m.Answer = append(m.Answer, copyRRs(set)...)
+		// RFC 8482: a minimal answer, one synthesized HINFO, so ANY is no
+		// amplifier (the query's source is spoofable over UDP).
+		if z.exists(name) {
+			m.Answer = []dns.RR{&dns.HINFO{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeHINFO, Class: dns.ClassINET, Ttl: z.SOA().Minttl}, Cpu: "RFC8482"}}
 		}
 	default:
 		m.Answer = copyRRs(z.get(name, q.Qtype))
@@ -235,39 +338,73 @@ func copyRRs(set []dns.RR) []dns.RR {
 func (s *Server) update(w dns.ResponseWriter, r *dns.Msg) *dns.Msg {
 	m := new(dns.Msg).SetReply(r)
 	t := r.IsTsig()
+	result := UpdateRefused
 	refuse := func(rcode int, why string) *dns.Msg {
-		s.log.Warn("dns update refused", "result", dns.RcodeToString[rcode], "err", why, "client", w.RemoteAddr().String())
+		s.results[result].Inc()
+		if ok, suppressed := s.refusals.Allow(); ok {
+			s.log.Warn("dns update refused", "result", result, "rcode", dns.RcodeToString[rcode], "err", why,
+				"client", w.RemoteAddr().String(), "suppressed", suppressed)
+		}
 		m.Rcode = rcode
 		return m
 	}
 	if t == nil {
+		result = UpdateUnsigned
 		return refuse(dns.RcodeRefused, "not signed")
 	}
 	if dns.CanonicalName(t.Hdr.Name) != s.cfg.KeyName || dns.CanonicalName(t.Algorithm) != s.cfg.Algorithm {
-		// The reply carries the TSIG error unsigned (RFC 8945 5.2.1).
-		m.SetTsig(t.Hdr.Name, t.Algorithm, 300, int64(t.TimeSigned))
+		// The reply carries the TSIG error unsigned (RFC 8945 5.2.1); an
+		// empty algorithm (rdlength 0) is written as the root, not as
+		// nothing (which made a malformed answer: FuzzServeDNS).
+		m.SetTsig(t.Hdr.Name, dns.Fqdn(t.Algorithm), 300, int64(t.TimeSigned))
 		m.IsTsig().Error = dns.RcodeBadKey
+		result = UpdateBadKey
 		return refuse(dns.RcodeNotAuth, "unknown key "+t.Hdr.Name)
 	}
-	if err := w.TsigStatus(); err != nil {
-		m.SetTsig(t.Hdr.Name, t.Algorithm, 300, int64(t.TimeSigned))
-		code := dns.RcodeBadSig
+	now := s.now()
+	signed := time.Unix(int64(t.TimeSigned), 0)
+	err := w.TsigStatus()
+	if err == nil && (now.Sub(signed) > maxFudge || signed.Sub(now) > maxFudge) {
+		err = fmt.Errorf("%w: signed %v from the server's clock, more than %v", dns.ErrTime, now.Sub(signed).Round(time.Second), maxFudge)
+	}
+	if err != nil {
+		m.SetTsig(t.Hdr.Name, dns.Fqdn(t.Algorithm), 300, int64(t.TimeSigned))
+		result = UpdateBadSig
 		if errors.Is(err, dns.ErrTime) {
-			code = dns.RcodeBadTime
+			// Signed with the request's time, the server's in Other Data
+			// (RFC 8945 5.2.3), so the client can tell the skew.
+			result = UpdateBadTime
+			e := m.IsTsig()
+			e.Error, e.OtherLen, e.OtherData = dns.RcodeBadTime, 6, fmt.Sprintf("%012x", now.Unix())
+		} else {
+			m.IsTsig().Error = dns.RcodeBadSig
 		}
-		m.IsTsig().Error = uint16(code)
 		return refuse(dns.RcodeNotAuth, "tsig: "+err.Error())
 	}
 	// From here the answer is signed with the key.
 	m.SetTsig(s.cfg.KeyName, s.cfg.Algorithm, 300, int64(t.TimeSigned))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// A copy of an update already received (a third party replaying a
+	// captured one within its time window) is not applied again, even
+	// if that one was refused: its conditions may hold now.
+	for mac, until := range s.seen {
+		if now.After(until) {
+			delete(s.seen, mac)
+		}
+	}
+	mac := strings.ToLower(t.MAC)
+	if _, dup := s.seen[mac]; dup {
+		result = UpdateReplay
+		return refuse(dns.RcodeRefused, "replayed: an update with this MAC was received before (within its fudge window)")
+	}
+	s.seen[mac] = signed.Add(min(time.Duration(t.Fudge)*time.Second, maxFudge))
 	if len(r.Question) != 1 || r.Question[0].Qtype != dns.TypeSOA {
 		return refuse(dns.RcodeFormatError, "zone section is not one SOA question")
 	}
 	if dns.CanonicalName(r.Question[0].Name) != s.cfg.Zone {
 		return refuse(dns.RcodeNotAuth, "not authoritative for "+r.Question[0].Name)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if rcode, why := s.prereqs(r.Answer); rcode != dns.RcodeSuccess {
 		return refuse(rcode, why)
 	}
@@ -278,13 +415,23 @@ func (s *Server) update(w dns.ResponseWriter, r *dns.Msg) *dns.Msg {
 		}
 	}
 	if bytes.Equal(z.Marshal(), s.zone.Marshal()) {
+		s.results[UpdateApplied].Inc()
 		return m // nothing changed (a no-op delete): no new serial
 	}
+	if n := z.count(); n > maxZoneRecords {
+		return refuse(dns.RcodeRefused, fmt.Sprintf("the zone would hold %d records, more than %d", n, maxZoneRecords))
+	}
 	z.SOA().Serial++
-	if err := WriteFileAtomic(s.cfg.ZoneFile, z.Marshal(), 0o644); err != nil {
+	// Never write a file the next start would refuse: it must read back.
+	text := z.Marshal()
+	if _, err := ParseZone(text, s.cfg.Zone); err != nil {
+		return refuse(dns.RcodeRefused, "the zone would not read back: "+err.Error())
+	}
+	if err := WriteFileAtomic(s.cfg.ZoneFile, text, 0o644); err != nil {
 		return refuse(dns.RcodeServerFailure, err.Error())
 	}
 	s.zone = z
+	s.results[UpdateApplied].Inc()
 	s.log.Info("dns update applied", "op", "update", "result", "success", "serial", z.SOA().Serial, "client", w.RemoteAddr().String())
 	return m
 }
@@ -347,28 +494,22 @@ func (s *Server) apply(z *Zone, rr dns.RR) (int, string) {
 	if !slices.Contains(s.cfg.Names, name) {
 		return dns.RcodeRefused, "the key may not update " + name
 	}
-	if h.Rrtype == dns.TypeSOA || h.Rrtype == dns.TypeNS {
-		return dns.RcodeRefused, "SOA and NS records are not updatable"
+	// Only the A and AAAA RRsets of the names: no CNAME beside them, no
+	// "delete every RRset" that would take the operator's TXT too.
+	if h.Rrtype != dns.TypeA && h.Rrtype != dns.TypeAAAA {
+		return dns.RcodeRefused, "only A and AAAA records are updatable, not " + dns.Type(h.Rrtype).String()
 	}
 	switch h.Class {
 	case dns.ClassINET:
-		if h.Rdlength == 0 || h.Rrtype == dns.TypeANY {
+		if h.Rdlength == 0 {
 			return dns.RcodeFormatError, "add without data"
 		}
 		c := dns.Copy(rr)
 		c.Header().Name = name
 		z.add(c)
 	case dns.ClassANY:
-		if h.Rrtype == dns.TypeANY {
-			for t := range z.rrs[name] {
-				if t != dns.TypeSOA && t != dns.TypeNS {
-					z.setRRset(name, t, nil)
-				}
-			}
-		} else {
-			if z.rrs[name] != nil {
-				z.setRRset(name, h.Rrtype, nil)
-			}
+		if z.rrs[name] != nil {
+			z.setRRset(name, h.Rrtype, nil)
 		}
 	case dns.ClassNONE:
 		c := dns.Copy(rr)

@@ -133,6 +133,17 @@ func (z *Zone) clone() *Zone {
 	return c
 }
 
+// count is the number of records, the SOA included.
+func (z *Zone) count() int {
+	n := 0
+	for _, types := range z.rrs {
+		for _, set := range types {
+			n += len(set)
+		}
+	}
+	return n
+}
+
 // SOA is the zone's SOA record.
 func (z *Zone) SOA() *dns.SOA { return z.get(z.Origin, dns.TypeSOA)[0].(*dns.SOA) }
 

@@ -14,19 +14,23 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/internal/sockopt"
 	"github.com/edgefleet/edgefleet/internal/splice"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 )
 
 // A refused connection (a client's own PROXY header, a loop) logs at most
@@ -147,14 +151,18 @@ func (e *Edge) Serve(ln net.Listener) error {
 	}()
 
 	// Accepted sockets inherit keepalive from the listening one; whether
-	// they really do (Go's listener may set its own default on each) is
-	// checked once, on the first connection.
-	inherit := keepalive(e.cfg.Keepalive).Set(ln) == nil
-	checked := false
+	// they really do is checked on the first connections until one has
+	// it: Go's listener may set its own default on each, and a connection
+	// the kernel completed before this call took the listener's options
+	// from before it.
+	ka := keepalive(e.cfg.Keepalive)
+	onListener := ka.Set(ln) == nil
+	inherit, checks := false, 0
 	loop := accept.Loop{
 		Handle: func(c net.Conn) {
-			if inherit && !checked {
-				inherit, checked = keepalive(e.cfg.Keepalive).Has(c), true
+			if onListener && !inherit && checks < inheritChecks {
+				checks++
+				inherit = ka.Has(c)
 			}
 			kaSet := inherit
 			e.workers.Go(func() { e.relay(c, kaSet, nil) })
@@ -167,6 +175,10 @@ func (e *Edge) Serve(ln net.Listener) error {
 	}
 	return loop.Serve(ln)
 }
+
+// inheritChecks is how many accepted connections Serve checks for the
+// listener's keepalive before it sets keepalive on each itself.
+const inheritChecks = 8
 
 func (e *Edge) isClosing() bool {
 	e.mu.Lock()
@@ -256,22 +268,29 @@ func (e *Edge) relay(c net.Conn, keepaliveSet bool, over func()) {
 		return
 	}
 
-	hdr, err := proxyHeader(e.cfg.ProxyProtocol, c.RemoteAddr(), c.LocalAddr(), id, e.cfg.Name)
-	if err == nil && hdr != nil {
-		_, err = server.Write(hdr) // one write, before any payload byte
-	}
-	if err != nil {
+	sent, held, cerr, serr := e.sendHeader(c, server, id)
+	if cerr != nil || serr != nil {
 		c.Close()
 		server.Close()
-		e.closed(rc, id, addr, start, splice.Result{Reason: ResultServerError, Err: fmt.Errorf("write proxy header: %w", err)})
+		res := splice.Result{Reason: splice.ReasonClientError, Err: cerr}
+		if serr != nil {
+			res = splice.Result{Reason: ResultServerError, Err: fmt.Errorf("write proxy header: %w", serr)}
+		}
+		e.closed(rc, id, addr, start, res)
 		over()
 		return
 	}
 	pair := splice.Prepare(c, server, func(res splice.Result) {
+		res.Up += sent
 		e.closed(rc, id, addr, start, res)
 		over()
 	})
-	pair.Screen(screenProxy) // on the first read the copy makes anyway
+	switch {
+	case held != nil: // a prefix of a PROXY signature: wait for more
+		pair.ScreenHeld(held, screenProxy)
+	case sent == 0:
+		pair.Screen(screenProxy) // on the first read the copy makes anyway
+	}
 	e.mu.Lock()
 	rc.pair = pair
 	forced = rc.forced
@@ -280,6 +299,98 @@ func (e *Edge) relay(c net.Conn, keepaliveSet bool, over func()) {
 		pair.Close()
 	}
 	pair.Run() // client→origin in this goroutine until it idles or ends
+}
+
+// firstBufSize holds the PROXY header and the client's first bytes (a
+// TLS ClientHello, an LDAP bind); more of them follow through the copy.
+const firstBufSize = 4096
+
+// firstBuf is sendHeader's pooled buffer, with readNow's state and
+// callback bound once, so that a connection allocates none of them.
+type firstBuf struct {
+	b    [firstBufSize]byte
+	in   []byte // where readNow reads into, then what it read
+	err  error
+	read func(fd uintptr) bool
+}
+
+var firstBufs = sync.Pool{New: func() any {
+	f := &firstBuf{}
+	f.read = func(fd uintptr) bool {
+		for {
+			n, err := splice.ReadNow(int(fd), f.in)
+			switch {
+			case err == unix.EINTR:
+				continue
+			case err == unix.EAGAIN || (err == nil && n == 0): // nothing yet, or EOF: the copy sees it
+				f.in = nil
+			case err != nil:
+				f.in, f.err = nil, os.NewSyscallError("read", err)
+			default:
+				f.in = f.in[:n]
+			}
+			return true // one attempt, never a wait
+		}
+	}
+	return f
+}}
+
+// sendHeader writes the PROXY header to server. The client's first bytes
+// have usually arrived while the origin was dialled: when they have and
+// pass screenProxy, they go out with the header in one write (one
+// segment, one system call fewer), and sent counts them. Bytes that are a
+// prefix of a PROXY signature come back as held, for the copy to screen
+// with what follows. cerr refuses the client (its own PROXY header, a
+// failed read) before the origin saw a byte; serr is a failed write.
+func (e *Edge) sendHeader(c, server net.Conn, id string) (sent int64, held []byte, cerr, serr error) {
+	buf := firstBufs.Get().(*firstBuf)
+	defer firstBufs.Put(buf)
+	out, err := appendProxyHeader(buf.b[:0], e.cfg.ProxyProtocol, c.RemoteAddr(), c.LocalAddr(), id, e.cfg.Name)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	first, err := buf.readNow(c, out[len(out):cap(out)])
+	if err != nil {
+		return 0, nil, err, nil
+	}
+	if len(first) > 0 {
+		switch err := screenProxy(first); err {
+		case nil:
+			out = out[:len(out)+len(first)]
+			sent = int64(len(first))
+		case splice.ErrMore:
+			held = bytes.Clone(first) // first is in buf, which goes back to the pool
+		default:
+			return 0, nil, err, nil
+		}
+	}
+	if len(out) > 0 {
+		if _, err := server.Write(out); err != nil {
+			return 0, nil, nil, err
+		}
+	}
+	return sent, held, nil, nil
+}
+
+// readNow reads what c has received already into b, without waiting:
+// nothing (and no error) when no byte is there yet, at EOF, or when c is
+// not a socket.
+func (f *firstBuf) readNow(c net.Conn, b []byte) ([]byte, error) {
+	sc, ok := c.(syscall.Conn)
+	if !ok || len(b) == 0 {
+		return nil, nil
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return nil, nil
+	}
+	f.in, f.err = b, nil
+	if err := raw.Read(f.read); err != nil {
+		return nil, err
+	}
+	in, err := f.in, f.err
+	f.in, f.err = nil, nil
+	return in, err
 }
 
 // closed accounts for a finished connection: metrics, and one log line

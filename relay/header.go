@@ -35,6 +35,37 @@ func proxyHeader(version string, client, local net.Addr, id, name string) ([]byt
 	return h.Format()
 }
 
+// appendProxyHeader is proxyHeader appended to dst. The v2 header of a
+// TCP connection, the one every connection sends by default, is written
+// by hand without allocating (TestAppendProxyHeader checks it byte for
+// byte against go-proxyproto); anything else goes through go-proxyproto.
+func appendProxyHeader(dst []byte, version string, client, local net.Addr, id, name string) ([]byte, error) {
+	src, ok1 := client.(*net.TCPAddr)
+	dstA, ok2 := local.(*net.TCPAddr)
+	if version != ProxyV2 || !ok1 || !ok2 || src.IP.To16() == nil || dstA.IP.To16() == nil ||
+		len(id) > 0xffff || len(name) > 0xffff {
+		h, err := proxyHeader(version, client, local, id, name)
+		return append(dst, h...), err
+	}
+	dst = append(dst, sigV2...)
+	dst = append(dst, 0x21) // version 2, PROXY
+	s4, d4 := src.IP.To4(), dstA.IP.To4()
+	sip, dip := []byte(s4), []byte(d4)
+	fam := byte(0x11) // TCP over IPv4
+	if s4 == nil || d4 == nil {
+		fam, sip, dip = 0x21, src.IP.To16(), dstA.IP.To16()
+	}
+	length := 2*len(sip) + 4 + 3 + len(id) + 3 + len(name)
+	dst = append(dst, fam, byte(length>>8), byte(length))
+	dst = append(dst, sip...)
+	dst = append(dst, dip...)
+	dst = append(dst, byte(src.Port>>8), byte(src.Port), byte(dstA.Port>>8), byte(dstA.Port))
+	dst = append(dst, byte(proxyproto.PP2_TYPE_UNIQUE_ID), byte(len(id)>>8), byte(len(id)))
+	dst = append(dst, id...)
+	dst = append(dst, byte(TLVEdgeName), byte(len(name)>>8), byte(len(name)))
+	return append(dst, name...), nil
+}
+
 // The PROXY signatures a client's first bytes must not start with: the
 // edge's own header is the only one the origin may see.
 var (

@@ -188,7 +188,7 @@ func (c originConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
 func (c originConn) Write(p []byte) (int, error) { return c.tcp.Write(p) }
 func (c originConn) CloseWrite() error           { return c.tcp.CloseWrite() }
 
-func startOrigin(t *testing.T, withHeader bool, handle func(c originConn)) *testOrigin {
+func startOrigin(t testing.TB, withHeader bool, handle func(c originConn)) *testOrigin {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -197,7 +197,7 @@ func startOrigin(t *testing.T, withHeader bool, handle func(c originConn)) *test
 	return serveOrigin(t, ln, withHeader, handle)
 }
 
-func serveOrigin(t *testing.T, ln net.Listener, withHeader bool, handle func(c originConn)) *testOrigin {
+func serveOrigin(t testing.TB, ln net.Listener, withHeader bool, handle func(c originConn)) *testOrigin {
 	o := &testOrigin{ln: ln, addr: ln.Addr().String(), headers: make(chan *proxyproto.Header, 100)}
 	testbed.ServeConns(t, ln, func(c net.Conn) {
 		oc := originConn{c.(*net.TCPConn), bufio.NewReaderSize(c, 64<<10)}

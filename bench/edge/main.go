@@ -2,7 +2,9 @@
 // (mode tcp, option splice-auto, send-proxy-v2), nginx stream
 // (proxy_protocol on) and a direct connection, in one run, on loopback,
 // against the same in-process backend, and prints a Markdown table with
-// ratios against HAProxy. It is run by `make bench` (scripts/bench.sh):
+// ratios against HAProxy and the DESIGN.md §10 targets. The targets take
+// turns in each round, in reverse order every other round. It is run by
+// `make bench` (scripts/bench.sh):
 //
 //	go run ./bench/edge -edge bin/edge
 //	go run ./bench/edge -rounds 1 -bytes 2147483648 -idle 5000
@@ -134,7 +136,7 @@ func run() error {
 		res[t.name] = &result{}
 	}
 	for r := range *rounds {
-		for _, t := range targets {
+		for _, t := range benchkit.Turn(targets, r) {
 			tp, err := benchkit.Throughput(t.dial, nil, *streamSize)
 			if err != nil {
 				return fmt.Errorf("%s: throughput: %w", t.name, err)
@@ -142,7 +144,7 @@ func run() error {
 			res[t.name].throughput = append(res[t.name].throughput, tp)
 			progress("round %d %-8s throughput %8.0f MiB/s", r+1, t.name, tp/(1<<20))
 		}
-		for _, t := range targets {
+		for _, t := range benchkit.Turn(targets, r) {
 			cpu0 := benchkit.CPUTime(t.pid)
 			cr := benchkit.ConnRate(*clients, *maxConns, *connTime, func() error { return benchkit.EchoOnce(t.dial, []byte{'E'}) })
 			if t.pid != 0 && cr.OK > 0 {
@@ -372,15 +374,11 @@ func table(targets []*target, res map[string]*result, nofile uint64) string {
 	if e == nil || h == nil {
 		return b.String()
 	}
-	tp := benchkit.Median(e.throughput) / benchkit.Median(h.throughput)
-	cr := benchkit.Median(e.rate) / benchkit.Median(h.rate)
-	b.WriteString("\n| edge vs HAProxy | ratio | target | met |\n|---|---:|---|---|\n")
-	fmt.Fprintf(&b, "| throughput | %.2f× | ≥ 1.3× | %s |\n", tp, yes(tp >= 1.3))
-	fmt.Fprintf(&b, "| connection rate | %.2f× | ≥ 1.0× (stretch 1.2×) | %s |\n", cr, yes(cr >= 1.0))
-	fmt.Fprintf(&b, "| relay CPU per short connection | %.2f× HAProxy's (%.0f vs %.0f µs) | (lower is better; not a target) | |\n",
-		benchkit.Median(e.cpuPerConn)/benchkit.Median(h.cpuPerConn), benchkit.Median(e.cpuPerConn), benchkit.Median(h.cpuPerConn))
-	fmt.Fprintf(&b, "| idle RSS per connection | %.2f KiB (HAProxy %.2f) | ≤ 8 KiB | %s |\n", e.rssPerConn, h.rssPerConn, yes(e.rssPerConn <= 8 && e.idleOK > 0))
-	fmt.Fprintf(&b, "| idle fds per connection | %.3f (HAProxy %.3f) | ≤ 2 | %s |\n", e.fdsPerConn, h.fdsPerConn, yes(e.fdsPerConn <= 2 && e.idleOK > 0))
+	relay := func(x *result) benchkit.Relay {
+		return benchkit.Relay{Throughput: benchkit.Median(x.throughput), Rate: benchkit.Median(x.rate), CPUPerConn: benchkit.Median(x.cpuPerConn),
+			P99: benchkit.Median(x.p99), RSSPerConn: x.rssPerConn, FDsPerConn: x.fdsPerConn, IdleOK: x.idleOK > 0}
+	}
+	b.WriteString(benchkit.Verdicts("edge", relay(e), relay(h)))
 	return b.String()
 }
 
@@ -389,11 +387,4 @@ func lastOr0(xs []float64) float64 {
 		return 0
 	}
 	return xs[len(xs)-1]
-}
-
-func yes(ok bool) string {
-	if ok {
-		return "yes"
-	}
-	return "**no**"
 }

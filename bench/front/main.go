@@ -3,7 +3,8 @@
 // with HAProxy 2.6 doing the same job (`bind … accept-proxy`, mode tcp,
 // option splice-auto), in one run, on loopback, against the same
 // in-process inner service, and prints a Markdown table with ratios
-// against HAProxy. It is run by `make bench` (scripts/bench.sh):
+// against HAProxy and the DESIGN.md §10 targets. It is run by `make bench`
+// (scripts/bench.sh):
 //
 //	go run ./bench/front -bin bin/origin
 //	go run ./bench/front -rounds 5 -bytes 2147483648
@@ -16,7 +17,8 @@
 // row sends no header (the sniff-and-pass-through path).
 //
 // Three measurements, each bounded in count and time; targets take turns
-// within each round and the median of -rounds rounds is reported:
+// within each round (in reverse order every other round) and the median
+// of -rounds rounds is reported:
 //   - short-connection rate: -clients goroutines each connect, send the
 //     header and one byte, read the echo, close, until -conns connections
 //     or -conn-time have passed;
@@ -149,7 +151,7 @@ func run() error {
 		res[t.name] = &result{}
 	}
 	for r := range *rounds {
-		for _, t := range targets {
+		for _, t := range benchkit.Turn(targets, r) {
 			cpu0 := benchkit.CPUTime(t.pid)
 			cr := benchkit.ConnRate(*clients, *maxConns, *connTime, func() error { return benchkit.EchoOnce(t.dial, t.msg('E')) })
 			cpu := benchkit.CPUTime(t.pid) - cpu0
@@ -164,7 +166,7 @@ func run() error {
 			progress("round %d %-15s %6.0f conn/s  p50 %v  p99 %v  failed %d  cpu %v", r+1, t.name, cr.Rate, cr.P50, cr.P99, cr.Failed, cpu)
 			time.Sleep(500 * time.Millisecond) // let closes settle
 		}
-		for _, t := range targets {
+		for _, t := range benchkit.Turn(targets, r) {
 			cpu0 := benchkit.CPUTime(t.pid)
 			tp, err := benchkit.Throughput(t.dial, t.msg(), *streamSize)
 			if err != nil {
@@ -377,6 +379,13 @@ func table(targets []*target, res map[string]*result) string {
 		fmt.Fprintf(&b, "| %s | %.0f | %s | %v | %v | %d | %s | %.0f | %s | %s | %s | %s |\n",
 			t.name, benchkit.Median(x.rate), ratio(x.rate, refRate), benchkit.Median(x.p50).Round(time.Microsecond), benchkit.Median(x.p99).Round(time.Microsecond),
 			slices.Max(append(x.failed, 0)), cpuConn, benchkit.Median(x.tput)/(1<<20), ratio(x.tput, refTput), cpuGiB, idleRSS, idleFDs)
+	}
+	if f, h := res["front"], res["haproxy"]; f != nil && h != nil {
+		relay := func(x *result) benchkit.Relay {
+			return benchkit.Relay{Throughput: benchkit.Median(x.tput), Rate: benchkit.Median(x.rate), CPUPerConn: benchkit.Median(x.cpuPerConn),
+				P99: benchkit.Median(x.p99), RSSPerConn: x.rssPerConn, FDsPerConn: x.fdsPerConn, IdleOK: x.idleOK > 0}
+		}
+		b.WriteString(benchkit.Verdicts("front", relay(f), relay(h)))
 	}
 	b.WriteString("\n")
 	return b.String()

@@ -3,13 +3,18 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"net/http"
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
 	"github.com/edgefleet/edgefleet/deploy"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 )
 
@@ -17,15 +22,17 @@ import (
 const zoneFile = "fleet.zone"
 
 func dnsServeCommand() *cobra.Command {
-	var listen, file, ns string
+	var listen, file, ns, metrics string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "run an embedded authoritative server for zone (demo, development)",
 		Long: `serve answers for the inventory's zone (SOA, NS, the A/AAAA set of name)
-on UDP and TCP, and applies RFC 2136 UPDATEs of name signed with the key
-dns.tsig. The zone is kept in a file (written atomically on every update) so
-it survives a restart. Production points dns.server at BIND, Knot, PowerDNS
-or any RFC 2136 server instead.`,
+on UDP and TCP, and applies RFC 2136 UPDATEs of name's A and AAAA records
+signed with the key dns.tsig; any other change, and a replayed update, is
+REFUSED. UDP answers fit 512 bytes or the query's EDNS size (TC beyond); ANY
+gets one HINFO (RFC 8482). The zone is kept in a file (written atomically on
+every update) so it survives a restart. Production points dns.server at
+BIND, Knot, PowerDNS or any RFC 2136 server instead.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f, log, err := loadFleet(cmd)
@@ -57,10 +64,11 @@ or any RFC 2136 server instead.`,
 			if ip := net.ParseIP(nsAddr); ip == nil || ip.IsUnspecified() {
 				nsAddr = ""
 			}
+			reg := prometheus.NewRegistry()
 			srv, err := deploy.NewServer(deploy.ServerConfig{
 				Zone: f.Zone, ZoneFile: file, NS: ns, NSAddr: nsAddr,
 				KeyName: f.DNS.TSIG.Name, Algorithm: f.DNS.TSIG.Algorithm, Secret: secret,
-				Names: []string{f.Name}, Log: log,
+				Names: []string{f.Name}, Log: log, Registerer: reg,
 			})
 			if err != nil {
 				return err
@@ -68,6 +76,18 @@ or any RFC 2136 server instead.`,
 			pc, ln, err := deploy.Listen(listen)
 			if err != nil {
 				return cli.Exit(1, err)
+			}
+			if metrics != "" {
+				mln, err := net.Listen("tcp", metrics)
+				if err != nil {
+					return cli.Exit(1, fmt.Errorf("metrics: %w", err))
+				}
+				mux := http.NewServeMux()
+				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+				ms := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+				go ms.Serve(mln)
+				defer ms.Close()
+				log.Info("dns server metrics", "addr", mln.Addr().String())
 			}
 			srv.Serve(pc, ln)
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -80,5 +100,6 @@ or any RFC 2136 server instead.`,
 	cmd.Flags().StringVar(&listen, "listen", "", "host:port to serve on, UDP and TCP (default: dns.server)")
 	cmd.Flags().StringVar(&file, "zone-file", "", "where the zone is kept (default: fleet.zone beside fleet.yaml)")
 	cmd.Flags().StringVar(&ns, "ns", "", "the zone's name server (default: ns1.<zone>)")
+	cmd.Flags().StringVar(&metrics, "metrics", "", "host:port of /metrics (edgefleet_fleet_dns_updates_total; default: none)")
 	return cmd
 }

@@ -129,35 +129,7 @@ type dnsPeer struct {
 // unreachable server each fail with one line, exit 1, and change nothing.
 func TestDNSCommands(t *testing.T) {
 	testbed.Need(t, "dig")
-	var embedded *testbed.Proc
-	var embeddedArgs []string
-	peers := []dnsPeer{
-		{name: "bind", start: func(t *testing.T, dir string, records []string) (string, string) {
-			n := testbed.StartNamed(t, testbed.NamedConfig{Zone: "example.test", Records: records, Names: []string{"ldap.example.test"}})
-			return n.Addr, n.KeyFile
-		}},
-		{name: "embedded", start: func(t *testing.T, dir string, records []string) (string, string) {
-			port, err := testbed.LowPort("127.0.0.1")
-			if err != nil {
-				t.Fatal(err)
-			}
-			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-			key := testbed.WriteFile(t, dir, "server.key", testbed.WrongKeySecret+"\n")
-			// The zone file starts with the unrelated records (an operator's
-			// own), the server adds nothing but SOA serials to them.
-			zone := "$ORIGIN example.test.\n@ 60 IN SOA ns1.example.test. hostmaster.example.test. 1 3600 600 86400 60\n@ 60 IN NS ns1.example.test.\n" +
-				strings.Join(records, "\n") + "\n"
-			testbed.WriteFile(t, dir, "fleet.zone", zone)
-			cfg := inventory(t, filepath.Join(dir), addr, key, "ldap.example.test")
-			embeddedArgs = []string{"--config", cfg, "dns", "serve"}
-			embedded = testbed.Start(t, fleetBin(t), embeddedArgs...)
-			waitDNS(t, addr)
-			return addr, key
-		}, restart: func(t *testing.T) {
-			embedded.Stop()
-			embedded = testbed.Start(t, fleetBin(t), embeddedArgs...)
-		}},
-	}
+	peers := dnsPeers()
 	for _, peer := range peers {
 		t.Run(peer.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -264,6 +236,40 @@ func TestDNSCommands(t *testing.T) {
 				wantSet(t, "update after a restart", digSet(t, addr, "ldap.example.test", "A"), "192.0.2.3")
 			}
 		})
+	}
+}
+
+// dnsPeers are the servers the DNS commands are tested against: BIND 9
+// and the embedded server (fleet dns serve, restartable).
+func dnsPeers() []dnsPeer {
+	var embedded *testbed.Proc
+	var embeddedArgs []string
+	return []dnsPeer{
+		{name: "bind", start: func(t *testing.T, dir string, records []string) (string, string) {
+			n := testbed.StartNamed(t, testbed.NamedConfig{Zone: "example.test", Records: records, Names: []string{"ldap.example.test"}})
+			return n.Addr, n.KeyFile
+		}},
+		{name: "embedded", start: func(t *testing.T, dir string, records []string) (string, string) {
+			port, err := testbed.LowPort("127.0.0.1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+			key := testbed.WriteFile(t, dir, "server.key", testbed.WrongKeySecret+"\n")
+			// The zone file starts with the unrelated records (an operator's
+			// own), the server adds nothing but SOA serials to them.
+			zone := "$ORIGIN example.test.\n@ 60 IN SOA ns1.example.test. hostmaster.example.test. 1 3600 600 86400 60\n@ 60 IN NS ns1.example.test.\n" +
+				strings.Join(records, "\n") + "\n"
+			testbed.WriteFile(t, dir, "fleet.zone", zone)
+			cfg := inventory(t, filepath.Join(dir), addr, key, "ldap.example.test")
+			embeddedArgs = []string{"--config", cfg, "dns", "serve"}
+			embedded = testbed.Start(t, fleetBin(t), embeddedArgs...)
+			waitDNS(t, addr)
+			return addr, key
+		}, restart: func(t *testing.T) {
+			embedded.Stop()
+			embedded = testbed.Start(t, fleetBin(t), embeddedArgs...)
+		}},
 	}
 }
 

@@ -1,6 +1,6 @@
 // Command fleet runs fleet operations on the inventory in fleet.yaml:
-// firewall, dns, deploy, and the convergence commands apply, rotate and
-// status (one file each).
+// firewall, dns, deploy, the convergence commands apply, rotate and
+// status, and the Prometheus exporter (one file each).
 //
 //	fleet --config fleet.yaml firewall plan
 //	fleet --config fleet.yaml firewall check   # exit 1 and a diff when the live rules differ
@@ -8,6 +8,7 @@
 //	fleet --config fleet.yaml apply            # firewall, probe, DNS, wait, drain, firewall
 //	fleet --config fleet.yaml rotate --out e1 --in e3=203.0.113.13
 //	fleet --config fleet.yaml status
+//	fleet --config fleet.yaml exporter         # /metrics: the DNS set against the inventory
 //
 // See docs/firewall.md and docs/dns-deploy.md.
 package main

@@ -7,7 +7,8 @@
 //
 // Each binary's tests scrape its live /metrics and assert every family
 // listed for it here (cmd/edge TestMetricsEndpoint, cmd/origin
-// TestMetricsExported, cmd/probe TestMonitorMetrics); this package's tests
+// TestMetricsExported, cmd/probe TestMonitorMetrics, cmd/fleet
+// TestDNSServeMetrics and TestExporter); this package's tests
 // check that every metric a rule or a dashboard panel names is listed here.
 // So a metric the rules use is one a running binary was seen to export.
 //
@@ -17,8 +18,9 @@
 // binary's tests.
 package monitoring
 
-// Exported maps a binary (the Prometheus job's role: edge, origin) to the
-// metric families its /metrics serves, with their Prometheus type.
+// Exported maps a binary (the Prometheus job's role: edge, origin; fleet
+// runs two: the embedded DNS server and the exporter) to the metric
+// families its /metrics serves, with their Prometheus type.
 var Exported = map[string]map[string]string{
 	"edge": {
 		"edgefleet_edge_connections_active":  "gauge",
@@ -40,10 +42,24 @@ var Exported = map[string]map[string]string{
 		"edgefleet_core_backend_saturation":      "gauge",
 		"edgefleet_core_connections_active":      "gauge",
 	},
+	"fleet": { // fleet dns serve --metrics, the embedded DNS server
+		"edgefleet_fleet_dns_updates_total": "counter",
+	},
 	"probe": { // probe monitor, per resolved address, last measurement
 		"edgefleet_probe_edge_up":               "gauge",
 		"edgefleet_probe_tcp_connect_seconds":   "gauge",
 		"edgefleet_probe_tls_handshake_seconds": "gauge",
+	},
+	// fleet exporter, job edgefleet-fleet (cmd/fleet TestExporter),
+	// labels name and (but for dns_up) family="ipv4"|"ipv6": the
+	// addresses the authoritative server answers for name (A, AAAA;
+	// absent while it cannot be read), the edges of fleet.yaml with an
+	// address of that family, and whether the last read of the server
+	// answered.
+	"fleet-exporter": {
+		"edgefleet_fleet_dns_records":     "gauge",
+		"edgefleet_fleet_inventory_edges": "gauge",
+		"edgefleet_fleet_dns_up":          "gauge",
 	},
 }
 
@@ -57,14 +73,7 @@ type PendingMetric struct {
 
 // Pending lists the families the rules and the dashboard use before their
 // exporter exists.
-var Pending = map[string]PendingMetric{
-	// Proposed for DESIGN.md §8, exported by the same fleet process (a
-	// `fleet status`/`fleet dns` exporter), label family="ipv4"|"ipv6":
-	// the addresses the authoritative server answers for name (A, AAAA)…
-	"edgefleet_fleet_dns_records": {"fleet", "gauge", 11},
-	// …and the edges of fleet.yaml with an address of that family.
-	"edgefleet_fleet_inventory_edges": {"fleet", "gauge", 11},
-}
+var Pending = map[string]PendingMetric{}
 
 // PrometheusSeries are the series Prometheus itself makes for every scrape
 // target; rules may use them though no binary exports them.

@@ -156,6 +156,57 @@ func TestOwnCutsLoops(t *testing.T) {
 			t.Fatalf("the looped connection is not closed: %v", err)
 		}
 	})
+	// A client on this host whose connection comes from the address:port
+	// an outbound socket uses toward another destination (one local port,
+	// two 4-tuples) is not a loop, whichever side registers first.
+	t.Run("same local port, another destination", func(t *testing.T) {
+		elsewhere, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer elsewhere.Close()
+		reuse := func(network, address string, c syscall.RawConn) error {
+			var serr error
+			c.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1) })
+			return serr
+		}
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}, Control: reuse}
+		for _, dialedFirst := range []bool{true, false} {
+			out, err := d.Dial("tcp", elsewhere.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			same := net.Dialer{LocalAddr: out.LocalAddr(), Control: reuse}
+			client, err := same.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			in, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if in.RemoteAddr().String() != out.LocalAddr().String() {
+				t.Fatalf("accepted from %v, want the outbound socket's address %v", in.RemoteAddr(), out.LocalAddr())
+			}
+			o := NewOwn()
+			if dialedFirst {
+				if o.Dialed(out) || o.Accepted(in) {
+					t.Fatal("dialled first: a client sharing the outbound socket's port is taken for a loop")
+				}
+			} else {
+				if o.Accepted(in) || o.Dialed(out) {
+					t.Fatal("accepted first: a client sharing the outbound socket's port is taken for a loop")
+				}
+				in.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+				if _, err := in.Read(make([]byte, 1)); errors.Is(err, net.ErrClosed) {
+					t.Fatal("the client's connection was closed")
+				}
+			}
+			out.Close()
+			client.Close()
+			in.Close()
+		}
+	})
 	t.Run("strangers", func(t *testing.T) {
 		o := NewOwn()
 		out, in := pair()

@@ -16,15 +16,22 @@ import (
 // sides register: Accepted remembers a connection from this host that
 // matched nothing yet, and Dialed, finding it, cuts the loop from its side.
 // Each is one map operation under a mutex; no system call.
+//
+// A looped connection also arrives on the port the outbound socket
+// dialled. That is checked too: one local port may carry connections to
+// different destinations at once, so a client on this host can come from
+// the very address:port an outbound socket uses toward an origin without
+// being that socket (seen under loopback benchmarks, where every
+// connection is from 127.0.0.1).
 type Own struct {
 	mu  sync.Mutex
-	out map[netip.AddrPort]struct{} // local addresses of open outbound sockets
+	out map[netip.AddrPort]uint16   // local address of each open outbound socket → the port it dialled
 	in  map[netip.AddrPort]net.Conn // accepted from this host, by remote address, until Forget
 }
 
 // NewOwn returns an empty set.
 func NewOwn() *Own {
-	return &Own{out: map[netip.AddrPort]struct{}{}, in: map[netip.AddrPort]net.Conn{}}
+	return &Own{out: map[netip.AddrPort]uint16{}, in: map[netip.AddrPort]net.Conn{}}
 }
 
 // Accepted reports whether c comes from one of the outbound sockets (the
@@ -37,7 +44,7 @@ func (o *Own) Accepted(c net.Conn) bool {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if _, mine := o.out[remote]; mine {
+	if port, mine := o.out[remote]; mine && port == local.Port() {
 		return true
 	}
 	if sameHost(remote, local) {
@@ -63,19 +70,27 @@ func (o *Own) Forget(c net.Conn) {
 // earlier came from it, the loop is cut: that connection is closed and
 // Dialed reports true (the caller closes c).
 func (o *Own) Dialed(c net.Conn) bool {
-	_, local, ok := ends(c)
+	remote, local, ok := ends(c)
 	if !ok {
 		return false
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if in, looped := o.in[local]; looped {
+	if in, looped := o.in[local]; looped && localPort(in) == remote.Port() {
 		delete(o.in, local)
 		in.Close()
 		return true
 	}
-	o.out[local] = struct{}{}
+	o.out[local] = remote.Port()
 	return false
+}
+
+// localPort is the port an accepted connection arrived on.
+func localPort(c net.Conn) uint16 {
+	if _, local, ok := ends(c); ok {
+		return local.Port()
+	}
+	return 0
 }
 
 // Closed forgets the outbound connection c.

@@ -35,6 +35,27 @@ type flow struct {
 	rerr, werr error
 }
 
+// runner is the state of one flow's run, and its src.Read and dst.Write
+// callbacks bound to it once. Runners are pooled: a run allocates
+// nothing, and an idle flow keeps none of this.
+type runner struct {
+	f               *flow
+	readFn, writeFn func(uintptr) bool
+	p               *pipe // held while a splice burst moves bytes
+	armed, moved    bool  // the idle deadline is set; bytes moved since
+	burst           int64 // bytes of the burst so far
+	serr            error // a read's error, or a refusal
+	wb              []byte
+	wn              int64
+	wer             error
+}
+
+var runners = sync.Pool{New: func() any {
+	r := &runner{}
+	r.readFn, r.writeFn = r.read, r.write
+	return r
+}}
+
 // idleGrace is how long a direction keeps its goroutine after its last
 // byte before it parks. Start reads it once per pair; tests shorten it.
 var idleGrace = 100 * time.Millisecond
@@ -47,17 +68,16 @@ func newFlows(j *joint, done func(Result)) bool {
 	if !ok1 || !ok2 {
 		return false
 	}
-	up := &flow{j: j, dst: s, src: c, h: &j.up, done: done, grace: idleGrace}
-	down := &flow{j: j, dst: c, src: s, h: &j.down, done: done, grace: idleGrace}
-	for _, f := range []*flow{up, down} {
-		var err error
-		if f.sr, err = f.src.SyscallConn(); err == nil {
-			f.dr, err = f.dst.SyscallConn()
-		}
-		if err != nil {
-			return false
-		}
+	cr, err := c.SyscallConn()
+	if err != nil {
+		return false
 	}
+	sr, err := s.SyscallConn()
+	if err != nil {
+		return false
+	}
+	up := &flow{j: j, dst: s, src: c, sr: cr, dr: sr, h: &j.up, done: done, grace: idleGrace}
+	down := &flow{j: j, dst: c, src: s, sr: sr, dr: cr, h: &j.down, done: done, grace: idleGrace}
 	// The epoll set is made with the first pair, not when the first
 	// direction goes idle, so that it is part of the process's fixed cost.
 	parked.once.Do(parked.start)
@@ -98,122 +118,23 @@ var smallBufs = sync.Pool{New: func() any { return new([small]byte) }}
 // a read or splice that finds nothing (EAGAIN) makes the poller wait, with
 // no separate readiness check whose result a later wait could miss. A
 // buffer or pipe is taken from its pool for each read and given back at
-// once (a pipe at EAGAIN), so a waiting direction holds neither.
+// once (a pipe at EAGAIN), so a waiting direction holds neither. The
+// state of a run is a pooled runner, so a run allocates nothing.
 func (f *flow) run() (idle bool) {
-	f.src.SetReadDeadline(time.Now().Add(f.grace))
-	var p *pipe
-	var moved bool
-	var burstBytes int64
-	var serr, werr error
-	// idle ends a burst: the next one starts with a small read unless this
-	// one was bulk, and the grace counts from the last byte.
-	idleNow := func() bool {
-		f.bulk = burstBytes >= small
-		burstBytes = 0
-		if moved {
-			f.src.SetReadDeadline(time.Now().Add(f.grace))
-			moved = false
-		}
-		return false
-	}
-	err := f.sr.Read(func(fd uintptr) bool {
-		for {
-			if !f.bulk {
-				b := smallBufs.Get().(*[small]byte)
-				m, e := unix.Read(int(fd), b[:])
-				switch {
-				case e == unix.EINTR:
-					smallBufs.Put(b)
-					continue
-				case e == unix.EAGAIN:
-					smallBufs.Put(b)
-					return idleNow()
-				case e != nil:
-					smallBufs.Put(b)
-					serr = os.NewSyscallError("read", e)
-					return true
-				case m == 0: // EOF
-					smallBufs.Put(b)
-					if len(f.held) > 0 { // a prefix the screen could not decide on
-						var w int64
-						w, werr = writeAll(f.dr, f.held)
-						f.n += w
-						f.held = nil
-					}
-					return true
-				}
-				data := b[:m]
-				if f.screen != nil {
-					if f.held != nil {
-						f.held = append(f.held, data...)
-						data = f.held
-					}
-					switch err := f.screen(data); {
-					case err == ErrMore:
-						if f.held == nil {
-							f.held = append([]byte(nil), data...)
-						}
-						smallBufs.Put(b)
-						continue
-					case err != nil:
-						smallBufs.Put(b)
-						f.held = nil
-						serr = err
-						return true
-					}
-					f.screen = nil
-				}
-				var w int64
-				w, werr = writeAll(f.dr, data)
-				f.held = nil
-				smallBufs.Put(b)
-				f.n += w
-				burstBytes += w
-				if werr != nil {
-					return true
-				}
-				moved = true
-				f.bulk = m == small
-				continue
-			}
-			if p == nil {
-				if p, serr = getPipe(); serr != nil {
-					return true
-				}
-			}
-			m, e := unix.Splice(int(fd), nil, p.w, nil, chunk, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
-			switch {
-			case e == unix.EINTR:
-				continue
-			case e == unix.EAGAIN:
-				putPipe(p) // empty: every splice in is drained before the next
-				p = nil
-				return idleNow()
-			case e != nil:
-				serr = os.NewSyscallError("splice", e)
-				return true
-			case m == 0: // EOF
-				return true
-			}
-			var w int64
-			w, werr = drain(f.dr, p, m)
-			f.n += w
-			burstBytes += w
-			if werr != nil {
-				return true
-			}
-			moved = true
-		}
-	})
-	if p != nil {
-		if werr != nil {
+	r := runners.Get().(*runner)
+	r.f = f
+	err := f.sr.Read(r.readFn)
+	if p := r.p; p != nil {
+		if f.werr != nil {
 			p.close() // it may still hold bytes
 		} else {
 			putPipe(p)
 		}
 	}
-	if werr != nil {
-		f.werr = werr
+	serr := r.serr
+	*r = runner{readFn: r.readFn, writeFn: r.writeFn}
+	runners.Put(r)
+	if f.werr != nil {
 		return false
 	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -227,31 +148,142 @@ func (f *flow) run() (idle bool) {
 	return false
 }
 
-// writeAll writes b to dst, waiting for dst to be writable as needed.
-func writeAll(dst syscall.RawConn, b []byte) (n int64, err error) {
-	var werr error
-	err = dst.Write(func(fd uintptr) bool {
-		for len(b) > 0 {
-			w, e := unix.Write(int(fd), b)
-			if e == unix.EINTR {
+// idleNow ends a burst at EAGAIN: the next one starts with a small read
+// unless this one was bulk, and the grace counts from the last byte (the
+// deadline is set here, before the poller waits, and only when it moves).
+func (r *runner) idleNow() bool {
+	f := r.f
+	f.bulk = r.burst >= small
+	r.burst = 0
+	if r.moved || !r.armed {
+		f.src.SetReadDeadline(time.Now().Add(f.grace))
+		r.moved, r.armed = false, true
+	}
+	return false
+}
+
+// read is run's src.Read callback: it returns false to wait for src.
+func (r *runner) read(fd uintptr) bool {
+	f := r.f
+	for {
+		if !f.bulk {
+			b := smallBufs.Get().(*[small]byte)
+			m, e := ReadNow(int(fd), b[:])
+			switch {
+			case e == unix.EINTR:
+				smallBufs.Put(b)
 				continue
-			}
-			if e == unix.EAGAIN {
-				return false
-			}
-			if e != nil {
-				werr = os.NewSyscallError("write", e)
+			case e == unix.EAGAIN:
+				smallBufs.Put(b)
+				return r.idleNow()
+			case e != nil:
+				smallBufs.Put(b)
+				r.serr = os.NewSyscallError("read", e)
+				return true
+			case m == 0: // EOF
+				smallBufs.Put(b)
+				if len(f.held) > 0 { // a prefix the screen could not decide on
+					var w int64
+					w, f.werr = r.writeAll(f.held)
+					f.n += w
+					f.held = nil
+				}
 				return true
 			}
-			b = b[w:]
-			n += int64(w)
+			data := b[:m]
+			if f.screen != nil {
+				if f.held != nil {
+					f.held = append(f.held, data...)
+					data = f.held
+				}
+				switch err := f.screen(data); {
+				case err == ErrMore:
+					if f.held == nil {
+						f.held = append([]byte(nil), data...)
+					}
+					smallBufs.Put(b)
+					continue
+				case err != nil:
+					smallBufs.Put(b)
+					f.held = nil
+					r.serr = err
+					return true
+				}
+				f.screen = nil
+			}
+			var w int64
+			w, f.werr = r.writeAll(data)
+			f.held = nil
+			smallBufs.Put(b)
+			f.n += w
+			r.burst += w
+			if f.werr != nil {
+				return true
+			}
+			r.moved = true
+			f.bulk = m == small
+			continue
 		}
-		return true
-	})
-	if err == nil {
-		err = werr
+		if r.p == nil {
+			if r.p, r.serr = getPipe(); r.serr != nil {
+				return true
+			}
+		}
+		m, e := unix.Splice(int(fd), nil, r.p.w, nil, chunk, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+		switch {
+		case e == unix.EINTR:
+			continue
+		case e == unix.EAGAIN:
+			putPipe(r.p) // empty: every splice in is drained before the next
+			r.p = nil
+			return r.idleNow()
+		case e != nil:
+			r.serr = os.NewSyscallError("splice", e)
+			return true
+		case m == 0: // EOF
+			return true
+		}
+		var w int64
+		w, f.werr = drain(f.dr, r.p, m)
+		f.n += w
+		r.burst += w
+		if f.werr != nil {
+			return true
+		}
+		r.moved = true
 	}
+}
+
+// writeAll writes b to dst, waiting for dst to be writable as needed.
+func (r *runner) writeAll(b []byte) (n int64, err error) {
+	r.wb, r.wn, r.wer = b, 0, nil
+	err = r.f.dr.Write(r.writeFn)
+	if err == nil {
+		err = r.wer
+	}
+	n = r.wn
+	r.wb, r.wer = nil, nil
 	return n, err
+}
+
+// write is writeAll's dst.Write callback.
+func (r *runner) write(fd uintptr) bool {
+	for len(r.wb) > 0 {
+		w, e := WriteNow(int(fd), r.wb)
+		if e == unix.EINTR {
+			continue
+		}
+		if e == unix.EAGAIN {
+			return false
+		}
+		if e != nil {
+			r.wer = os.NewSyscallError("write", e)
+			return true
+		}
+		r.wb = r.wb[w:]
+		r.wn += int64(w)
+	}
+	return true
 }
 
 // drain writes the m bytes in the pipe to dst, waiting for dst to be

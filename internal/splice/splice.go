@@ -25,6 +25,7 @@
 package splice
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -128,6 +129,18 @@ func (p *Pair) Screen(check func(first []byte) error) {
 	}
 }
 
+// ScreenHeld is Screen for a caller that has read the client's first
+// bytes itself and found them too few to decide (check returned ErrMore):
+// held, copied, is what check sees first, and what is forwarded first
+// once check passes. The Result's Up counts held too.
+func (p *Pair) ScreenHeld(held []byte, check func(first []byte) error) {
+	p.Screen(check)
+	p.j.held = bytes.Clone(held)
+	if p.j.async {
+		p.j.flows[0].held = p.j.held
+	}
+}
+
 // Close closes both connections; done is called once both directions
 // have seen it.
 func (p *Pair) Close() { p.j.closeBoth() }
@@ -170,6 +183,7 @@ type joint struct {
 	async          bool               // flows are used (both connections plain TCP)
 	done           func(Result)       // Start's callback
 	screen         func([]byte) error // Pair.Screen's check, nil once passed
+	held           []byte             // Pair.ScreenHeld's prefix, for screenCopy
 }
 
 type half struct {
@@ -193,7 +207,7 @@ func (j *joint) screenCopy() half {
 	if j.screen == nil {
 		return j.copy(j.server, j.client)
 	}
-	var held []byte
+	held := j.held
 	buf := make([]byte, 4096)
 	for {
 		m, err := j.client.Read(buf)

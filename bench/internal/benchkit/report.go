@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -35,4 +36,56 @@ func WriteReport(path, report string) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
 		os.WriteFile(path, []byte(report), 0o644)
 	}
+}
+
+// Turn is the order the targets take in round r: as listed in even
+// rounds, reversed in odd ones, so no contender always runs right after
+// the same other one (DESIGN.md §10: contenders in alternating order).
+func Turn[T any](targets []T, r int) []T {
+	if r%2 == 0 {
+		return targets
+	}
+	s := slices.Clone(targets)
+	slices.Reverse(s)
+	return s
+}
+
+// Relay is what the relay benchmarks measured of one relay, for Verdicts.
+type Relay struct {
+	Throughput, Rate float64       // bytes/s and connections/s (medians)
+	CPUPerConn       float64       // µs of the relay's user+system time per short connection (median)
+	P99              time.Duration // of a short connection (median over rounds)
+	RSSPerConn       float64       // KiB per idle relayed connection
+	FDsPerConn       float64
+	IdleOK           bool // the idle measurement ran
+}
+
+// Verdicts is the table of DESIGN.md §10's relay targets for ours against
+// HAProxy's figures from the same run.
+func Verdicts(name string, ours, hap Relay) string {
+	var b strings.Builder
+	ratio := func(x, y float64) float64 {
+		if y == 0 {
+			return 0
+		}
+		return x / y
+	}
+	yes := func(ok bool) string {
+		if ok {
+			return "yes"
+		}
+		return "**no**"
+	}
+	tp, cr, cpu := ratio(ours.Throughput, hap.Throughput), ratio(ours.Rate, hap.Rate), ratio(ours.CPUPerConn, hap.CPUPerConn)
+	fmt.Fprintf(&b, "\n| %s vs HAProxy | ours | HAProxy | ratio | target (DESIGN.md §10) | met |\n|---|---:|---:|---:|---|---|\n", name)
+	fmt.Fprintf(&b, "| throughput MiB/s | %.0f | %.0f | %.2f× | ≥ 1.5× | %s |\n", ours.Throughput/(1<<20), hap.Throughput/(1<<20), tp, yes(tp >= 1.5))
+	fmt.Fprintf(&b, "| short connections/s | %.0f | %.0f | %.2f× | ≥ 1.2× | %s |\n", ours.Rate, hap.Rate, cr, yes(cr >= 1.2))
+	fmt.Fprintf(&b, "| CPU µs per short connection | %.0f | %.0f | %.2f× | ≤ 1.0× | %s |\n", ours.CPUPerConn, hap.CPUPerConn, cpu, yes(cpu > 0 && cpu <= 1))
+	fmt.Fprintf(&b, "| p99 of a short connection | %v | %v | %.2f× | ≤ 1.0× | %s |\n", ours.P99.Round(time.Microsecond), hap.P99.Round(time.Microsecond),
+		ratio(float64(ours.P99), float64(hap.P99)), yes(ours.P99 <= hap.P99))
+	if ours.IdleOK {
+		fmt.Fprintf(&b, "| idle RSS KiB per connection | %.2f | %.2f | | ≤ 3 KiB | %s |\n", ours.RSSPerConn, hap.RSSPerConn, yes(ours.RSSPerConn <= 3))
+		fmt.Fprintf(&b, "| idle fds per connection | %.3f | %.3f | | ≤ 2 | %s |\n", ours.FDsPerConn, hap.FDsPerConn, yes(ours.FDsPerConn <= 2))
+	}
+	return b.String()
 }

@@ -1,0 +1,148 @@
+package relay
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestAppendProxyHeader checks the hand-written v2 header byte for byte
+// against go-proxyproto's, for IPv4, IPv6 and mixed families, and that
+// v1, off and non-TCP addresses still come from go-proxyproto.
+func TestAppendProxyHeader(t *testing.T) {
+	tcp := func(s string) *net.TCPAddr { return net.TCPAddrFromAddrPort(netip.MustParseAddrPort(s)) }
+	name := strings.Repeat("n", maxNameLen)
+	for _, tc := range []struct {
+		version       string
+		client, local net.Addr
+	}{
+		{ProxyV2, tcp("192.0.2.7:40001"), tcp("198.51.100.1:636")},
+		{ProxyV2, tcp("[2001:db8::7]:40001"), tcp("[2001:db8::1]:636")},
+		{ProxyV2, tcp("192.0.2.7:40001"), tcp("[2001:db8::1]:636")},
+		{ProxyV2, tcp("[::ffff:192.0.2.7]:1"), tcp("198.51.100.1:65535")},
+		{ProxyV2, &net.UnixAddr{Name: "a", Net: "unix"}, &net.UnixAddr{Name: "b", Net: "unix"}},
+		{ProxyV1, tcp("192.0.2.7:40001"), tcp("198.51.100.1:636")},
+		{ProxyOff, tcp("192.0.2.7:40001"), tcp("198.51.100.1:636")},
+	} {
+		for _, n := range []string{"edge-1", name} {
+			want, err := proxyHeader(tc.version, tc.client, tc.local, "IDIDIDIDIDIDIDIDIDIDIDIDID", n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prefix := []byte("kept")
+			got, err := appendProxyHeader(prefix, tc.version, tc.client, tc.local, "IDIDIDIDIDIDIDIDIDIDIDIDID", n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, append([]byte("kept"), want...)) {
+				t.Errorf("%s %v→%v name %d bytes:\n got %x\nwant kept+%x", tc.version, tc.client, tc.local, len(n), got, want)
+			}
+		}
+	}
+	client, local := tcp("192.0.2.7:40001"), tcp("198.51.100.1:636")
+	var b [512]byte
+	if n := testing.AllocsPerRun(100, func() {
+		appendProxyHeader(b[:0], ProxyV2, client, local, "IDIDIDIDIDIDIDIDIDIDIDIDID", "edge-1")
+	}); n != 0 {
+		t.Errorf("v2 header: %v allocations, want 0", n)
+	}
+}
+
+// TestHeaderAndFirstBytesOneSegment: client bytes that are there when the
+// origin connection is up go out with the PROXY header in one write, so
+// the origin receives one data segment (TCP_INFO's tcpi_data_segs_in) and
+// the log line still counts them; bytes that come later follow the
+// header in a segment of their own.
+func TestHeaderAndFirstBytesOneSegment(t *testing.T) {
+	type got struct {
+		payload string
+		segs    uint32
+	}
+	arrived := make(chan got, 1)
+	headerIn := make(chan struct{}, 1)
+	o := startOrigin(t, true, func(c originConn) {
+		headerIn <- struct{}{}
+		b := make([]byte, 5)
+		io.ReadFull(c, b)
+		info, err := unix.GetsockoptTCPInfo(fd(t, c.tcp), unix.IPPROTO_TCP, unix.TCP_INFO)
+		if err != nil {
+			t.Error(err)
+		}
+		arrived <- got{string(b), info.Data_segs_in}
+		c.Write([]byte("ok"))
+	})
+	e := startEdge(t, Config{Origins: []string{o.addr}})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for i, tc := range []struct {
+		name  string
+		early bool
+		segs  uint32
+	}{{"bytes there before the dial", true, 1}, {"bytes after the header", false, 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(20 * time.Second))
+			sc, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.early {
+				io.WriteString(c, "hello")
+				waitReadable(t, sc, 5) // in the edge's socket before it dials
+			}
+			go e.HandleConn(sc)
+			<-headerIn
+			if !tc.early {
+				io.WriteString(c, "hello")
+			}
+			if g := <-arrived; g.payload != "hello" || g.segs != tc.segs {
+				t.Fatalf("origin got %q in %d data segments, want hello in %d", g.payload, g.segs, tc.segs)
+			}
+			io.ReadFull(c, make([]byte, 2))
+			c.Close()
+			line := e.waitLines(t, "connection closed", i+1)[i]
+			if line["bytes_up"] != float64(5) || line["bytes_down"] != float64(2) {
+				t.Fatalf("log line %v, want bytes_up 5, bytes_down 2", line)
+			}
+		})
+	}
+}
+
+// fd is c's file descriptor, for getsockopt.
+func fd(t *testing.T, c syscall.Conn) int {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	raw.Control(func(f uintptr) { n = int(f) })
+	return n
+}
+
+// waitReadable waits until c has received n bytes, reading none.
+func waitReadable(t *testing.T, c net.Conn, n int) {
+	t.Helper()
+	raw, err := c.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	peek := make([]byte, n)
+	raw.Read(func(fd uintptr) bool {
+		m, _, err := unix.Recvfrom(int(fd), peek, unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		return err == nil && m >= n
+	})
+}
