@@ -43,9 +43,13 @@ const (
 
 // Edge relays client connections to the origins.
 type Edge struct {
+	// Now is the clock of the OFFLINE retry window, the refusal-log rate
+	// limit and the durations measured and logged; nil means time.Now.
+	// Set it before Serve or HandleConn.
+	Now func() time.Time
+
 	cfg    Config
 	log    *slog.Logger
-	now    func() time.Time // the OFFLINE clock; tests replace it
 	dialer net.Dialer
 	m      *metrics
 	orig   *originSet
@@ -98,7 +102,6 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Edge, error)
 	e := &Edge{
 		cfg:       cfg,
 		log:       log,
-		now:       time.Now,
 		m:         m,
 		orig:      newOriginSet(cfg.Origins, cfg.OfflineRetry),
 		ctx:       ctx,
@@ -108,7 +111,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Edge, error)
 		idle:      make(chan struct{}),
 		own:       accept.NewOwn(),
 	}
-	e.refusals = accept.NewLimiter(refusalLogBurst, refusalLogWindow, func() time.Time { return e.now() })
+	e.refusals = accept.NewLimiter(refusalLogBurst, refusalLogWindow, e.now)
 	e.dialer = net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: -1}
 	if cfg.Keepalive > 0 {
 		e.dialer.KeepAliveConfig = net.KeepAliveConfig{Enable: true, Idle: cfg.Keepalive, Interval: cfg.Keepalive, Count: 4}
@@ -180,6 +183,13 @@ func (e *Edge) Serve(ln net.Listener) error {
 // listener's keepalive before it sets keepalive on each itself.
 const inheritChecks = 8
 
+func (e *Edge) now() time.Time {
+	if e.Now != nil {
+		return e.Now()
+	}
+	return time.Now()
+}
+
 func (e *Edge) isClosing() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -213,7 +223,7 @@ func (e *Edge) relay(c net.Conn, keepaliveSet bool, over func()) {
 	if over == nil {
 		over = func() {}
 	}
-	start := time.Now()
+	start := e.now()
 	rc := &conn{client: c}
 	e.mu.Lock()
 	switch {
@@ -430,7 +440,7 @@ func (e *Edge) closed(rc *conn, id, origin string, start time.Time, res splice.R
 		slog.String("origin", origin),
 		slog.Int64("bytes_up", res.Up),
 		slog.Int64("bytes_down", res.Down),
-		slog.Duration("duration", time.Since(start).Round(time.Millisecond)),
+		slog.Duration("duration", e.now().Sub(start).Round(time.Millisecond)),
 		slog.String("reason", reason),
 	)
 	if res.Err != nil && reason != ResultDrain {
@@ -466,9 +476,9 @@ func (e *Edge) dialOrigin() (net.Conn, string, error) {
 	plan, claim := e.orig.plan(e.now())
 	defer e.orig.release(plan, claim)
 	for _, o := range plan {
-		t0 := time.Now()
+		t0 := e.now()
 		c, err := e.dialer.DialContext(e.ctx, "tcp", o.addr)
-		e.m.dial.Observe(time.Since(t0).Seconds())
+		e.m.dial.Observe(e.now().Sub(t0).Seconds())
 		if err == nil {
 			if e.orig.ok(o) {
 				e.m.originUp.WithLabelValues(o.addr).Set(1)

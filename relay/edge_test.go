@@ -317,7 +317,7 @@ func TestOfflineRetry(t *testing.T) {
 	aAddr := testbed.FreeAddr(t, "127.0.0.1")
 	b := startOrigin(t, true, echo)
 	e := startEdge(t, Config{Origins: []string{aAddr, b.addr}, OfflineRetry: retry},
-		func(e *Edge) { e.now = clock.Now })
+		func(e *Edge) { e.Now = clock.Now })
 	via := func() string {
 		t.Helper()
 		n := len(e.logs.JSONLines("connection closed"))
@@ -674,7 +674,7 @@ func TestOneRetryAtATime(t *testing.T) {
 	hole := testbed.BlackHole(t)
 	good := startOrigin(t, true, echo)
 	e := startEdge(t, Config{Origins: []string{hole, good.addr}, ConnectTimeout: time.Minute, OfflineRetry: time.Minute},
-		func(e *Edge) { e.now = clock.Now })
+		func(e *Edge) { e.Now = clock.Now })
 	plan, claim := e.orig.plan(clock.Now()) // the black hole failed once: OFFLINE
 	e.orig.fail(plan[0], clock.Now())
 	e.orig.release(plan, claim)
