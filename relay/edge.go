@@ -290,15 +290,16 @@ func (e *Edge) relay(c net.Conn, keepaliveSet bool, over func()) {
 		over()
 		return
 	}
-	pair := splice.Prepare(c, server, func(res splice.Result) {
+	var client net.Conn = c
+	if held != nil { // a prefix of a PROXY signature: screened with what follows
+		client = &splice.Conn{Conn: c, Peeked: held}
+	}
+	pair := splice.Prepare(client, server, func(res splice.Result) {
 		res.Up += sent
 		e.closed(rc, id, addr, start, res)
 		over()
 	})
-	switch {
-	case held != nil: // a prefix of a PROXY signature: wait for more
-		pair.ScreenHeld(held, screenProxy)
-	case sent == 0:
+	if held != nil || sent == 0 {
 		pair.Screen(screenProxy) // on the first read the copy makes anyway
 	}
 	e.mu.Lock()

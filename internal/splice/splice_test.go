@@ -52,7 +52,7 @@ func testHalfClose(t *testing.T, join func(c, s net.Conn, done chan<- Result), p
 	var in net.Conn = relayIn
 	if pending {
 		hdr = []byte("hdr:")
-		in = &Buffered{TCPConn: relayIn, Pending: hdr}
+		in = &Conn{Conn: relayIn, Peeked: hdr}
 	}
 	join(in, relayOut, done)
 
@@ -334,6 +334,94 @@ func TestScreen(t *testing.T) {
 					t.Fatalf("Up = %d, want %d", res.Up, len(tc.want))
 				}
 			})
+		}
+	}
+}
+
+// TestPeeked: a Conn's Peeked bytes reach the server before the client
+// sends anything more (a client that waits for an answer), screened first
+// when the pair has a Screen — over plain TCP and the blocking path, for
+// every entry.
+func TestPeeked(t *testing.T) {
+	errBad := fmt.Errorf("bad start")
+	check := func(b []byte) error {
+		switch {
+		case bytes.HasPrefix(b, []byte("BAD")):
+			return errBad
+		case bytes.HasPrefix([]byte("BAD"), b):
+			return ErrMore
+		}
+		return nil
+	}
+	type conn struct{ *net.TCPConn } // not a *net.TCPConn: blocking copies
+	for _, e := range entries {
+		for _, wrap := range []bool{false, true} {
+			for _, tc := range []struct {
+				name, peeked, more string // more: what the client sends once it has the answer
+				screen             bool
+				want               string // what the server has read when it answers
+				refused            bool
+			}{
+				{"unscreened", "hello", "", false, "hello", false},
+				{"screened, passes", "hello", "", true, "hello", false},
+				{"screened, a prefix", "BA", "X", true, "BAX", false},
+				{"screened, refused", "BADx", "", true, "", true},
+			} {
+				if tc.screen && e.name != "Prepare+Run" {
+					continue // Screen is a Prepared pair's
+				}
+				t.Run(fmt.Sprintf("%s/%s wrapped=%v", e.name, tc.name, wrap), func(t *testing.T) {
+					client, edgeIn := testbed.TCPPair(t)
+					edgeOut, server := testbed.TCPPair(t)
+					var in, out net.Conn = edgeIn, edgeOut
+					if wrap {
+						in, out = conn{edgeIn}, conn{edgeOut}
+					}
+					done := make(chan Result, 1)
+					in = &Conn{Conn: in, Peeked: []byte(tc.peeked)}
+					if tc.screen {
+						p := Prepare(in, out, func(r Result) { done <- r })
+						p.Screen(check)
+						go p.Run()
+					} else {
+						e.join(in, out, done)
+					}
+					if tc.more != "" {
+						client.Write([]byte(tc.more))
+					}
+					server.SetReadDeadline(time.Now().Add(10 * time.Second))
+					got := make([]byte, len(tc.want))
+					if tc.refused {
+						if n, err := server.Read(make([]byte, 1)); err == nil {
+							t.Fatalf("a refused client's bytes reached the server: %d", n)
+						}
+					} else {
+						if _, err := io.ReadFull(server, got); err != nil || string(got) != tc.want {
+							t.Fatalf("server read %q, %v; want %q before the client sends more", got, err, tc.want)
+						}
+						server.Write([]byte("answer"))
+						client.SetReadDeadline(time.Now().Add(10 * time.Second))
+						ans := make([]byte, len("answer"))
+						if _, err := io.ReadFull(client, ans); err != nil {
+							t.Fatalf("client: %v", err)
+						}
+						client.Close()
+						server.Close()
+					}
+					var res Result
+					select {
+					case res = <-done:
+					case <-time.After(10 * time.Second):
+						t.Fatal("the pair never finished")
+					}
+					if tc.refused && (res.Err != errBad || res.Reason != ReasonClientError) {
+						t.Fatalf("result %+v, want the refusal", res)
+					}
+					if !tc.refused && res.Up != int64(len(tc.want)) {
+						t.Fatalf("Up = %d, want %d", res.Up, len(tc.want))
+					}
+				})
+			}
 		}
 	}
 }
