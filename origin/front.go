@@ -13,6 +13,7 @@ import (
 
 	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/internal/splice"
+	"github.com/edgefleet/edgefleet/internal/workers"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -54,7 +55,7 @@ type Front struct {
 	// already grown in the deep calls of a connection's setup (sniff,
 	// dial, splice, log line): a fresh goroutine per connection paid to
 	// grow and copy its stack every time.
-	handlers splice.Workers
+	handlers workers.Pool
 	ctx      context.Context // cancelled when Shutdown gives up waiting
 	cancel   context.CancelFunc
 

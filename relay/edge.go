@@ -29,6 +29,7 @@ import (
 	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/internal/sockopt"
 	"github.com/edgefleet/edgefleet/internal/splice"
+	"github.com/edgefleet/edgefleet/internal/workers"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 )
@@ -55,7 +56,7 @@ type Edge struct {
 	orig   *originSet
 	// workers run relay's setup (dial, header) in goroutines whose stacks
 	// have grown already.
-	workers splice.Workers
+	workers workers.Pool
 	// own holds the edge's origin connections, so that a connection coming
 	// back from one of them (an origin that is this edge) is refused.
 	own *accept.Own

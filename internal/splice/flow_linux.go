@@ -410,7 +410,7 @@ func (p *parker) resume(token uint64) {
 	delete(p.flows, token)
 	p.mu.Unlock()
 	if f != nil {
-		workers.Go(f.wait)
+		directions.Go(f.wait)
 	}
 }
 

@@ -34,6 +34,8 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+
+	"github.com/edgefleet/edgefleet/internal/workers"
 )
 
 // Conn is a connection some of whose bytes were already read (peeked, as
@@ -158,9 +160,9 @@ func (p *Pair) start(detach bool) {
 	}
 	j := p.j
 	if j.async {
-		workers.Go(j.flows[1].wait)
+		directions.Go(j.flows[1].wait)
 		if detach {
-			workers.Go(j.flows[0].wait)
+			directions.Go(j.flows[0].wait)
 		} else {
 			j.flows[0].wait()
 		}
@@ -179,6 +181,9 @@ func (p *Pair) start(detach bool) {
 		}
 	}()
 }
+
+// directions runs the directions of pairs joined by Start and Prepare.
+var directions workers.Pool
 
 // joint is one joined pair of connections.
 type joint struct {

@@ -231,7 +231,7 @@ func TestParkedPair(t *testing.T) {
 				done           chan Result
 			}
 			var ends []end
-			busy := func() int { return runtime.NumGoroutine() - workers.Idle() }
+			busy := func() int { return runtime.NumGoroutine() - directions.Idle() }
 			before := busy()
 			for range n {
 				client, relayIn := testbed.TCPPair(t)
