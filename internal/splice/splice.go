@@ -220,19 +220,9 @@ func (j *joint) screenCopy() half {
 	if j.screen == nil {
 		return j.forward(held)
 	}
-	if len(held) > 0 {
-		switch serr := j.screen(held); {
-		case serr == nil:
-			return j.forward(held)
-		case serr != ErrMore:
-			j.closeBoth()
-			return half{0, serr, nil}
-		}
-	}
 	buf := make([]byte, 4096)
+	m, err := len(held), error(nil) // peeked bytes are screened before any read
 	for {
-		m, err := j.client.Read(buf)
-		held = append(held, buf[:m]...)
 		if m > 0 {
 			switch serr := j.screen(held); {
 			case serr == nil:
@@ -257,6 +247,8 @@ func (j *joint) screenCopy() half {
 			j.closeBoth()
 			return half{0, err, nil}
 		}
+		m, err = j.client.Read(buf)
+		held = append(held, buf[:m]...)
 	}
 }
 

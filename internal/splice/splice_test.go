@@ -268,6 +268,19 @@ func TestParkedPair(t *testing.T) {
 	}
 }
 
+// relayed returns a client and a server, and the relay's two ends facing
+// them (in, out) for a test to join; wrapped, in and out are not
+// *net.TCPConn, so the pair uses blocking copies.
+func relayed(t *testing.T, wrapped bool) (client, server *net.TCPConn, in, out net.Conn) {
+	client, relayIn := testbed.TCPPair(t)
+	relayOut, server := testbed.TCPPair(t)
+	if wrapped {
+		type conn struct{ *net.TCPConn }
+		return client, server, conn{relayIn}, conn{relayOut}
+	}
+	return client, server, relayIn, relayOut
+}
+
 // TestScreen: Pair.Screen sees the client's first bytes before any is
 // forwarded — a refusal closes the pair with the check's error and
 // forwards nothing, a prefix the check cannot decide on is held until more
@@ -285,7 +298,6 @@ func TestScreen(t *testing.T) {
 		}
 		return errBad
 	}
-	type conn struct{ *net.TCPConn } // not a *net.TCPConn: blocking copies
 	for _, wrap := range []bool{false, true} {
 		for _, tc := range []struct {
 			name    string
@@ -300,12 +312,7 @@ func TestScreen(t *testing.T) {
 			{"pass at once", []string{"GOOD"}, "GOOD", false},
 		} {
 			t.Run(fmt.Sprintf("%s wrapped=%v", tc.name, wrap), func(t *testing.T) {
-				client, edgeIn := testbed.TCPPair(t)
-				edgeOut, server := testbed.TCPPair(t)
-				var in, out net.Conn = edgeIn, edgeOut
-				if wrap {
-					in, out = conn{edgeIn}, conn{edgeOut}
-				}
+				client, server, in, out := relayed(t, wrap)
 				done := make(chan Result, 1)
 				p := Prepare(in, out, func(r Result) { done <- r })
 				p.Screen(check)
@@ -353,7 +360,6 @@ func TestPeeked(t *testing.T) {
 		}
 		return nil
 	}
-	type conn struct{ *net.TCPConn } // not a *net.TCPConn: blocking copies
 	for _, e := range entries {
 		for _, wrap := range []bool{false, true} {
 			for _, tc := range []struct {
@@ -371,12 +377,7 @@ func TestPeeked(t *testing.T) {
 					continue // Screen is a Prepared pair's
 				}
 				t.Run(fmt.Sprintf("%s/%s wrapped=%v", e.name, tc.name, wrap), func(t *testing.T) {
-					client, edgeIn := testbed.TCPPair(t)
-					edgeOut, server := testbed.TCPPair(t)
-					var in, out net.Conn = edgeIn, edgeOut
-					if wrap {
-						in, out = conn{edgeIn}, conn{edgeOut}
-					}
+					client, server, in, out := relayed(t, wrap)
 					done := make(chan Result, 1)
 					in = &Conn{Conn: in, Peeked: []byte(tc.peeked)}
 					if tc.screen {
