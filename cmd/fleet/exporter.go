@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os/signal"
 	"syscall"
 	"time"
@@ -15,7 +14,6 @@ import (
 	"github.com/edgefleet/edgefleet/deploy"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 )
 
@@ -73,9 +71,7 @@ key is needed.`,
 			if err != nil {
 				return cli.Exit(1, fmt.Errorf("listen %s: %w", listen, err))
 			}
-			mux := http.NewServeMux()
-			mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-			srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+			srv := cli.HTTPServer(cli.Metrics(reg))
 			served := make(chan error, 1)
 			go func() { served <- srv.Serve(ln) }()
 			log.Info("fleet exporter listening", "addr", ln.Addr().String(), "target", f.DNS.Server, "name", f.Name)

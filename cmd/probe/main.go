@@ -18,7 +18,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -28,7 +27,6 @@ import (
 	"github.com/edgefleet/edgefleet/probe"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 )
 
@@ -244,10 +242,9 @@ when an edge is down or the name does not resolve.`,
 				if ln, err = net.Listen("tcp", cfg.Metrics); err != nil {
 					return fmt.Errorf("metrics: %w", err)
 				}
-				mux := http.NewServeMux()
-				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+				mux := cli.Metrics(reg)
 				mux.Handle("GET /status", m)
-				srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+				srv := cli.HTTPServer(mux)
 				go srv.Serve(ln)
 				defer srv.Close()
 				log.Info("monitor listening", "addr", ln.Addr().String(), "target", cfg.Name)

@@ -57,10 +57,20 @@ func (p *Process) Fatal(err error) {
 }
 
 // Metrics is GET /metrics for p.Reg.
-func (p *Process) Metrics() http.Handler {
+func (p *Process) Metrics() http.Handler { return Metrics(p.Reg) }
+
+// Metrics is GET /metrics for reg, the endpoint every binary serves, on a
+// mux that may take more.
+func Metrics(reg *prometheus.Registry) *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(p.Reg, promhttp.HandlerOpts{Registry: p.Reg}))
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	return mux
+}
+
+// HTTPServer is the http.Server of every endpoint of the binaries: h, and
+// a bound on the wait for a request's header.
+func HTTPServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 }
 
 // ServeHTTP serves h on addr (nothing when addr is ""); key is the
@@ -74,7 +84,7 @@ func (p *Process) ServeHTTP(key, addr string, h http.Handler) {
 	if err != nil {
 		p.Fatal(fmt.Errorf("%s: %w", key, err))
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := HTTPServer(h)
 	p.servers = append(p.servers, srv)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
