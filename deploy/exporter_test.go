@@ -186,7 +186,7 @@ func TestExporterBadInventory(t *testing.T) {
 	f := newExporterFixture(t)
 	f.want(t, InventoryEdgesMetric, fam("ipv4"), 3)
 	f.mu.Lock()
-	f.cfgErr = errors.New(`config: 'edges[1]' has invalid keys: ipv5`)
+	f.cfgErr = errors.New(`config fleet.yaml: unknown key "edges[1].ipv5"`)
 	f.mu.Unlock()
 	for range 2 {
 		f.clock.Advance(time.Minute)

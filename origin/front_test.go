@@ -230,8 +230,14 @@ func TestBadHeaders(t *testing.T) {
 	if n := h.inner.count(); n != 0 {
 		t.Errorf("inner dialled %d times for bad headers", n)
 	}
-	if got := len(h.logs.JSONLines("bad proxy header")); got != refusalLogBurst {
+	lines := h.logs.JSONLines("bad proxy header")
+	if got := len(lines); got != refusalLogBurst {
 		t.Errorf("%d bad-header log lines, want %d (rate limited)", got, refusalLogBurst)
+	}
+	for _, l := range lines {
+		if _, ok := l["err"].(string); !ok || l["error"] != nil {
+			t.Fatalf("the parse error is not under the shared key err (DESIGN.md §11): %v", l)
+		}
 	}
 }
 

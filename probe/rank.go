@@ -24,8 +24,10 @@ type Ranking struct {
 	Ranking    []Result  `json:"ranking"`
 	Chosen     string    `json:"chosen"`
 	// NoChoice says why Chosen is empty (DNS error, fewer than two
-	// addresses, nobody answered, the state file…); never in a state file.
-	NoChoice string `json:"no_choice,omitempty"`
+	// addresses, nobody answered, the state file…). It is not part of the
+	// JSON shape of DESIGN.md §6 (`probe rank` prints it on stderr) and
+	// never in a state file.
+	NoChoice string `json:"-"`
 }
 
 // noChoice is a Ranking that tells the agent to dial the name.

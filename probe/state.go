@@ -49,9 +49,6 @@ func ParseState(data []byte) (Ranking, error) {
 	if r.Name == "" {
 		return Ranking{}, errors.New("no name")
 	}
-	if r.NoChoice != "" {
-		return Ranking{}, errors.New("no_choice in a state file")
-	}
 	set := map[string]bool{}
 	var prev netip.Addr
 	for i, a := range r.Addresses {

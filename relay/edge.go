@@ -83,6 +83,14 @@ type conn struct {
 	forced bool         // closed by Shutdown
 }
 
+// now is e.Now, or time.Now when that is nil.
+func (e *Edge) now() time.Time {
+	if e.Now != nil {
+		return e.Now()
+	}
+	return time.Now()
+}
+
 // New checks cfg (Validate and CheckSelf) and returns an edge that records
 // its metrics into reg (nil: not registered anywhere).
 func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Edge, error) {
@@ -183,13 +191,6 @@ func (e *Edge) Serve(ln net.Listener) error {
 // inheritChecks is how many accepted connections Serve checks for the
 // listener's keepalive before it sets keepalive on each itself.
 const inheritChecks = 8
-
-func (e *Edge) now() time.Time {
-	if e.Now != nil {
-		return e.Now()
-	}
-	return time.Now()
-}
 
 func (e *Edge) isClosing() bool {
 	e.mu.Lock()

@@ -93,6 +93,11 @@ func TestStream1GiBBothWays(t *testing.T) {
 	if line["bytes_up"] != float64(size) || line["bytes_down"] != float64(size) || line["reason"] != ResultEOF {
 		t.Fatalf("log line %v", line)
 	}
+	for _, k := range []string{"id", "client", "origin", "bytes_up", "bytes_down", "duration", "reason"} { // DESIGN.md §2
+		if _, ok := line[k]; !ok {
+			t.Fatalf("log line without %s: %v", k, line)
+		}
+	}
 	e.waitValue(t, size, "edgefleet_edge_bytes_total", "direction", "up")
 	e.waitValue(t, size, "edgefleet_edge_bytes_total", "direction", "down")
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/edgefleet/cmd/internal/cli"
 	"github.com/edgefleet/edgefleet/internal/testbed"
 )
 
@@ -21,4 +22,10 @@ func TestDocExample(t *testing.T) {
 		cfg.ProxyProtocol != "v2" || cfg.Metrics != "127.0.0.1:9101" || cfg.Log.Format != "json" {
 		t.Errorf("the example loads as %+v", cfg)
 	}
+}
+
+// TestDocDefaults: every key and default docs/edge.md's table states is
+// the binary's.
+func TestDocDefaults(t *testing.T) {
+	testbed.CheckDocDefaults(t, "docs/edge.md", "", cli.Defaults(defaults()))
 }

@@ -15,6 +15,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -83,7 +84,27 @@ func newRoot() *cobra.Command {
 	for _, add := range subcommands {
 		root.AddCommand(add())
 	}
+	groupsNeedACommand(root)
 	return root
+}
+
+// groupsNeedACommand makes every command that only groups others (fleet
+// dns, fleet firewall, fleet deploy) fail on a missing or misspelt
+// subcommand: cobra would print the help and exit 0, so `fleet dns lst`
+// in a script would pass for done.
+func groupsNeedACommand(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		groupsNeedACommand(sub)
+	}
+	if c.HasParent() && c.HasSubCommands() && !c.Runnable() {
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return cli.Exit(cli.ExitConfig, fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath()))
+			}
+			cmd.Usage()
+			return cli.Exit(cli.ExitConfig, fmt.Errorf("a command is required for %q", cmd.CommandPath()))
+		}
+	}
 }
 
 func main() {

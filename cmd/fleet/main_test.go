@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -145,6 +146,27 @@ func TestDocInventory(t *testing.T) {
 			if r.code != 0 || r.stdout != want {
 				t.Errorf("%s: exit %d\n%s%s\nthe document shows:\n%s", line, r.code, r.stdout, r.stderr, want)
 			}
+		}
+	}
+}
+
+// TestGroupNeedsACommand: `fleet dns lst` (a typo) or a bare `fleet dns`
+// is a usage error, exit 2, not the help and success.
+func TestGroupNeedsACommand(t *testing.T) {
+	for args, want := range map[string]string{
+		"dns lst":        `unknown command "lst" for "fleet dns"`,
+		"firewall bogus": `unknown command "bogus" for "fleet firewall"`,
+		"deploy":         `a command is required for "fleet deploy"`,
+		"dns":            `a command is required for "fleet dns"`,
+	} {
+		root := newRoot()
+		root.SetArgs(strings.Fields(args))
+		root.SetOut(io.Discard)
+		root.SetErr(io.Discard)
+		err := root.Execute()
+		var ee *cli.ExitError
+		if !errors.As(err, &ee) || ee.Code != cli.ExitConfig || err.Error() != want {
+			t.Errorf("fleet %s: %v, want exit %d and %q", args, err, cli.ExitConfig, want)
 		}
 	}
 }

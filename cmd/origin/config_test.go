@@ -16,3 +16,13 @@ var update = flag.Bool("update", false, "rewrite testdata/invalid.golden")
 func TestInvalidConfigs(t *testing.T) {
 	testbed.InvalidConfigs(t, *update, func(path string) error { _, err := load(nil, path); return err })
 }
+
+// TestCoreTLSModeUnknown: a core.tls.mode that does not exist is named as
+// such, not answered with the files tls would need.
+func TestCoreTLSModeUnknown(t *testing.T) {
+	c := defaultCore()
+	c.TLS.Mode = "bogus"
+	if _, err := c.coreConfig(); err == nil || err.Error() != `core.tls.mode: "bogus" is not off, tls or mtls` {
+		t.Fatalf("error %v", err)
+	}
+}

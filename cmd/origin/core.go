@@ -151,6 +151,11 @@ func (cfg coreSection) coreConfig() (core.Config, error) {
 	c.TLSMode, c.StartTLS = cfg.TLS.Mode, cfg.TLS.StartTLS
 	c.MaxPending, c.MaxPendingAuth = cfg.MaxPending, cfg.MaxPendingAuth
 	c.PDUTimeout, c.WriteTimeout = cfg.PDUTimeout, cfg.WriteTimeout
+	switch c.TLSMode {
+	case core.TLSOff, core.TLSOn, core.TLSMTLS:
+	default: // before asking for files a mode that does not exist would need
+		return c, fmt.Errorf("core.tls.mode: %q is not off, tls or mtls", c.TLSMode)
+	}
 	if c.TLSMode != core.TLSOff {
 		if cfg.TLS.Cert == "" || cfg.TLS.Key == "" {
 			return c, fmt.Errorf("core.tls.mode %s needs core.tls.cert and core.tls.key", c.TLSMode)

@@ -39,3 +39,11 @@ func TestDocExamples(t *testing.T) {
 		t.Errorf("docs/ldap-core.md's example loads as %+v", core)
 	}
 }
+
+// TestDocDefaults: every key and default the tables of docs/origin.md and
+// docs/ldap-core.md (whose keys are under core:) state is the binary's.
+func TestDocDefaults(t *testing.T) {
+	d := cli.Defaults(defaults())
+	testbed.CheckDocDefaults(t, "docs/origin.md", "", d)
+	testbed.CheckDocDefaults(t, "docs/ldap-core.md", "core", d)
+}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/edgefleet/cmd/internal/cli"
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/edgefleet/edgefleet/internal/testbed/stack"
 	"github.com/edgefleet/edgefleet/probe"
@@ -225,4 +226,10 @@ func checkDocOutput(t *testing.T, name, got string) {
 	if shape(docOut) != shape(gotOut) {
 		t.Fatalf("docs/probe.md's %s:\n%s\nhas not the shape of this run's:\n%s", name, doc, got)
 	}
+}
+
+// TestDocDefaults: every key and default docs/probe.md's table states is
+// the binary's.
+func TestDocDefaults(t *testing.T) {
+	testbed.CheckDocDefaults(t, "docs/probe.md", "", cli.Defaults(defaults()))
 }

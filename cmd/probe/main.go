@@ -130,7 +130,7 @@ func rankCommand() *cobra.Command {
 handshake verified against the name, one LDAP WhoAmI), each within its budget,
 and prints the ranking: fastest first, failures last with their error. With
 --state it is written to the state file, atomically. "chosen" is empty when
-there is no choice (no_choice says why): the agent then dials the name.`,
+there is no choice (why is printed on stderr): the agent then dials the name.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, conf, resolver, log, err := setup(cmd)
@@ -138,13 +138,20 @@ there is no choice (no_choice says why): the agent then dials the name.`,
 				return err
 			}
 			d := &probe.Dialer{Config: cfg.Config, TLS: conf, Resolver: resolver, Log: log}
-			return printRanking(cmd.OutOrStdout(), cfg.Format, d.Rank(cmd.Context()))
+			return printRanking(cmd, cfg.Format, d.Rank(cmd.Context()))
 		},
 	}
 }
 
-func printRanking(w io.Writer, format string, r probe.Ranking) error {
+// printRanking prints r on stdout; with json, why there is no choice goes
+// to stderr (the table says it itself), so the JSON keeps the state
+// file's keys.
+func printRanking(cmd *cobra.Command, format string, r probe.Ranking) error {
+	w := cmd.OutOrStdout()
 	if format == "json" {
+		if r.NoChoice != "" {
+			fmt.Fprintf(cmd.ErrOrStderr(), "probe: no choice (dial %s): %s\n", r.Name, r.NoChoice)
+		}
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(r)
@@ -172,7 +179,7 @@ is printed as one event (a JSON line with --format json).`,
 			defer stop()
 			d := &probe.Dialer{Config: cfg.Config, TLS: conf, Resolver: resolver, Log: log}
 			out := cmd.OutOrStdout()
-			if err := printRanking(out, cfg.Format, d.Select(ctx)); err != nil {
+			if err := printRanking(cmd, cfg.Format, d.Select(ctx)); err != nil {
 				return err
 			}
 			events := make(chan probe.Event)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -85,8 +86,14 @@ func TestRankJSON(t *testing.T) {
 			t.Fatalf("%s = %v in %v", k, first[k], first)
 		}
 	}
-	if _, has := first["error"]; has {
-		t.Fatalf("a success with an error field: %v", first)
+	for _, e := range ranking {
+		entry := e.(map[string]any)
+		if keys := slices.Sorted(maps.Keys(entry)); !slices.Equal(keys, []string{"addr", "app_rtt_ms", "error", "ok", "tcp_connect_ms", "tls_handshake_ms"}) {
+			t.Fatalf("ranking entry keys %v: %v", keys, entry)
+		}
+	}
+	if first["error"] != "" {
+		t.Fatalf("a success with an error: %v", first)
 	}
 	if second["ok"] != false || !strings.Contains(second["error"].(string), "budget") {
 		t.Fatalf("black hole entry %v", second)
@@ -100,6 +107,22 @@ func TestRankJSON(t *testing.T) {
 	json.Unmarshal(data, &saved)
 	if !reflect.DeepEqual(printed, saved) {
 		t.Fatalf("state file %s differs from the output %s", data, out)
+	}
+
+	// No choice keeps the shape: the reason goes to stderr, not into a
+	// sixth key.
+	args := fleetArgs(f)
+	args[1] = "nowhere.edgefleet.test"
+	out, errOut, code = run(t, bin, append(args, "rank", "--format", "json")...)
+	doc = nil
+	if err := json.Unmarshal([]byte(out), &doc); code != 0 || err != nil {
+		t.Fatalf("no choice: exit %d, %v:\n%s%s", code, err, out, errOut)
+	}
+	if keys := slices.Sorted(maps.Keys(doc)); !slices.Equal(keys, []string{"addresses", "chosen", "measured_at", "name", "ranking"}) || doc["chosen"] != "" {
+		t.Fatalf("no choice: keys %v:\n%s", keys, out)
+	}
+	if !strings.Contains(errOut, "no choice (dial nowhere.edgefleet.test)") {
+		t.Fatalf("no choice: stderr %q does not say why", errOut)
 	}
 }
 

@@ -64,7 +64,9 @@ func Load(fs *pflag.FlagSet, path string, out any) error {
 			return fmt.Errorf("config: %w", err)
 		}
 		if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
-			return fmt.Errorf("config %s: %w", path, oneLine(err))
+			// viper's "While parsing config: yaml: line 1: …" → "yaml: line 1: …"
+			msg := strings.TrimPrefix(oneLine(err).Error(), "While parsing config: ")
+			return fmt.Errorf("config %s: %s", path, msg)
 		}
 		// Report unknown keys ourselves, naming the first: a key, or a
 		// section, even an empty one (viper's own view drops those).
@@ -387,6 +389,9 @@ func unknownKeys(prefix string, settings map[string]any, keys map[string]reflect
 			if isMap && t.Kind() != reflect.Map && t.Kind() != reflect.Struct {
 				return fmt.Errorf("unknown key %q", key+"."+firstKey(sub))
 			}
+			if err := unknownElemKeys(key, val, t); err != nil {
+				return err
+			}
 		case isPrefix(key, keys): // inside a map-typed key: free-form
 		case !isSection(key, keys):
 			return fmt.Errorf("unknown key %q", key)
@@ -397,6 +402,29 @@ func unknownKeys(prefix string, settings map[string]any, keys map[string]reflect
 			if err := unknownKeys(key, sub, keys); err != nil {
 				return err
 			}
+		}
+	}
+	return nil
+}
+
+// unknownElemKeys checks the elements of a list of sections (edges:
+// [{name, ipv4, …}]) like the file's top level, naming a bad key with its
+// index: edges[1].ipv5.
+func unknownElemKeys(key string, val any, t reflect.Type) error {
+	list, ok := val.([]any)
+	if !ok || t.Kind() != reflect.Slice || t.Elem().Kind() != reflect.Struct || isLeafStruct(t.Elem()) {
+		return nil
+	}
+	for i, el := range list {
+		m, ok := el.(map[string]any)
+		if !ok {
+			continue // not a section: the decoder says so
+		}
+		prefix := fmt.Sprintf("%s[%d]", key, i)
+		elemKeys := map[string]reflect.Type{}
+		flatten(prefix, reflect.New(t.Elem()).Elem(), func(k string, v reflect.Value) { elemKeys[k] = v.Type() })
+		if err := unknownKeys(prefix, m, elemKeys); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -478,4 +506,13 @@ func oneLine(err error) error {
 		}
 	}
 	return errors.New(strings.Join(lines, "; "))
+}
+
+// Defaults returns every key of cfg (a configuration struct, as Load
+// fills it) with its value, keyed as in the file: what a docs table of
+// keys and defaults is checked against.
+func Defaults(cfg any) map[string]any {
+	out := map[string]any{}
+	flatten("", reflect.ValueOf(cfg), func(key string, v reflect.Value) { out[key] = v.Interface() })
+	return out
 }

@@ -15,7 +15,13 @@ type sample struct {
 		Inner string `mapstructure:"inner"`
 	} `mapstructure:"front"`
 	Ports []int `mapstructure:"ports"`
-	Log   Log   `mapstructure:"log"`
+	Edges []struct {
+		Name string `mapstructure:"name"`
+		TLS  struct {
+			Cert string `mapstructure:"cert"`
+		} `mapstructure:"tls"`
+	} `mapstructure:"edges"`
+	Log Log `mapstructure:"log"`
 }
 
 func defaults() sample {
@@ -41,9 +47,12 @@ func TestLoad(t *testing.T) {
 		{name: "bad int", yaml: "ports: [x]\n", wantErr: `ports[0]: "x" is not a whole number`},
 		{name: "unknown top key", yaml: "timeout: 1s\nbogus: 1\n", wantErr: `unknown key "bogus"`},
 		{name: "unknown nested key", yaml: "front:\n  innr: x\n", wantErr: `unknown key "front.innr"`},
+		{name: "unknown key in a list element", yaml: "edges:\n- name: a\n- name: b\n  ipv5: x\n", wantErr: `unknown key "edges[1].ipv5"`},
+		{name: "unknown nested key in a list element", yaml: "edges:\n- name: a\n  tls: {crt: x}\n", wantErr: `unknown key "edges[0].tls.crt"`},
+		{name: "list elements", yaml: "edges:\n- name: a\n  tls: {cert: x}\n", check: func(s sample) bool { return len(s.Edges) == 1 && s.Edges[0].TLS.Cert == "x" }},
 		{name: "bad duration", yaml: "timeout: soon\n", wantErr: `bad duration "soon"`},
 		{name: "unitless duration", yaml: "timeout: 3\n", wantErr: `give a unit`},
-		{name: "broken yaml", yaml: "timeout: [\n", wantErr: "config "},
+		{name: "broken yaml", yaml: "timeout: [\n", wantErr: "c.yaml: yaml: line "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := ""

@@ -114,6 +114,8 @@ func TestLoadBalancerErrors(t *testing.T) {
 func TestLoadBalancerKeys(t *testing.T) {
 	f, err := dlp.Parse("x.json", []byte(lbFile(
 		`{"object": "LoadBalancer", "name": "FO", "algorithm": "failover", "switchback": 1, "routes": [{"server": "L1", "priority": {"add": 1, "default": 3}}, {"server": "L2", "priority": 2, "capacity": 10}]}`,
+		`{"object": "LoadBalancer", "name": "FOT", "algorithm": "failover", "switchback": true, "routes": [{"server": "L1", "priority": 1}]}`,
+		`{"object": "LoadBalancer", "name": "FOD", "algorithm": "failover", "routes": [{"server": "L1", "priority": 1}]}`,
 		`{"object": "LoadBalancer", "name": "OPT", "algorithm": "optimal", "routes": [{"server": "L1"}]}`,
 		`{"object": "LoadBalancer", "name": "PROP", "algorithm": "proportional", "routes": [{"server": "L1", "weight": {"search": 2, "bind": 1}}, {"server": "L2", "weight": {"bind": 0}, "capacity": 10}]}`,
 		`{"object": "LoadBalancer", "name": "SAT", "algorithm": "saturation", "threshold": 70, "alert": 60.5, "routes": [{"server": "L1", "priority": 1}]}`,
@@ -125,6 +127,9 @@ func TestLoadBalancerKeys(t *testing.T) {
 	fo := f.Balancers["FO"]
 	if !fo.Switchback || fo.Routes[0].PriorityFor("add") != 1 || fo.Routes[0].PriorityFor("bind") != 3 || fo.Routes[1].PriorityFor("add") != 2 {
 		t.Errorf("FO %+v", fo)
+	}
+	if !f.Balancers["FOT"].Switchback || f.Balancers["FOD"].Switchback {
+		t.Errorf("switchback: true gives %v, left out gives %v (want true, and the default false)", f.Balancers["FOT"].Switchback, f.Balancers["FOD"].Switchback)
 	}
 	if f.Capacity("L2") != 10 || f.Capacity("L1") != dlp.DefaultCapacity || f.Capacity("L3") != 64 {
 		t.Errorf("capacities L1 %d L2 %d L3 %d", f.Capacity("L1"), f.Capacity("L2"), f.Capacity("L3"))
