@@ -102,7 +102,7 @@ func (d *Dialer) Select(ctx context.Context) Ranking {
 	if !ok {
 		return d.use(r)
 	}
-	if cur := d.Current(); cur.sameSet(d.Config.Name, addrs) && cur.Chosen != "" && d.fresh(cur) {
+	if cur := d.Current(); cur.sameSet(d.Config.Name, d.Config.Port, addrs) && cur.Chosen != "" && d.fresh(cur) {
 		return cur
 	}
 	if d.Config.State == "" {
@@ -115,8 +115,8 @@ func (d *Dialer) Select(ctx context.Context) Ranking {
 	case err != nil:
 		d.log().Warn("state file unusable: no choice", "err", err)
 		return d.use(noChoice(d.Config.Name, addrs, d.now(), err.Error()))
-	case !st.sameSet(d.Config.Name, addrs):
-		d.log().Info("address set changed: measuring", "target", d.Config.Name)
+	case !st.sameSet(d.Config.Name, d.Config.Port, addrs):
+		d.log().Info("address set or port changed: measuring", "target", d.Config.Name)
 	case !d.fresh(st):
 		d.log().Info("measurement stale: measuring", "target", d.Config.Name, "duration", d.now().Sub(st.MeasuredAt))
 	case st.Chosen == "":

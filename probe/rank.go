@@ -48,9 +48,20 @@ func (r Ranking) Entry(addr string) (Result, int, bool) {
 	return Result{}, -1, false
 }
 
-// sameSet reports whether addrs (sorted) is the set r was measured on.
-func (r Ranking) sameSet(name string, addrs []string) bool {
-	return r.Name == name && slices.Equal(r.Addresses, addrs)
+// sameSet reports whether addrs (sorted) on port is the set r was
+// measured on. A changed port invalidates r like a changed address set:
+// its entries (ip:port) and Chosen would send the agent to the old port.
+func (r Ranking) sameSet(name string, port int, addrs []string) bool {
+	if r.Name != name || !slices.Equal(r.Addresses, addrs) {
+		return false
+	}
+	p := strconv.Itoa(port)
+	for _, e := range r.Ranking {
+		if _, ep, err := net.SplitHostPort(e.Addr); err != nil || ep != p {
+			return false
+		}
+	}
+	return true
 }
 
 // Resolve returns the sorted, de-duplicated IPs of name through r (nil:

@@ -2,9 +2,11 @@ package probe_test
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -204,5 +206,49 @@ func TestStateRestart(t *testing.T) {
 	}
 	if !reflect.DeepEqual(r.Ranking, first.Ranking) || !r.MeasuredAt.Equal(first.MeasuredAt) {
 		t.Fatalf("after a restart the ranking is %+v, want the measured one %+v", r, first)
+	}
+}
+
+// TestStatePortChange: a state file measured on the same addresses but
+// another port (636 before the port moved to the edges' port) is stale
+// like one of another set: Select measures on the new port, and the
+// agent's dial goes to an edge on it. It used to choose the old ip:636
+// and walk only :636 addresses, a budget each, before dialling the name.
+func TestStatePortChange(t *testing.T) {
+	f := newFleet(t, kindEdge, kindEdge)
+	cfg := f.config(t)
+	var ips []string
+	var old []probe.Result
+	for _, a := range f.addrs {
+		ip, _, _ := net.SplitHostPort(a)
+		ips = append(ips, ip)
+		old = append(old, probe.Result{Addr: net.JoinHostPort(ip, "636"), OK: true, TLSHandshakeMS: float64(len(old) + 1)})
+	}
+	slices.Sort(ips)
+	st := probe.Ranking{Name: cfg.Name, Addresses: ips, MeasuredAt: time.Now().Add(-time.Minute), Ranking: old, Chosen: old[0].Addr}
+	if err := probe.SaveState(cfg.State, st); err != nil {
+		t.Fatal(err)
+	}
+	d := f.dialer(cfg)
+	r := d.Select(context.Background())
+	if !r.MeasuredAt.After(st.MeasuredAt) || !slices.Contains(f.addrs, r.Chosen) {
+		t.Fatalf("after the port changed to %d Select used %+v, want a new measurement on it", cfg.Port, r)
+	}
+	for _, e := range r.Ranking {
+		if !slices.Contains(f.addrs, e.Addr) {
+			t.Errorf("ranking entry %s is not on port %d", e.Addr, cfg.Port)
+		}
+	}
+	c, err := f.dialer(cfg).DialContext(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if !slices.Contains(f.addrs, c.RemoteAddr().String()) {
+		t.Fatalf("the agent dialled %s, want an edge of %v", c.RemoteAddr(), f.addrs)
+	}
+	saved, err := probe.LoadState(cfg.State)
+	if err != nil || !slices.Contains(f.addrs, saved.Chosen) {
+		t.Fatalf("state file after the port change: %+v, %v", saved, err)
 	}
 }

@@ -85,7 +85,7 @@ func (w *Watcher) Round(ctx context.Context) (Event, bool) {
 	if !ok {
 		return Event{}, false // nothing to choose from now: keep the session
 	}
-	if !cur.sameSet(d.Config.Name, addrs) || !d.fresh(cur) {
+	if !cur.sameSet(d.Config.Name, d.Config.Port, addrs) || !d.fresh(cur) {
 		return w.remeasure(ctx, cur, addrs)
 	}
 	return w.retryAbove(ctx, cur)

@@ -265,6 +265,12 @@ func (e *Edge) relay(c net.Conn, keepaliveSet bool, over func()) {
 		e.done(rc)
 		over()
 		return
+	case errors.Is(err, errLocal):
+		c.Close()
+		e.m.total[ResultLocalResources].Inc()
+		e.done(rc)
+		over()
+		return
 	case err != nil:
 		c.Close()
 		e.m.total[ResultNoOrigin].Inc()
@@ -474,6 +480,11 @@ func (e *Edge) done(rc *conn) {
 // errNoOrigin is returned by dialOrigin when every attempt failed.
 var errNoOrigin = errors.New("no origin reachable")
 
+// errLocal is returned by dialOrigin when a dial failed for lack of local
+// resources (accept.LocalResources): the edge's own descriptors or memory
+// ran out, the origin was not reached and is not marked OFFLINE.
+var errLocal = errors.New("out of local resources")
+
 // dialOrigin connects to the first origin of the plan that answers.
 func (e *Edge) dialOrigin() (net.Conn, string, error) {
 	plan, claim := e.orig.plan(e.now())
@@ -491,6 +502,13 @@ func (e *Edge) dialOrigin() (net.Conn, string, error) {
 		}
 		if e.ctx.Err() != nil {
 			return nil, "", err
+		}
+		if accept.LocalResources(err) { // the next origin would fail the same way
+			if ok, suppressed := e.refusals.Allow(); ok {
+				e.log.Warn("out of local resources: connection refused, no origin marked offline", "origin", o.addr,
+					"err", err, "suppressed", suppressed)
+			}
+			return nil, "", fmt.Errorf("dial origin %s: %w: %w", o.addr, errLocal, err)
 		}
 		if e.orig.fail(o, e.now()) {
 			e.m.originUp.WithLabelValues(o.addr).Set(0)

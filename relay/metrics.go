@@ -16,9 +16,13 @@ const (
 	ResultDrain       = "drain"        // still open at the end of drain_timeout, closed by Shutdown
 	ResultLoop        = "loop"         // came from one of the edge's own origin connections (an origin is this edge): closed
 	ResultClientProxy = "client-proxy" // the client's first bytes were a PROXY header of its own: refused
+	// ResultLocalResources: refused, the dial to an origin failed for lack
+	// of the edge's own descriptors or memory (EMFILE, ENFILE, ENOBUFS,
+	// ENOMEM); no origin was marked OFFLINE.
+	ResultLocalResources = "local-resources"
 )
 
-var results = []string{ResultEOF, ResultEmpty, ResultClientError, ResultServerError, ResultNoOrigin, ResultMaxConns, ResultDrain, ResultLoop, ResultClientProxy}
+var results = []string{ResultEOF, ResultEmpty, ResultClientError, ResultServerError, ResultNoOrigin, ResultMaxConns, ResultDrain, ResultLoop, ResultClientProxy, ResultLocalResources}
 
 type metrics struct {
 	active   prometheus.Gauge

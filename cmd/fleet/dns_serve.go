@@ -79,7 +79,7 @@ BIND, Knot, PowerDNS or any RFC 2136 server instead.`,
 				if err != nil {
 					return cli.Exit(1, fmt.Errorf("metrics: %w", err))
 				}
-				ms := cli.HTTPServer(cli.Metrics(reg))
+				ms := cli.HTTPServer(cli.Metrics(reg), log, "metrics")
 				go ms.Serve(mln)
 				defer ms.Close()
 				log.Info("dns server metrics", "addr", mln.Addr().String())

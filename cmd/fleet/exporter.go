@@ -71,7 +71,7 @@ key is needed.`,
 			if err != nil {
 				return cli.Exit(1, fmt.Errorf("listen %s: %w", listen, err))
 			}
-			srv := cli.HTTPServer(cli.Metrics(reg))
+			srv := cli.HTTPServer(cli.Metrics(reg), log, "metrics")
 			served := make(chan error, 1)
 			go func() { served <- srv.Serve(ln) }()
 			log.Info("fleet exporter listening", "addr", ln.Addr().String(), "target", f.DNS.Server, "name", f.Name)

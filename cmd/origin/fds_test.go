@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,6 +56,8 @@ core:
 `, front, inner, tc.core, coreAddr, echo.Addr()))
 			p := testbed.StartNofile(t, 40, bin, "--config", cfg)
 			testbed.WaitTCP(t, front, 10*time.Second)
+			testbed.WaitOutput(t, p, 10*time.Second, "front.max_conns needs more descriptors than RLIMIT_NOFILE",
+				`"max_conns":100000`, `"rlimit_nofile":40`)
 			flooded := map[string]string{"front": front, "core": coreAddr}[tc.flood]
 			closeAll := testbed.Flood(t, flooded, 60)
 			testbed.WaitOutput(t, p, 20*time.Second, "accept failed, retrying", "too many open files", flooded)
@@ -95,4 +98,68 @@ func echoed(t *testing.T, addr, msg string) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("%s does not serve again: %v", addr, last)
+}
+
+// TestCombinedSurvivesFDExhaustion: the front with the core behind it in
+// one process, flooded through the front under a low RLIMIT_NOFILE until
+// accept fails, the flood held 2 s more with idle connections to the
+// metrics server; seconds after it ends a normal client is served through
+// the front again, and every line the flood causes is rate-limited. With
+// the default front.max_conns this flood wedged the process (4 of 4 runs):
+// the front's connections, their clients gone, held every descriptor while
+// they waited for the core to accept their inner connections, which it
+// could not do without one. front.max_conns at a quarter of the limit
+// (four descriptors per connection) leaves the core room to accept; the
+// origin warns at start when it does not (docs/origin.md).
+func TestCombinedSurvivesFDExhaustion(t *testing.T) {
+	bin := buildOrigin(t)
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testbed.ServeConns(t, echo, func(c net.Conn) {
+		io.Copy(c, c)
+		c.(*net.TCPConn).CloseWrite()
+	})
+	front := testbed.FreeAddr(t, "127.0.0.1")
+	core := testbed.FreeAddr(t, "127.0.0.1")
+	metrics := testbed.FreeAddr(t, "127.0.0.1")
+	cfg := testbed.WriteFile(t, t.TempDir(), "origin.yaml", fmt.Sprintf(`front:
+  listen: [%q]
+  inner: %q
+  max_conns: 6
+peers_api: ""
+metrics: %q
+log:
+  format: json
+core:
+  listen: %q
+  proxy_mode: 0
+  default_server: %q
+`, front, core, metrics, core, echo.Addr()))
+	p := testbed.StartNofile(t, 40, bin, "--config", cfg)
+	testbed.WaitTCP(t, front, 10*time.Second)
+	echoed(t, front, "before the flood")
+	if strings.Contains(p.Output(), "front.max_conns needs more descriptors") {
+		t.Errorf("max_conns 6 under a limit of 40 warned")
+	}
+	closeAll := testbed.Flood(t, front, 400)
+	testbed.WaitOutput(t, p, 20*time.Second, "accept failed, retrying", "too many open files")
+	for range 5 { // wait in the metrics server's queue: its accept fails too
+		if c, err := net.DialTimeout("tcp", metrics, time.Second); err == nil {
+			defer c.Close()
+		}
+	}
+	time.Sleep(2 * time.Second)
+	closeAll()
+	echoed(t, front, "after the flood")
+	if p.Cmd.ProcessState != nil {
+		t.Fatalf("the origin exited: %v", p.Cmd.ProcessState)
+	}
+	// Every line about the flood is rate-limited (accept: 1, the front's
+	// refusals: 10, the core's local-resource dials: 1 per 10 s), not one
+	// per connection: the core's plain mode used to log each failed dial.
+	if n := strings.Count(p.Output(), "too many open files"); n > 40 {
+		t.Errorf("%d lines about the flood: not rate-limited", n)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"syscall"
 	"time"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
@@ -123,6 +124,8 @@ func run(cfg originFile, reload func() (originFile, error)) error {
 	p.ServeHTTP("peers_api", cfg.PeersAPI, peers)
 	p.ServeHTTP("metrics", cfg.Metrics, p.Metrics())
 
+	warnNofile(log, cfg.Front.MaxConns, cfg.Core.Enabled) // once listening: a start that fails prints one line
+
 	// A listener that really fails ends the binary: never a front that
 	// forwards to a core nobody accepts for.
 	serveErr := make(chan error, len(lns)+1)
@@ -179,4 +182,26 @@ var goKeepalive = sockopt.Keepalive{Idle: 15 * time.Second, Interval: 15 * time.
 func frontListen(addr string) (net.Listener, error) {
 	lc := net.ListenConfig{KeepAlive: -1, Control: goKeepalive.Control}
 	return lc.Listen(context.Background(), "tcp", addr)
+}
+
+// warnNofile warns when front.max_conns open connections could take more
+// descriptors than RLIMIT_NOFILE allows (as raised by the Go runtime):
+// two per connection in the front, two more in the core when it runs in
+// this process, and some for the process itself. Past that a flood can
+// wedge the front and the core: the front's connections hold every
+// descriptor while they wait for the core to accept their inner
+// connections (docs/origin.md, "Out of descriptors").
+func warnNofile(log *slog.Logger, maxConns int, core bool) {
+	var lim syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) != nil {
+		return
+	}
+	per := 2
+	if core {
+		per = 4
+	}
+	if need := uint64(per)*uint64(maxConns) + 16; need > lim.Cur {
+		log.Warn("front.max_conns needs more descriptors than RLIMIT_NOFILE: a flood can wedge the front and the core",
+			"max_conns", maxConns, "descriptors_per_connection", per, "rlimit_nofile", lim.Cur)
+	}
 }

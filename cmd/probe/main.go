@@ -251,7 +251,7 @@ when an edge is down or the name does not resolve.`,
 				}
 				mux := cli.Metrics(reg)
 				mux.Handle("GET /status", m)
-				srv := cli.HTTPServer(mux)
+				srv := cli.HTTPServer(mux, log, "metrics")
 				go srv.Serve(ln)
 				defer srv.Close()
 				log.Info("monitor listening", "addr", ln.Addr().String(), "target", cfg.Name)

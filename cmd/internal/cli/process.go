@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -67,10 +68,13 @@ func Metrics(reg *prometheus.Registry) *http.ServeMux {
 	return mux
 }
 
-// HTTPServer is the http.Server of every endpoint of the binaries: h, and
-// a bound on the wait for a request's header.
-func HTTPServer(h http.Handler) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+// HTTPServer is the http.Server of every endpoint of the binaries: h, a
+// bound on the wait for a request's header, and net/http's own lines (an
+// "http: Accept error" per retry when descriptors run out) through log,
+// rate-limited, with the endpoint's name.
+func HTTPServer(h http.Handler, log *slog.Logger, endpoint string) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: accept.ErrorLog(log.With("endpoint", endpoint), "http server error", nil)}
 }
 
 // ServeHTTP serves h on addr (nothing when addr is ""); key is the
@@ -84,7 +88,7 @@ func (p *Process) ServeHTTP(key, addr string, h http.Handler) {
 	if err != nil {
 		p.Fatal(fmt.Errorf("%s: %w", key, err))
 	}
-	srv := HTTPServer(h)
+	srv := HTTPServer(h, p.Log, key)
 	p.servers = append(p.servers, srv)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

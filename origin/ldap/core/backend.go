@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
 	"github.com/edgefleet/edgefleet/origin/ldap/wire"
 )
@@ -98,7 +99,11 @@ func (ss *session) fits(b *backend) bool {
 // returns the failover order from the chosen server on: ring rotated to
 // start there, so that a later failover wraps around to servers before it
 // (cands from the chosen server on without a ring).
+//
+// A dial that failed for lack of local resources (accept.LocalResources)
+// ends the walk and sets ss.starved: the client is answered busy.
 func (ss *session) attach(cands, ring []string, ident bool) (*backend, []string, string) {
+	ss.starved = false
 	var errs []string
 	for i, name := range cands {
 		for _, b := range ss.conns {
@@ -111,6 +116,10 @@ func (ss *session) attach(cands, ring []string, ident bool) (*backend, []string,
 			continue
 		}
 		b, err := ss.dial(name, ident)
+		if accept.LocalResources(err) { // the next server would fail the same way
+			ss.starved = true
+			return nil, nil, "this origin is out of local resources, retry later (no server was marked OFFLINE): " + name + ": " + err.Error()
+		}
 		if err != nil {
 			errs = append(errs, name+": "+err.Error())
 			continue
@@ -298,7 +307,7 @@ func (ss *session) reroute(o *op) {
 		b, diag = ss.userTarget(ident, "")
 	}
 	if b == nil {
-		ss.reply(o, wire.ResultUnavailable, ss.noServer(o, o.rule, diag))
+		ss.unserved(o, o.rule, diag)
 		return
 	}
 	ss.send(o, b)
@@ -548,7 +557,7 @@ func (ss *session) replay(o *op, failed *backend) {
 		b, diag = ss.userTarget(o.m.Op != wire.TagBindRequest, "")
 	}
 	if b == nil {
-		ss.reply(o, wire.ResultUnavailable, ss.noServer(o, o.rule, failed.name+" failed; "+diag))
+		ss.unserved(o, o.rule, failed.name+" failed; "+diag)
 		return
 	}
 	ss.srv.log.Info("failover", ss.who("op", o.name, "from", failed.name, "target", b.name)...)

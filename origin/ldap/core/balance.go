@@ -56,7 +56,7 @@ func (ss *session) balanced(o *op, rule *dlp.Rule) {
 	// servers before the chosen one just failed.
 	b, rest, diag := ss.attach(cands, nil, o.m.Op != wire.TagBindRequest)
 	if b == nil {
-		ss.reply(o, wire.ResultUnavailable, ss.noServer(o, rule, diag))
+		ss.unserved(o, rule, diag)
 		return
 	}
 	o.cands = rest

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/origin/ldap/wire"
 )
 
@@ -96,6 +97,10 @@ func (m *monitor) record(name string, err error, took time.Duration) {
 	s := m.s
 	h := s.health
 	wasDown, wasOffline := h.Down(name), h.Offline(name)
+	if accept.LocalResources(err) { // the check never left this host: not the server's failure
+		s.starving(name, err)
+		return
+	}
 	if err != nil {
 		h.CheckFailed(name)
 		if !wasDown {

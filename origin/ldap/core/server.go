@@ -56,6 +56,9 @@ type Server struct {
 	monitor   *monitor
 
 	ids atomic.Uint64
+	// starved rate-limits the lines of dials that failed for lack of
+	// local resources (a flood can make thousands).
+	starved *accept.Limiter
 
 	mu       sync.Mutex
 	lns      map[net.Listener]struct{}
@@ -82,6 +85,7 @@ func New(cfg Config, file *dlp.File, peers PeerLookup, log *slog.Logger, reg pro
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.starved = accept.NewLimiter(1, 10*time.Second, s.now)
 	switch {
 	case cfg.ProxyMode == 0:
 	case file == nil:
@@ -255,6 +259,10 @@ func (s *Server) plain(c net.Conn, p Peer) {
 	up, err := d.Dial("tcp", s.cfg.DefaultServer)
 	if err != nil {
 		c.Close()
+		if accept.LocalResources(err) { // a flood: one line per 10 s, not one per client
+			s.starving(s.cfg.DefaultServer, err)
+			return
+		}
 		s.log.Warn("plain mode: dial default server", "id", p.ID, "claimed", p.Claimed, "measured", p.Measured, "edge", p.Edge,
 			"agent", agent, "target", s.cfg.DefaultServer, "err", err)
 		return
@@ -316,10 +324,24 @@ func (s *Server) backendTLS(host string) *tls.Config {
 }
 
 // fail marks a server OFFLINE for every connection after a connect or I/O
-// failure.
+// failure. A local resource error (out of file descriptors or memory:
+// accept.LocalResources) is this host's, not the server's: it marks
+// nothing and logs at most one line per 10 s.
 func (s *Server) fail(name string, err error) {
+	if accept.LocalResources(err) {
+		s.starving(name, err)
+		return
+	}
 	s.health.Fail(name)
 	s.log.Warn("server offline", "target", name, "err", err)
+}
+
+// starving logs, at most once per 10 s, a dial or check that failed for
+// lack of local resources: it marked nothing.
+func (s *Server) starving(name string, err error) {
+	if ok, suppressed := s.starved.Allow(); ok {
+		s.log.Warn("out of local resources: no server marked OFFLINE", "target", name, "err", err, "suppressed", suppressed)
+	}
 }
 
 // connect opens a connection to server name: TCP, and TLS for an ssl:1
@@ -346,7 +368,8 @@ func (s *Server) connect(ctx context.Context, name string) (net.Conn, error) {
 func (s *Server) answers(name string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), s.file.Defaults.ConnectTimeout)
 	defer cancel()
-	return s.checkServer(ctx, name) == nil
+	err := s.checkServer(ctx, name)
+	return err == nil || accept.LocalResources(err) // no check could be made: not the server's failure
 }
 
 func (s *Server) succeed(name string) {

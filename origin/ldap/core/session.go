@@ -56,6 +56,7 @@ type session struct {
 	lbRule   *dlp.Rule // the user rule when it is balance(LB): every operation picks its server (balance.go)
 	cands    []string  // the user target's server first, then the failover order
 	ring     []string  // the list cands walks, wrapping (ringOf)
+	starved  bool      // the last attach stopped out of local resources (unserved answers busy)
 
 	conns   []*backend
 	pending map[int32]*op
@@ -362,7 +363,7 @@ func (ss *session) bind(o *op) {
 	ss.selected, ss.primary, ss.cands, ss.ring = true, nil, sel.Candidates, ss.ringOf(sel)
 	b, diag := ss.userTarget(false, "")
 	if b == nil {
-		ss.reply(o, wire.ResultUnavailable, ss.noServer(o, sel.Rule, diag))
+		ss.unserved(o, sel.Rule, diag)
 		return
 	}
 	ss.send(o, b)
@@ -387,7 +388,7 @@ func (ss *session) route(o *op) {
 		o.rule, o.ring = osel.Rule, ss.ringOf(osel)
 		b, rest, diag := ss.attach(osel.Candidates, o.ring, true)
 		if b == nil {
-			ss.reply(o, wire.ResultUnavailable, ss.noServer(o, osel.Rule, diag))
+			ss.unserved(o, osel.Rule, diag)
 			return
 		}
 		o.cands = rest
@@ -400,10 +401,21 @@ func (ss *session) route(o *op) {
 	}
 	b, diag := ss.userTarget(true, o.name)
 	if b == nil {
-		ss.reply(o, wire.ResultUnavailable, ss.noServer(o, nil, diag))
+		ss.unserved(o, nil, diag)
 		return
 	}
 	ss.send(o, b)
+}
+
+// unserved answers o when no server could take it: unavailable (52), or
+// busy (51) when the last walk stopped because this origin ran out of
+// local resources (ss.starved) — a retry soon may succeed.
+func (ss *session) unserved(o *op, r *dlp.Rule, diag string) {
+	code := wire.ResultUnavailable
+	if ss.starved {
+		code, ss.starved = wire.ResultBusy, false
+	}
+	ss.reply(o, code, ss.noServer(o, r, diag))
 }
 
 func (ss *session) noServer(o *op, r *dlp.Rule, diag string) string {

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgefleet/edgefleet/internal/testbed"
+)
+
+// TestLocalFDExhaustionMarksNoOriginOffline (issue 8 rule): the edge under
+// a low RLIMIT_NOFILE runs out of its own descriptors dialling healthy
+// origins. Those dials ("socket: too many open files") never left the
+// host: no origin is marked offline (they used to be, for offline_retry),
+// the connections count as result="local-resources", and the first origin
+// serves the next client at once. The metrics server's own net/http lines
+// ("http: Accept error") come out through slog, not in std-log format.
+func TestLocalFDExhaustionMarksNoOriginOffline(t *testing.T) {
+	a, b := echoOrigin(t, "A"), echoOrigin(t, "B")
+	addr := testbed.FreeAddr(t, "127.0.0.1")
+	metrics := testbed.FreeAddr(t, "127.0.0.1")
+	path := testbed.WriteFile(t, t.TempDir(), "edge.yaml", "name: edge-bin\nlisten: ['"+addr+"']\nmetrics: '"+metrics+
+		"'\nlog:\n  format: json\noffline_retry: 1m\norigins: ['"+a+"', '"+b+"']\n")
+	p := testbed.StartNofile(t, 40, edgeBin(t), "--config", path)
+	testbed.WaitTCP(t, addr, 10*time.Second)
+	testbed.WaitTCP(t, metrics, 10*time.Second)
+
+	// A few rounds at most, until a dial ran out of descriptors (accept
+	// may run out first in one round) and so did the metrics server's
+	// accept of connections waiting in its backlog.
+	seen := func() bool {
+		out := p.Output()
+		return strings.Contains(out, "out of local resources") && strings.Contains(out, "http: Accept error")
+	}
+	for round := 0; round < 20 && !seen(); round++ {
+		closeAll := testbed.Flood(t, addr, 40)
+		var waiting []net.Conn
+		for range 5 {
+			if c, err := net.DialTimeout("tcp", metrics, time.Second); err == nil {
+				waiting = append(waiting, c)
+			}
+		}
+		closeMore := testbed.Flood(t, addr, 40) // keeps the edge out of descriptors while they wait
+		time.Sleep(time.Second)
+		closeAll()
+		closeMore()
+		for _, c := range waiting {
+			c.Close()
+		}
+	}
+	testbed.WaitOutput(t, p, 10*time.Second, "out of local resources", "too many open files",
+		`"msg":"http server error","endpoint":"metrics","err":"http: Accept error`)
+
+	// Refused (local-resources) until the edge has closed the flood's
+	// connections: a few tries within seconds.
+	tag := ""
+	for deadline := time.Now().Add(20 * time.Second); tag == "" && time.Now().Before(deadline); {
+		if c, err := net.DialTimeout("tcp", addr, 5*time.Second); err == nil {
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			b := make([]byte, 1)
+			if _, err := io.ReadFull(c, b); err == nil {
+				tag = string(b)
+			}
+			c.Close()
+		}
+		if tag == "" {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if tag != "A" {
+		t.Errorf("the next client went to origin %s, want A (the first, healthy)", tag)
+	}
+	out := p.Output()
+	if strings.Contains(out, "origin offline") {
+		t.Errorf("an origin was marked offline for a local resource error")
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "http: ") && !strings.HasPrefix(line, "{") {
+			t.Errorf("a net/http line not through slog: %s", line)
+		}
+	}
+	body := scrape(t, metrics)
+	if !regexp.MustCompile(`\nedgefleet_edge_connections_total\{result="local-resources"\} [1-9]`).MatchString(body) {
+		t.Errorf("no connection counted as local-resources:\n%s", grepLines(body, "edgefleet_edge_connections_total"))
+	}
+	for _, o := range []string{a, b} {
+		if !strings.Contains(body, `edgefleet_edge_origin_up{origin="`+o+`"} 1`) {
+			t.Errorf("origin %s not up:\n%s", o, grepLines(body, "edgefleet_edge_origin_up"))
+		}
+	}
+}
+
+// scrape returns the edge's /metrics, retrying while its accept loop
+// backs off.
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	cl := http.Client{Timeout: 5 * time.Second}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := cl.Get("http://" + addr + "/metrics")
+		if err == nil {
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err == nil {
+				return string(body)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("scrape %s: %v", addr, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

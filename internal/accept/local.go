@@ -1,0 +1,46 @@
+package accept
+
+import (
+	"bytes"
+	"errors"
+	"log"
+	"log/slog"
+	"syscall"
+	"time"
+)
+
+// LocalResources reports whether err is this host running out of a
+// resource (file descriptors: EMFILE, ENFILE; buffer or kernel memory:
+// ENOBUFS, ENOMEM): a dial that failed so never left the host, and says
+// nothing about the server it was meant for. Such a failure must not mark
+// a server OFFLINE (issue 8: only a connect failure, a failed check or an
+// I/O failure the client could not have caused does).
+func LocalResources(err error) bool {
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrorLog is a log.Logger for http.Server.ErrorLog: each line net/http
+// writes (an "http: Accept error" per retry when descriptors run out)
+// becomes a slog warning msg with the text as err, at most one per
+// logWindow; the next says how many were suppressed. now nil is time.Now.
+func ErrorLog(l *slog.Logger, msg string, now func() time.Time) *log.Logger {
+	return log.New(&errorLog{l: l, msg: msg, limit: NewLimiter(1, logWindow, now)}, "", 0)
+}
+
+type errorLog struct {
+	l     *slog.Logger
+	msg   string
+	limit *Limiter
+}
+
+func (w *errorLog) Write(p []byte) (int, error) {
+	if ok, suppressed := w.limit.Allow(); ok {
+		w.l.Warn(w.msg, "err", string(bytes.TrimSpace(p)), "suppressed", suppressed)
+	}
+	return len(p), nil
+}
