@@ -26,6 +26,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/edgefleet/edgefleet/firewall"
 )
 
 // Config is fleet.yaml (DESIGN.md §8).
@@ -132,7 +134,6 @@ func DefaultConfig() Config {
 var (
 	edgeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 	label    = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
-	ifName   = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,15}$`)
 )
 
 // tsigAlgorithms are the names RFC 8945 and BIND accept.
@@ -210,7 +211,7 @@ func (c Config) Validate() error {
 		}
 		seenPort[p] = true
 	}
-	if c.Origin.Interface != "" && !ifName.MatchString(c.Origin.Interface) {
+	if c.Origin.Interface != "" && !firewall.IsInterfaceName(c.Origin.Interface) {
 		bad("origin.interface", "%q is not an interface name", c.Origin.Interface)
 	}
 	if c.Origin.Address != "" {

@@ -17,7 +17,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -311,39 +310,12 @@ func TestExecStartPreRefusesTampering(t *testing.T) {
 	}
 }
 
-var (
-	edgeOnce sync.Once
-	edgePath string
-	edgeErr  error
-)
-
 // edgeBinary builds cmd/edge once per test run.
 func edgeBinary(t *testing.T) string {
-	t.Helper()
-	edgeOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "deploy-edge-")
-		if err != nil {
-			edgeErr = err
-			return
-		}
-		edgePath = filepath.Join(dir, "edge")
-		if out, err := exec.Command("go", "build", "-o", edgePath, "github.com/edgefleet/edgefleet/cmd/edge").CombinedOutput(); err != nil {
-			edgeErr = errors.New(string(out))
-		}
-	})
-	if edgeErr != nil {
-		t.Fatalf("go build cmd/edge: %v", edgeErr)
-	}
-	return edgePath
+	return testbed.Build(t, "github.com/edgefleet/edgefleet/cmd/edge")
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if edgePath != "" {
-		os.RemoveAll(filepath.Dir(edgePath))
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbed.Main(m) }
 
 // TestInstallEdge runs the user-data's install-edge script against a root
 // prefix, fetching the real edge binary from an HTTP server on loopback:

@@ -25,11 +25,7 @@ func TestMain(m *testing.M) {
 	if cfg := os.Getenv(agentEnv); cfg != "" {
 		os.Exit(runAgent(cfg))
 	}
-	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-	os.Exit(code)
+	testbed.Main(m)
 }
 
 // agentConfig is what the agent needs: the name and how to resolve it,

@@ -12,7 +12,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -151,32 +150,15 @@ func repoRoot(t *testing.T) string {
 	return dir
 }
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-)
-
-// buildBinaries builds the four binaries once per test run into a temp
-// dir, as make build does into bin/ (TestMain removes it).
+// buildBinaries builds the four binaries once per test run into one
+// directory, as make build does into bin/ (TestMain removes it).
 func buildBinaries(t *testing.T) string {
 	t.Helper()
-	root := repoRoot(t)
-	buildOnce.Do(func() {
-		if binDir, buildErr = os.MkdirTemp("", "edgefleet-e2e-bin-"); buildErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", binDir+"/", "./cmd/edge", "./cmd/origin", "./cmd/probe", "./cmd/fleet")
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	var dir string
+	for _, cmd := range []string{"edge", "origin", "probe", "fleet"} {
+		dir = filepath.Dir(testbed.Build(t, "github.com/edgefleet/edgefleet/cmd/"+cmd))
 	}
-	return binDir
+	return dir
 }
 
 // demoPortBase finds a base whose ports the demo uses are free: BASE+1 …

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,12 +11,11 @@ import (
 	"github.com/edgefleet/edgefleet/internal/testbed"
 )
 
-// fleetBinary builds cmd/fleet into a temp dir.
+func TestMain(m *testing.M) { testbed.Main(m) }
+
+// fleetBinary builds cmd/fleet once per test run.
 func fleetBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "fleet")
-	mustRun(t, []string{"CGO_ENABLED=0"}, goTool(), "build", "-o", bin, "../cmd/fleet")
-	return bin
+	return testbed.Build(t, "github.com/edgefleet/edgefleet/cmd/fleet")
 }
 
 // fleet runs the binary inside ns and returns stdout+stderr and the exit

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,16 +15,6 @@ import (
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
 )
-
-// goTool is the go command that runs this test.
-func goTool() string {
-	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExists(p) {
-		return p
-	}
-	return "go"
-}
-
-func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 func mustRun(t *testing.T, env []string, name string, args ...string) string {
 	t.Helper()
@@ -56,7 +45,7 @@ func TestRealDocker(t *testing.T) {
 
 	// The image: a static binary, no base image to pull.
 	dir := t.TempDir()
-	mustRun(t, []string{"CGO_ENABLED=0"}, goTool(), "build", "-trimpath", "-o", filepath.Join(dir, "tcpecho"), "./testdata/tcpecho")
+	mustRun(t, []string{"CGO_ENABLED=0"}, "go", "build", "-trimpath", "-o", filepath.Join(dir, "tcpecho"), "./testdata/tcpecho")
 	os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM scratch\nCOPY tcpecho /tcpecho\nENTRYPOINT [\"/tcpecho\"]\n"), 0o644)
 	image := "edgefleet-fwtest:" + id
 	// Cleanups are registered before what they undo is made, so a build

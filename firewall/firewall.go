@@ -74,6 +74,10 @@ var (
 	ifName   = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,15}$`)
 )
 
+// IsInterfaceName reports whether s can be a Linux network interface name
+// (at most 15 characters) as `iptables -i` takes it.
+func IsInterfaceName(s string) bool { return ifName.MatchString(s) }
+
 // Validate reports what cannot be turned into rules even with Force.
 func (c Config) Validate() error {
 	var errs []error
@@ -88,7 +92,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("origin.ports: %d is not a TCP port", p))
 		}
 	}
-	if c.Interface != "" && !ifName.MatchString(c.Interface) {
+	if c.Interface != "" && !IsInterfaceName(c.Interface) {
 		errs = append(errs, fmt.Errorf("origin.interface: %q is not an interface name", c.Interface))
 	}
 	if c.Address != "" {

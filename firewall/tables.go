@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/coreos/go-iptables/iptables"
+	"github.com/edgefleet/edgefleet/internal/sbin"
 )
 
 // Backends: iptables comes in two flavours that do not see each other's
@@ -67,7 +68,7 @@ func binary(backend string, proto iptables.Protocol) string {
 }
 
 func newTables(backend string, proto iptables.Protocol) (*iptables.IPTables, error) {
-	path, err := lookPath(binary(backend, proto))
+	path, err := sbin.LookPath(binary(backend, proto))
 	if err != nil {
 		return nil, fmt.Errorf("backend %s: %w (install iptables)", backend, err)
 	}
@@ -76,20 +77,6 @@ func newTables(backend string, proto iptables.Protocol) (*iptables.IPTables, err
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return ipt, nil
-}
-
-// lookPath finds bin on PATH or in the sbin directories a non-root PATH
-// may lack.
-func lookPath(bin string) (string, error) {
-	if p, err := exec.LookPath(bin); err == nil {
-		return p, nil
-	}
-	for _, dir := range []string{"/usr/sbin", "/sbin", "/usr/local/sbin"} {
-		if p, err := exec.LookPath(dir + "/" + bin); err == nil {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%s not found", bin)
 }
 
 // detect picks the backend whose IPv4 filter table has the hook chain
@@ -112,7 +99,7 @@ func detect(hook string) string {
 			}
 		}
 	}
-	if path, err := lookPath("iptables"); err == nil {
+	if path, err := sbin.LookPath("iptables"); err == nil {
 		if out, err := exec.Command(path, "--version").Output(); err == nil && strings.Contains(string(out), "legacy") {
 			return BackendLegacy
 		}

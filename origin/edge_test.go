@@ -22,32 +22,14 @@ func TestThroughOurEdge(t *testing.T) {
 		t.Run(version, func(t *testing.T) {
 			// The edge dials the front from 127.0.0.1: that is the edge.
 			h := newHarness(t, func(c *Config) { c.TrustedEdges = []string{"127.0.0.1"} })
-			cfg := relay.DefaultConfig()
-			cfg.Name = "edge-ams-1"
-			cfg.Origins = []string{h.addr}
-			cfg.ProxyProtocol = version
-			edgeLogs := &testbed.Buffer{}
-			edge, err := relay.New(cfg, slog.New(slog.NewJSONHandler(edgeLogs, nil)), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			go edge.Serve(ln)
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				edge.Shutdown(ctx)
-			})
+			edge := startOurEdge(t, func(c *relay.Config) { c.Origins, c.ProxyProtocol = []string{h.addr}, version })
 
-			c := dialFrom(t, clientIP, ln.Addr().String())
+			c := dialFrom(t, clientIP, edge.addr)
 			p := roundTrip(t, c, nil, payload)
 			c.Close()
 			h.settled()
-			eventually(t, "the edge's close line", func() bool { return len(edgeLogs.JSONLines("connection closed")) == 1 })
-			edgeLine := edgeLogs.JSONLines("connection closed")[0]
+			eventually(t, "the edge's close line", func() bool { return len(edge.logs.JSONLines("connection closed")) == 1 })
+			edgeLine := edge.logs.JSONLines("connection closed")[0]
 
 			if p.Claimed != c.LocalAddr().String() || hostOf(t, p.Measured) != "127.0.0.1" {
 				t.Fatalf("inner saw claimed %q measured %q; want claimed %s, measured the edge (127.0.0.1:*)", p.Claimed, p.Measured, c.LocalAddr())
@@ -79,12 +61,13 @@ type ourEdge struct {
 	reg  *prometheus.Registry
 }
 
-func startOurEdge(t *testing.T, front, version string) *ourEdge {
+// startOurEdge starts an edge named edge-ams-1 on loopback, its
+// configuration as set (the origins at least).
+func startOurEdge(t *testing.T, set func(*relay.Config)) *ourEdge {
 	t.Helper()
 	cfg := relay.DefaultConfig()
 	cfg.Name = "edge-ams-1"
-	cfg.Origins = []string{front}
-	cfg.ProxyProtocol = version
+	set(&cfg)
 	oe := &ourEdge{logs: &testbed.Buffer{}, reg: prometheus.NewRegistry()}
 	edge, err := relay.New(cfg, slog.New(slog.NewJSONHandler(oe.logs, nil)), oe.reg)
 	if err != nil {
@@ -121,7 +104,7 @@ func TestEdgeRefusesClientProxyHeader(t *testing.T) {
 	for _, version := range []string{relay.ProxyOff, relay.ProxyV2} {
 		t.Run(version, func(t *testing.T) {
 			h := newHarness(t, func(c *Config) { c.TrustedEdges = []string{"127.0.0.1"} })
-			edge := startOurEdge(t, h.addr, version)
+			edge := startOurEdge(t, func(c *relay.Config) { c.Origins, c.ProxyProtocol = []string{h.addr}, version })
 			t.Cleanup(func() {
 				if t.Failed() {
 					t.Logf("edge log:\n%s", edge.logs.String())

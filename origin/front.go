@@ -13,6 +13,7 @@ import (
 
 	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/internal/splice"
+	"github.com/edgefleet/edgefleet/internal/workers"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -54,7 +55,7 @@ type Front struct {
 	// already grown in the deep calls of a connection's setup (sniff,
 	// dial, splice, log line): a fresh goroutine per connection paid to
 	// grow and copy its stack every time.
-	handlers splice.Workers
+	handlers workers.Pool
 	ctx      context.Context // cancelled when Shutdown gives up waiting
 	cancel   context.CancelFunc
 
@@ -287,25 +288,14 @@ func (s *session) run() {
 	})
 	f.m.ok(s.header).Inc()
 
-	// The bytes read past the header go first, in one write: the inner
-	// connection is new, so its send buffer takes them without blocking.
-	// Then both connections are plain sockets and splice can park an
-	// idle direction without a goroutine.
-	var sent int64
+	// The bytes read past the header go first, in one write, before the
+	// copy reads the client (splice.Conn): then both connections are plain
+	// sockets and splice can park an idle direction without a goroutine.
+	var client net.Conn = s.c
 	if len(pend) > 0 {
-		n, err := inner.Write(pend)
-		sent = int64(n)
-		if err != nil {
-			s.c.Close()
-			inner.Close()
-			s.closed(splice.Result{Up: sent, Reason: splice.ReasonServerError, Err: err}, port, token)
-			return
-		}
+		client = &splice.Conn{Conn: s.c, Peeked: pend}
 	}
-	p := splice.Prepare(s.c, inner, func(res splice.Result) {
-		res.Up += sent
-		s.closed(res, port, token)
-	})
+	p := splice.Prepare(client, inner, func(res splice.Result) { s.closed(res, port, token) })
 	s.mu.Lock()
 	s.pair = p
 	s.mu.Unlock()

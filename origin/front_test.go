@@ -642,10 +642,10 @@ func TestDualStackListener(t *testing.T) {
 }
 
 // TestHeaderTimeoutRealSockets is TestHeaderTimeout over real TCP
-// sockets: a trusted edge that trickles its header a byte at a time (each
-// byte well within the timeout, so only a deadline on the whole header
-// stops it) and a client that sends nothing are both cut off, while a
-// normal client is served meanwhile.
+// sockets: a trusted edge that trickles its header a byte at a time after
+// the signature (each byte well within the timeout, so only a deadline on
+// the whole header stops it) and a client that sends nothing are both cut
+// off, while a normal client is served meanwhile.
 func TestHeaderTimeoutRealSockets(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	h := newHarness(t, func(c *Config) { c.HeaderTimeout = timeout })
@@ -656,13 +656,20 @@ func TestHeaderTimeoutRealSockets(t *testing.T) {
 	trickler.SetNoDelay(true)
 	sentAll := make(chan bool, 1)
 	go func() {
-		// 47 bytes, one every 50ms: 2.3s for the whole header.
-		for _, b := range hdr {
+		// The signature at once, so that the front knows a v1 header is
+		// coming however late the scheduler runs this goroutine; then the
+		// other 41 bytes, one every 50ms: 2s for the whole header.
+		sig := len("PROXY ")
+		if _, err := trickler.Write(hdr[:sig]); err != nil {
+			sentAll <- false
+			return
+		}
+		for _, b := range hdr[sig:] {
+			time.Sleep(50 * time.Millisecond)
 			if _, err := trickler.Write([]byte{b}); err != nil {
 				sentAll <- false
 				return
 			}
-			time.Sleep(50 * time.Millisecond)
 		}
 		sentAll <- true
 	}()

@@ -30,32 +30,13 @@ import (
 // claimed address is known exactly.
 const clientIP = "127.0.0.9"
 
-// startHAProxy is testbed.HAProxy with a maxconn that fits a 20,000
-// file descriptor limit: testbed's maxconn 30000 makes HAProxy 2.6 want
-// 60,017 descriptors and refuse to start under such a limit.
-func startHAProxy(t *testing.T, body, waitAddr string) {
-	t.Helper()
-	testbed.Need(t, "haproxy")
-	cfg := testbed.WriteFile(t, t.TempDir(), "haproxy.cfg", `global
-    maxconn 4000
-defaults
-    mode tcp
-    timeout connect 5s
-    timeout client 1h
-    timeout server 1h
-`+body)
-	bin, _ := testbed.Path("haproxy")
-	testbed.Start(t, bin, "-db", "-f", cfg)
-	testbed.WaitTCP(t, waitAddr, 10*time.Second)
-}
-
 func TestHAProxySendProxyV2(t *testing.T) {
 	h := newHarness(t, nil)
 	trusted := testbed.FreeAddr(t, "127.0.0.1")
 	untrusted := testbed.FreeAddr(t, "127.0.0.1")
 	// The trusted server line also health-checks the front every 100ms:
 	// HAProxy sends those checks with a v2 LOCAL header and closes.
-	startHAProxy(t, fmt.Sprintf(`
+	testbed.HAProxyMaxconn(t, 4000, fmt.Sprintf(`
 frontend fe_trusted
     bind %s
     unique-id-format hap-%%ci:%%cp
@@ -117,7 +98,7 @@ server { listen %s; proxy_pass %s; proxy_protocol on; proxy_bind 127.0.0.3; }
 func TestUntrustedRejectWithHAProxy(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.Untrusted = UntrustedReject })
 	untrusted := testbed.FreeAddr(t, "127.0.0.1")
-	startHAProxy(t, fmt.Sprintf(`
+	testbed.HAProxyMaxconn(t, 4000, fmt.Sprintf(`
 listen untrusted
     bind %s
     server front %s send-proxy-v2 source 127.0.0.3

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"github.com/edgefleet/edgefleet/relay"
 	proxyproto "github.com/pires/go-proxyproto"
 )
 
@@ -28,8 +29,6 @@ const (
 	maxV1Len    = 107 // the longest v1 line the spec allows, CRLF included
 	// readerSize holds the longest v2 header in one buffer.
 	readerSize = v2PrefixLen + MaxV2Length
-
-	tlvEdgeName = proxyproto.PP2Type(0xE0)
 )
 
 var (
@@ -167,7 +166,7 @@ func interpret(h *proxyproto.Header) (headerInfo, error) {
 		switch t.Type {
 		case proxyproto.PP2_TYPE_UNIQUE_ID:
 			info.id = printable(t.Value)
-		case tlvEdgeName:
+		case relay.TLVEdgeName: // what the edge writes
 			info.edge = printable(t.Value)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"testing/iotest"
 
+	"github.com/edgefleet/edgefleet/relay"
 	proxyproto "github.com/pires/go-proxyproto"
 )
 
@@ -23,7 +24,7 @@ func v2Header(t testing.TB, src, dst, edge, id string) []byte {
 		tlvs = append(tlvs, proxyproto.TLV{Type: proxyproto.PP2_TYPE_UNIQUE_ID, Value: []byte(id)})
 	}
 	if edge != "" {
-		tlvs = append(tlvs, proxyproto.TLV{Type: tlvEdgeName, Value: []byte(edge)})
+		tlvs = append(tlvs, proxyproto.TLV{Type: relay.TLVEdgeName, Value: []byte(edge)})
 	}
 	if err := h.SetTLVs(tlvs); err != nil {
 		t.Fatal(err)

@@ -1,10 +1,7 @@
 package origin
 
 import (
-	"context"
-	"net"
 	"testing"
-	"time"
 
 	"github.com/edgefleet/edgefleet/relay"
 )
@@ -18,26 +15,10 @@ func TestEdgeSource(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.TrustedEdges = []string{"127.0.0.0/8"} })
 	for _, source := range []string{"127.0.0.3", "127.0.0.4"} {
 		t.Run(source, func(t *testing.T) {
-			cfg := relay.DefaultConfig()
-			cfg.Name = "edge-" + source
-			cfg.Origins = []string{h.addr}
-			cfg.Source = source
-			edge, err := relay.New(cfg, nil, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			go edge.Serve(ln)
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				edge.Shutdown(ctx)
+			edge := startOurEdge(t, func(c *relay.Config) {
+				c.Name, c.Origins, c.Source = "edge-"+source, []string{h.addr}, source
 			})
-
-			c := dialFrom(t, clientIP, ln.Addr().String())
+			c := dialFrom(t, clientIP, edge.addr)
 			p := roundTrip(t, c, nil, payload)
 			c.Close()
 			if p.Claimed != c.LocalAddr().String() || hostOf(t, p.Measured) != source {

@@ -27,7 +27,9 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/sockopt"
 	"github.com/edgefleet/edgefleet/internal/splice"
+	"github.com/edgefleet/edgefleet/internal/workers"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 )
@@ -42,8 +44,9 @@ const (
 
 // Edge relays client connections to the origins.
 type Edge struct {
-	// Now is the clock of OFFLINE retry, accept back-off and log rate
-	// limiting; nil means time.Now. Set it before Serve.
+	// Now is the clock of the OFFLINE retry window, the refusal-log rate
+	// limit and the durations measured and logged; nil means time.Now.
+	// Set it before Serve or HandleConn.
 	Now func() time.Time
 
 	cfg    Config
@@ -53,7 +56,7 @@ type Edge struct {
 	orig   *originSet
 	// workers run relay's setup (dial, header) in goroutines whose stacks
 	// have grown already.
-	workers splice.Workers
+	workers workers.Pool
 	// own holds the edge's origin connections, so that a connection coming
 	// back from one of them (an origin that is this edge) is refused.
 	own *accept.Own
@@ -164,13 +167,14 @@ func (e *Edge) Serve(ln net.Listener) error {
 	// it: Go's listener may set its own default on each, and a connection
 	// the kernel completed before this call took the listener's options
 	// from before it.
-	onListener := setKeepalive(ln, e.cfg.Keepalive) == nil
+	ka := keepalive(e.cfg.Keepalive)
+	onListener := ka.Set(ln) == nil
 	inherit, checks := false, 0
 	loop := accept.Loop{
 		Handle: func(c net.Conn) {
 			if onListener && !inherit && checks < inheritChecks {
 				checks++
-				inherit = hasKeepalive(c, e.cfg.Keepalive)
+				inherit = ka.Has(c)
 			}
 			kaSet := inherit
 			e.workers.Go(func() { e.relay(c, kaSet, nil) })
@@ -221,7 +225,7 @@ func (e *Edge) relay(c net.Conn, keepaliveSet bool, over func()) {
 	if over == nil {
 		over = func() {}
 	}
-	start := time.Now()
+	start := e.now()
 	rc := &conn{client: c}
 	e.mu.Lock()
 	switch {
@@ -244,7 +248,7 @@ func (e *Edge) relay(c net.Conn, keepaliveSet bool, over func()) {
 	e.m.active.Inc()
 
 	if !keepaliveSet {
-		setKeepalive(c, e.cfg.Keepalive)
+		keepalive(e.cfg.Keepalive).Set(c)
 	}
 	id := rand.Text()
 	server, addr, err := e.dialOrigin()
@@ -294,15 +298,16 @@ func (e *Edge) relay(c net.Conn, keepaliveSet bool, over func()) {
 		over()
 		return
 	}
-	pair := splice.Prepare(c, server, func(res splice.Result) {
+	var client net.Conn = c
+	if held != nil { // a prefix of a PROXY signature: screened with what follows
+		client = &splice.Conn{Conn: c, Peeked: held}
+	}
+	pair := splice.Prepare(client, server, func(res splice.Result) {
 		res.Up += sent
 		e.closed(rc, id, addr, start, res)
 		over()
 	})
-	switch {
-	case held != nil: // a prefix of a PROXY signature: wait for more
-		pair.ScreenHeld(held, screenProxy)
-	case sent == 0:
+	if held != nil || sent == 0 {
 		pair.Screen(screenProxy) // on the first read the copy makes anyway
 	}
 	e.mu.Lock()
@@ -444,7 +449,7 @@ func (e *Edge) closed(rc *conn, id, origin string, start time.Time, res splice.R
 		slog.String("origin", origin),
 		slog.Int64("bytes_up", res.Up),
 		slog.Int64("bytes_down", res.Down),
-		slog.Duration("duration", time.Since(start).Round(time.Millisecond)),
+		slog.Duration("duration", e.now().Sub(start).Round(time.Millisecond)),
 		slog.String("reason", reason),
 	)
 	if res.Err != nil && reason != ResultDrain {
@@ -485,9 +490,9 @@ func (e *Edge) dialOrigin() (net.Conn, string, error) {
 	plan, claim := e.orig.plan(e.now())
 	defer e.orig.release(plan, claim)
 	for _, o := range plan {
-		t0 := time.Now()
+		t0 := e.now()
 		c, err := e.dialer.DialContext(e.ctx, "tcp", o.addr)
-		e.m.dial.Observe(time.Since(t0).Seconds())
+		e.m.dial.Observe(e.now().Sub(t0).Seconds())
 		if err == nil {
 			if e.orig.ok(o) {
 				e.m.originUp.WithLabelValues(o.addr).Set(1)
@@ -569,73 +574,13 @@ func (e *Edge) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// setKeepalive sets TCP keepalive on a connection or a listening socket
-// (whose accepted sockets inherit it): idle time and interval period, 4
-// probes; period 0 turns it off.
-func setKeepalive(s any, period time.Duration) error {
-	sc, ok := s.(syscall.Conn)
-	if !ok {
-		return errors.ErrUnsupported
+// keepalive is the relay's TCP keepalive both ways: idle time and
+// interval period, 4 probes; period 0 turns it off.
+func keepalive(period time.Duration) sockopt.Keepalive {
+	if period <= 0 {
+		return sockopt.Keepalive{}
 	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	err = raw.Control(func(fd uintptr) {
-		if period <= 0 {
-			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_KEEPALIVE, 0)
-			return
-		}
-		secs := max(int(period/time.Second), 1)
-		for _, o := range [][2]int{{unix.SOL_SOCKET, unix.SO_KEEPALIVE}, {unix.IPPROTO_TCP, unix.TCP_KEEPIDLE},
-			{unix.IPPROTO_TCP, unix.TCP_KEEPINTVL}, {unix.IPPROTO_TCP, unix.TCP_KEEPCNT}} {
-			v := secs
-			switch o[1] {
-			case unix.SO_KEEPALIVE:
-				v = 1
-			case unix.TCP_KEEPCNT:
-				v = 4
-			}
-			if serr = unix.SetsockoptInt(int(fd), o[0], o[1], v); serr != nil {
-				return
-			}
-		}
-	})
-	if err == nil {
-		err = serr
-	}
-	return err
-}
-
-// hasKeepalive reports whether c's keepalive is as setKeepalive(period)
-// leaves it.
-func hasKeepalive(c net.Conn, period time.Duration) bool {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	same := false
-	raw.Control(func(fd uintptr) {
-		on, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_KEEPALIVE)
-		if err != nil {
-			return
-		}
-		if period <= 0 {
-			same = on == 0
-			return
-		}
-		idle, err1 := unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_KEEPIDLE)
-		intvl, err2 := unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_KEEPINTVL)
-		cnt, err3 := unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_KEEPCNT)
-		secs := max(int(period/time.Second), 1)
-		same = on == 1 && err1 == nil && err2 == nil && err3 == nil && idle == secs && intvl == secs && cnt == 4
-	})
-	return same
+	return sockopt.Keepalive{Idle: period, Interval: period, Count: 4}
 }
 
 func b2f(b bool) float64 {

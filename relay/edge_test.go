@@ -633,53 +633,6 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// TestKeepalive checks the keepalive options on an accepted socket, set on
-// it directly or inherited from the listening socket, and the check Serve
-// uses to trust the inheritance.
-func TestKeepalive(t *testing.T) {
-	for _, tc := range []struct {
-		name          string
-		period        time.Duration
-		goDefault     bool // listener from net.Listen: Go sets its own keepalive per connection
-		wantInherited bool
-	}{
-		{"inherited", 7 * time.Second, false, true},
-		{"inherited off", 0, false, true},
-		{"Go's default wins", 7 * time.Second, true, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			lc := net.ListenConfig{KeepAlive: -1}
-			if tc.goDefault {
-				lc.KeepAlive = 0
-			}
-			ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
-			if err := setKeepalive(ln, tc.period); err != nil {
-				t.Fatal(err)
-			}
-			c, err := net.Dial("tcp", ln.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			s, err := ln.Accept()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			if got := hasKeepalive(s, tc.period); got != tc.wantInherited {
-				t.Fatalf("inherited = %v, want %v", got, tc.wantInherited)
-			}
-			if err := setKeepalive(s, tc.period); err != nil || !hasKeepalive(s, tc.period) {
-				t.Fatalf("set on the connection: %v, has = %v", err, hasKeepalive(s, tc.period))
-			}
-		})
-	}
-}
-
 // TestLoopCutAtRunTime (issue 8 item 4): an edge whose origin turns out
 // to be itself (here set at run time, where the start check cannot see
 // it) relays one connection to itself, recognises the connection that

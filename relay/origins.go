@@ -129,7 +129,7 @@ func (s *originSet) ok(o *origin) (changed bool) {
 	return changed
 }
 
-// addrs returns the configured addresses and whether each is up (not
+// states returns the configured addresses and whether each is up (not
 // OFFLINE), for the origin_up gauge.
 func (s *originSet) states() map[string]bool {
 	s.mu.Lock()

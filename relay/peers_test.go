@@ -19,7 +19,7 @@ import (
 func TestHAProxyReadsV2(t *testing.T) {
 	testbed.Need(t, "haproxy")
 	addr := testbed.FreeAddr(t, "127.0.0.1")
-	startHAProxy(t, `
+	testbed.HAProxyMaxconn(t, 4000, `
 frontend fe
     mode http
     bind `+addr+` accept-proxy
@@ -45,26 +45,6 @@ frontend fe
 	if resp.StatusCode != 200 || string(body) != want {
 		t.Fatalf("HAProxy saw %q (status %d), want %q", body, resp.StatusCode, want)
 	}
-}
-
-// startHAProxy runs haproxy with its own global section: testbed.HAProxy
-// sets maxconn 30000, which needs 60,000 file descriptors where these
-// machines allow 20,000, and HAProxy refuses to start.
-func startHAProxy(t *testing.T, body, waitAddr string) {
-	t.Helper()
-	testbed.Need(t, "haproxy")
-	cfg := `global
-    maxconn 4000
-defaults
-    mode tcp
-    timeout connect 5s
-    timeout client 1m
-    timeout server 1m
-` + body
-	path := testbed.WriteFile(t, t.TempDir(), "haproxy.cfg", cfg)
-	bin, _ := testbed.Path("haproxy")
-	testbed.Start(t, bin, "-db", "-f", path)
-	testbed.WaitTCP(t, waitAddr, 10*time.Second)
 }
 
 // TestNginxReadsV1 puts an nginx stream server with `listen … proxy_protocol`

@@ -68,15 +68,15 @@ type target struct {
 
 // result is what was measured for one target.
 type result struct {
-	throughput     []float64 // bytes per second, one per round
-	rate           []float64 // connections per second, one per round
-	p50, p99       []time.Duration
-	cpuPerConn     []float64 // relay CPU time (user+system) per short connection, µs
-	failed         []int     // failed short connections, one per round
-	rssPerConn     float64
-	fdsPerConn     float64
-	idleOK         int
-	idleNote, errs string
+	throughput []float64 // bytes per second, one per round
+	rate       []float64 // connections per second, one per round
+	p50, p99   []time.Duration
+	cpuPerConn []float64 // relay CPU time (user+system) per short connection, µs
+	failed     []int     // failed short connections, one per round
+	rssPerConn float64
+	fdsPerConn float64
+	idleOK     int
+	idleNote   string
 }
 
 func main() {

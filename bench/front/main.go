@@ -47,6 +47,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/bench/internal/benchkit"
+	"github.com/edgefleet/edgefleet/relay"
 	proxyproto "github.com/pires/go-proxyproto"
 	"golang.org/x/sys/unix"
 )
@@ -300,7 +301,7 @@ func header() []byte {
 		&net.TCPAddr{IP: net.IPv4(198, 51, 100, 1), Port: 636})
 	h.SetTLVs([]proxyproto.TLV{
 		{Type: proxyproto.PP2_TYPE_UNIQUE_ID, Value: []byte(strconv.FormatUint(seq, 16))},
-		{Type: 0xE0, Value: []byte("bench-edge")},
+		{Type: relay.TLVEdgeName, Value: []byte("bench-edge")},
 	})
 	b, _ := h.Format()
 	return b

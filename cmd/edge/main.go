@@ -13,23 +13,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
-	"os"
-	"os/signal"
 	"slices"
-	"syscall"
-	"time"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
-	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/relay"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -100,18 +90,11 @@ func main() {
 // run serves until a signal stops it; reload re-reads the configuration
 // for SIGHUP. Startup failures exit with one line.
 func run(cfg edgeFile, reload func() (edgeFile, error)) {
-	// Signals are ours before anything listens: a SIGHUP that comes as
-	// soon as a port answers must not end the process.
-	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	logw := cli.NewLogWriter(os.Stderr)
-	log := cli.Logger(cfg.Log, logw)
-	fatal := func(err error) { logw.Close(); cli.Fatal("edge", err) }
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	e, err := relay.New(cfg.Config, log, reg)
+	p := cli.Start("edge", cfg.Log)
+	log := p.Log
+	e, err := relay.New(cfg.Config, log, p.Reg)
 	if err != nil {
-		fatal(err)
+		p.Fatal(err)
 	}
 
 	// The relay sets keepalive on each accepted connection itself.
@@ -120,28 +103,11 @@ func run(cfg edgeFile, reload func() (edgeFile, error)) {
 	for _, addr := range cfg.Listen {
 		ln, err := lc.Listen(context.Background(), "tcp", addr)
 		if err != nil {
-			fatal(fmt.Errorf("listen: %w", err))
+			p.Fatal(fmt.Errorf("listen: %w", err))
 		}
 		lns = append(lns, ln)
 	}
-	var metrics *http.Server
-	if cfg.Metrics != "" {
-		ln, err := net.Listen("tcp", cfg.Metrics)
-		if err != nil {
-			fatal(fmt.Errorf("metrics: %w", err))
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-		// net/http's own lines (an "http: Accept error" per retry when
-		// descriptors run out) go through slog, rate-limited.
-		metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog: accept.ErrorLog(log.With("endpoint", "metrics"), "http server error", nil)}
-		go func() {
-			if err := metrics.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("metrics server stopped", "err", err)
-			}
-		}()
-	}
+	p.ServeHTTP("metrics", cfg.Metrics, p.Metrics())
 
 	serveErr := make(chan error, len(lns))
 	for _, ln := range lns {
@@ -150,42 +116,11 @@ func run(cfg edgeFile, reload func() (edgeFile, error)) {
 			"proxy_protocol", cfg.ProxyProtocol, "source", cfg.Source, "metrics", cfg.Metrics)
 	}
 
-	failed := false
-wait:
-	for {
-		select {
-		case s := <-sig:
-			if s == syscall.SIGHUP {
-				reloadOrigins(e, &cfg, reload, log)
-				continue
-			}
-			log.Info("shutting down", "signal", s.String(), "drain_timeout", cfg.DrainTimeout)
-			break wait
-		case err := <-serveErr:
-			log.Error("listener failed", "err", err)
-			failed = true
-			break wait
-		}
-	}
-
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		for s := range sig {
-			if s != syscall.SIGHUP {
-				log.Info("second signal: closing open connections")
-				cancel()
-				return
-			}
-		}
-	}()
+	failed := p.Wait(serveErr, func() { reloadOrigins(e, &cfg, reload, log) }, cfg.DrainTimeout)
+	ctx, cancel := p.Drain(0)
 	e.Shutdown(ctx) // bounded by drain_timeout
-	if metrics != nil {
-		metrics.Close()
-	}
-	logw.Close()
-	if failed {
-		os.Exit(1)
-	}
+	cancel()
+	p.Exit(failed)
 }
 
 // reloadOrigins applies the origins of a freshly read configuration. Other

@@ -3,16 +3,13 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"flag"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,40 +19,10 @@ import (
 	"github.com/pires/go-proxyproto"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
 // edgeBin builds this command once per test run and returns the binary.
-func edgeBin(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "edge-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "edge")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = errors.New(string(out))
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("go build: %v", buildErr)
-	}
-	return binPath
-}
+func edgeBin(t *testing.T) string { return testbed.Build(t, "github.com/edgefleet/edgefleet/cmd/edge") }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbed.Main(m) }
 
 // TestBadConfig runs the binary with bad values and unknown keys: exit
 // status 2 and exactly one line on stderr naming the key.

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/edgefleet/edgefleet/cmd/internal/cli"
 	"github.com/edgefleet/edgefleet/deploy"
 	"github.com/edgefleet/edgefleet/firewall"
 	"github.com/edgefleet/edgefleet/probe"
@@ -99,9 +100,9 @@ func converge(cmd *cobra.Command, p fleetParts, cfg deploy.Config, fl convergeFl
 	}
 	if err := c.Run(ctx); err != nil {
 		if errors.Is(err, context.Canceled) {
-			return exitError{1, errors.New("interrupted: the state file keeps the progress, run the command again to resume")}
+			return cli.Exit(1, errors.New("interrupted: the state file keeps the progress, run the command again to resume"))
 		}
-		return exitError{1, err}
+		return cli.Exit(1, err)
 	}
 	return nil
 }
@@ -162,7 +163,7 @@ fleet.yaml already edited and resumes.`,
 			if !fl.dryRun {
 				unlock, err := deploy.LockState(statePath(p.f.path))
 				if err != nil {
-					return exitError{1, err}
+					return cli.Exit(1, err)
 				}
 				defer unlock()
 			}
@@ -275,11 +276,11 @@ connections (from metrics) and its state (active, draining, new, failed).`,
 			}
 			live, err := p.pub.Read(cmd.Context())
 			if err != nil {
-				return exitError{1, err}
+				return cli.Exit(1, err)
 			}
 			st, err := deploy.LoadState(statePath(p.f.path))
 			if err != nil {
-				return exitError{1, err}
+				return cli.Exit(1, err)
 			}
 			rows := deploy.Status(cmd.Context(), p.f.Config, st, live, p.fw, p.probe, deploy.ScrapeConns)
 			return deploy.PrintStatus(cmd.OutOrStdout(), rows)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/edgefleet/edgefleet/cmd/internal/cli"
 	"github.com/edgefleet/edgefleet/deploy"
 	"github.com/spf13/cobra"
 	"golang.org/x/crypto/ssh"
@@ -60,11 +61,11 @@ edge.yaml and ` + deploy.UnitName + ` into DIR instead.`,
 				return err
 			}
 			if err := os.MkdirAll(out, 0o755); err != nil {
-				return exitError{1, err}
+				return cli.Exit(1, err)
 			}
 			for name, b := range map[string][]byte{"user-data": r.UserData, "edge.yaml": r.EdgeConfig, deploy.UnitName: r.Unit} {
 				if err := os.WriteFile(filepath.Join(out, name), b, 0o644); err != nil {
-					return exitError{1, err}
+					return cli.Exit(1, err)
 				}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: user-data (%d bytes), edge.yaml, %s\n", out, len(r.UserData), deploy.UnitName)
@@ -119,7 +120,7 @@ version back. SSH authentication: the key file deploy.identity or
 			p.Auth, p.Root, p.Timeout, p.Log = auth, fl.root, fl.timeout, log
 			res, err := deploy.Push(cmd.Context(), p)
 			if err != nil {
-				return exitError{1, err}
+				return cli.Exit(1, err)
 			}
 			prev := "first install"
 			if res.Previous != "" {

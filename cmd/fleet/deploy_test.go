@@ -2,12 +2,10 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,32 +13,10 @@ import (
 	"golang.org/x/crypto/ssh"
 )
 
-var (
-	buildOnce          sync.Once
-	buildDir           string
-	fleetPath, edgePth string
-	buildErr           error
-)
-
 // binaries builds fleet and edge once per test run.
 func binaries(t *testing.T) (fleet, edge string) {
 	t.Helper()
-	buildOnce.Do(func() {
-		if buildDir, buildErr = os.MkdirTemp("", "fleet-bin-"); buildErr != nil {
-			return
-		}
-		fleetPath, edgePth = filepath.Join(buildDir, "fleet"), filepath.Join(buildDir, "edge")
-		for _, b := range [][2]string{{fleetPath, "."}, {edgePth, "../edge"}} {
-			if out, err := exec.Command("go", "build", "-o", b[0], b[1]).CombinedOutput(); err != nil {
-				buildErr = errors.New(string(out))
-				return
-			}
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("go build: %v", buildErr)
-	}
-	return fleetPath, edgePth
+	return testbed.Build(t, "github.com/edgefleet/edgefleet/cmd/fleet"), testbed.Build(t, "github.com/edgefleet/edgefleet/cmd/edge")
 }
 
 const deployYAML = `name: ldap.example.net

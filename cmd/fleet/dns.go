@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/edgefleet/edgefleet/cmd/internal/cli"
 	"github.com/edgefleet/edgefleet/deploy"
 	"github.com/spf13/cobra"
 )
@@ -33,13 +34,9 @@ additions before removals so the set is never empty, each read back.
 		Short: "print the UPDATEs apply would send (nsupdate syntax)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f, pub, err := dnsSetup(cmd, timeout)
+			_, p, err := dnsPlanned(cmd, timeout)
 			if err != nil {
 				return err
-			}
-			p, err := dnsPlan(cmd.Context(), f, pub)
-			if err != nil {
-				return exitError{1, err}
 			}
 			fmt.Fprint(cmd.OutOrStdout(), p.String())
 			return nil
@@ -51,13 +48,9 @@ additions before removals so the set is never empty, each read back.
 		Short: "publish exactly the inventory's edges: one UPDATE per change, each read back",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f, pub, err := dnsSetup(cmd, timeout)
+			pub, p, err := dnsPlanned(cmd, timeout)
 			if err != nil {
 				return err
-			}
-			p, err := dnsPlan(cmd.Context(), f, pub)
-			if err != nil {
-				return exitError{1, err}
 			}
 			return applyDNS(cmd.Context(), cmd.OutOrStdout(), pub, p)
 		},
@@ -78,7 +71,7 @@ additions before removals so the set is never empty, each read back.
 			}
 			set, err := pub.Read(cmd.Context())
 			if err != nil {
-				return exitError{1, err}
+				return cli.Exit(1, err)
 			}
 			return printRRSet(cmd.OutOrStdout(), set, format)
 		},
@@ -106,6 +99,20 @@ func dnsSetup(cmd *cobra.Command, timeout time.Duration) (fleetFile, *deploy.Pub
 	return f, pub, nil
 }
 
+// dnsPlanned is dnsSetup, then dnsPlan (a failure to read the live set
+// exits 1).
+func dnsPlanned(cmd *cobra.Command, timeout time.Duration) (*deploy.Publisher, deploy.DNSPlan, error) {
+	f, pub, err := dnsSetup(cmd, timeout)
+	if err != nil {
+		return nil, deploy.DNSPlan{}, err
+	}
+	p, err := dnsPlan(cmd.Context(), f, pub)
+	if err != nil {
+		return nil, p, cli.Exit(1, err)
+	}
+	return pub, p, nil
+}
+
 // dnsPlan reads the live set and plans the inventory's; the state file
 // (when there is one) names addresses that left the inventory.
 func dnsPlan(ctx context.Context, f fleetFile, pub *deploy.Publisher) (deploy.DNSPlan, error) {
@@ -130,7 +137,7 @@ func applyDNS(ctx context.Context, w io.Writer, pub *deploy.Publisher, p deploy.
 		fmt.Fprintf(w, "%s: %s, read back\n", p.Name, c.Describe())
 	})
 	if err != nil {
-		return exitError{1, err}
+		return cli.Exit(1, err)
 	}
 	fmt.Fprintf(w, "%s now answers: %s\n", p.Name, addrs(p.After))
 	return nil

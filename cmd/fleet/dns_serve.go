@@ -5,15 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os/signal"
 	"path/filepath"
 	"syscall"
-	"time"
 
+	"github.com/edgefleet/edgefleet/cmd/internal/cli"
 	"github.com/edgefleet/edgefleet/deploy"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 )
 
@@ -74,16 +72,14 @@ BIND, Knot, PowerDNS or any RFC 2136 server instead.`,
 			}
 			pc, ln, err := deploy.Listen(listen)
 			if err != nil {
-				return exitError{1, err}
+				return cli.Exit(1, err)
 			}
 			if metrics != "" {
 				mln, err := net.Listen("tcp", metrics)
 				if err != nil {
-					return exitError{1, fmt.Errorf("metrics: %w", err)}
+					return cli.Exit(1, fmt.Errorf("metrics: %w", err))
 				}
-				mux := http.NewServeMux()
-				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-				ms := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+				ms := cli.HTTPServer(cli.Metrics(reg), log, "metrics")
 				go ms.Serve(mln)
 				defer ms.Close()
 				log.Info("dns server metrics", "addr", mln.Addr().String())

@@ -25,13 +25,7 @@ func fleetBin(t *testing.T) string {
 }
 
 // TestMain removes the binaries the tests built (binaries).
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbed.Main(m) }
 
 // run is one run of the fleet binary.
 type run struct {

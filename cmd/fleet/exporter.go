@@ -6,15 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"github.com/edgefleet/edgefleet/cmd/internal/cli"
 	"github.com/edgefleet/edgefleet/deploy"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 )
 
@@ -70,11 +69,9 @@ key is needed.`,
 			reg.MustRegister(x, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
-				return exitError{1, fmt.Errorf("listen %s: %w", listen, err)}
+				return cli.Exit(1, fmt.Errorf("listen %s: %w", listen, err))
 			}
-			mux := http.NewServeMux()
-			mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-			srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+			srv := cli.HTTPServer(cli.Metrics(reg), log, "metrics")
 			served := make(chan error, 1)
 			go func() { served <- srv.Serve(ln) }()
 			log.Info("fleet exporter listening", "addr", ln.Addr().String(), "target", f.DNS.Server, "name", f.Name)
@@ -86,7 +83,7 @@ key is needed.`,
 				log.Info("fleet exporter stopping", "addr", ln.Addr().String())
 				return srv.Close()
 			case err := <-served:
-				return exitError{1, fmt.Errorf("serve %s: %w", ln.Addr(), err)}
+				return cli.Exit(1, fmt.Errorf("serve %s: %w", ln.Addr(), err))
 			}
 		},
 	}

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/edgefleet/edgefleet/cmd/internal/cli"
 	"github.com/edgefleet/edgefleet/deploy"
 	"github.com/edgefleet/edgefleet/firewall"
 	"github.com/spf13/cobra"
@@ -26,7 +27,7 @@ type firewallFlags struct {
 }
 
 func firewallCommand() *cobra.Command {
-	var fl firewallFlags
+	fl := &firewallFlags{}
 	cmd := &cobra.Command{
 		Use:   "firewall",
 		Short: "let only the edges reach the origin ports (DOCKER-USER or INPUT)",
@@ -40,48 +41,52 @@ IPv6, through the iptables backend dockerd uses.`,
 	pf.StringVar(&fl.backend, "backend", "auto", "iptables backend: auto (the one holding DOCKER-USER), nft or legacy")
 	pf.BoolVar(&fl.force, "force", false, "apply despite a refusal (bad address, empty edge list, no pin, missing chain)")
 	pf.BoolVar(&fl.createChain, "create-chain", false, "create the hook chain when it is missing")
+	cmd.AddCommand(firewallPlan(fl), firewallApply(fl), firewallCheck(fl), firewallRemove(fl), firewallWatch(fl))
+	return cmd
+}
 
-	plan := &cobra.Command{
+func firewallPlan(fl *firewallFlags) *cobra.Command {
+	cmd := &cobra.Command{
 		Use:   "plan",
 		Short: "print the exact rules apply would install",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, _, err := firewallSetup(cmd, fl)
-			if err != nil {
-				return err
-			}
 			var p *firewall.Plan
 			if fl.offline {
+				c, _, err := firewallSetup(cmd, *fl)
+				if err != nil {
+					return err
+				}
 				if err := checkBackend(fl.backend); err != nil {
 					return err // bad however the plan is made
 				}
-				p, err = firewall.NewPlan(c, 1)
-			} else {
-				var fw *firewall.Firewall
-				if fw, err = openFirewall(fl.backend, c.Chain); err != nil {
+				if p, err = firewall.NewPlan(c, 1); err != nil {
 					return err
 				}
-				p, err = fw.Plan(c)
-			}
-			if err != nil {
-				return err
+			} else {
+				c, fw, _, err := firewallOpen(cmd, *fl)
+				if err != nil {
+					return err
+				}
+				if p, err = fw.Plan(c); err != nil {
+					return err
+				}
 			}
 			fmt.Fprint(cmd.OutOrStdout(), p.String())
 			return nil
 		},
 	}
-	plan.Flags().BoolVar(&fl.offline, "offline", false, "do not read the live tables: generation 1, both families hooked as configured")
+	cmd.Flags().BoolVar(&fl.offline, "offline", false, "do not read the live tables: generation 1, both families hooked as configured")
+	return cmd
+}
 
-	apply := &cobra.Command{
+func firewallApply(fl *firewallFlags) *cobra.Command {
+	return &cobra.Command{
 		Use:   "apply",
 		Short: "install the rules: build the next generation chain, swap the jump, delete the old chain",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, log, err := firewallSetup(cmd, fl)
-			if err != nil {
-				return err
-			}
-			fw, err := openFirewall(fl.backend, c.Chain)
+			c, fw, log, err := firewallOpen(cmd, *fl)
 			if err != nil {
 				return err
 			}
@@ -93,7 +98,7 @@ IPv6, through the iptables backend dockerd uses.`,
 				log.Warn(w)
 			}
 			if err := fw.Apply(p); err != nil {
-				return exitError{1, err}
+				return cli.Exit(1, err)
 			}
 			for _, f := range p.Families {
 				log.Info("firewall applied", "family", f.Name, "chain", p.Chain(), "hook", f.Hook, "rules", len(f.Rules), "backend", fw.Backend())
@@ -101,17 +106,15 @@ IPv6, through the iptables backend dockerd uses.`,
 			return nil
 		},
 	}
+}
 
-	check := &cobra.Command{
+func firewallCheck(fl *firewallFlags) *cobra.Command {
+	return &cobra.Command{
 		Use:   "check",
 		Short: "compare the live rules with the plan: exit 1 and a diff when they differ",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, _, err := firewallSetup(cmd, fl)
-			if err != nil {
-				return err
-			}
-			fw, err := openFirewall(fl.backend, c.Chain)
+			c, fw, _, err := firewallOpen(cmd, *fl)
 			if err != nil {
 				return err
 			}
@@ -121,14 +124,16 @@ IPv6, through the iptables backend dockerd uses.`,
 			}
 			if !rep.InSync() {
 				fmt.Fprintln(cmd.OutOrStdout(), strings.Join(rep.Diff, "\n"))
-				return exitError{1, errors.New("firewall: live rules differ from the plan (fleet firewall apply installs it)")}
+				return cli.Exit(1, errors.New("firewall: live rules differ from the plan (fleet firewall apply installs it)"))
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "in sync: %s\n", strings.Join(rep.Chains, ", "))
 			return nil
 		},
 	}
+}
 
-	remove := &cobra.Command{
+func firewallRemove(fl *firewallFlags) *cobra.Command {
+	return &cobra.Command{
 		Use:   "remove",
 		Short: "delete every jump and EDGEFLEET chain (the origin ports are open again)",
 		Args:  cobra.NoArgs,
@@ -138,18 +143,20 @@ IPv6, through the iptables backend dockerd uses.`,
 				return err
 			}
 			if err := fw.Remove(); err != nil {
-				return exitError{1, err}
+				return cli.Exit(1, err)
 			}
 			return nil
 		},
 	}
+}
 
-	watch := &cobra.Command{
+func firewallWatch(fl *firewallFlags) *cobra.Command {
+	cmd := &cobra.Command{
 		Use:   "watch",
 		Short: "apply, then re-apply whenever the live rules drift (dockerd restarted, chain flushed)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, log, err := firewallSetup(cmd, fl)
+			c, log, err := firewallSetup(cmd, *fl)
 			if err != nil {
 				return err
 			}
@@ -172,10 +179,18 @@ IPv6, through the iptables backend dockerd uses.`,
 			return fw.Watch(ctx, c, fl.interval, log)
 		},
 	}
-	watch.Flags().DurationVar(&fl.interval, "interval", 5*time.Second, "how often the live rules are compared with the plan")
-
-	cmd.AddCommand(plan, apply, check, remove, watch)
+	cmd.Flags().DurationVar(&fl.interval, "interval", 5*time.Second, "how often the live rules are compared with the plan")
 	return cmd
+}
+
+// firewallOpen is firewallSetup, then the iptables backend opened.
+func firewallOpen(cmd *cobra.Command, fl firewallFlags) (firewall.Config, *firewall.Firewall, *slog.Logger, error) {
+	c, log, err := firewallSetup(cmd, fl)
+	if err != nil {
+		return c, nil, nil, err
+	}
+	fw, err := openFirewall(fl.backend, c.Chain)
+	return c, fw, log, err
 }
 
 // firewallSetup loads fleet.yaml and turns it into the firewall's Config.
@@ -213,7 +228,7 @@ func checkBackend(backend string) error {
 	case "", "auto", firewall.BackendNFT, firewall.BackendLegacy:
 		return nil
 	}
-	return exitError{2, fmt.Errorf("--backend %q: want nft, legacy or auto", backend)}
+	return cli.Exit(cli.ExitConfig, fmt.Errorf("--backend %q: want nft, legacy or auto", backend))
 }
 
 // openFirewall opens the iptables backend: a --backend value that is not
@@ -225,7 +240,7 @@ func openFirewall(backend, chain string) (*firewall.Firewall, error) {
 	}
 	fw, err := firewall.Open(backend, chain)
 	if err != nil {
-		return nil, exitError{1, err}
+		return nil, cli.Exit(1, err)
 	}
 	return fw, nil
 }

@@ -29,16 +29,6 @@ import (
 // and later dns.go, deploy.go, rotate.go) from an init function.
 var subcommands []func() *cobra.Command
 
-// exitError carries an exit status other than cli.ExitConfig (e.g. 1 for
-// `firewall check` finding a difference).
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e exitError) Error() string { return e.err.Error() }
-func (e exitError) Unwrap() error { return e.err }
-
 // fleetFile is fleet.yaml: the inventory plus the log section.
 type fleetFile struct {
 	deploy.Config `mapstructure:",squash"`
@@ -89,7 +79,7 @@ func newRoot() *cobra.Command {
 	root := cli.Root("fleet", "fleet operations: firewall, DNS, deploy, rotate")
 	root.RunE = func(cmd *cobra.Command, args []string) error {
 		cmd.Usage()
-		return exitError{cli.ExitConfig, errors.New("a command is required")}
+		return cli.Exit(cli.ExitConfig, errors.New("a command is required"))
 	}
 	for _, add := range subcommands {
 		root.AddCommand(add())
@@ -109,25 +99,17 @@ func groupsNeedACommand(c *cobra.Command) {
 	if c.HasParent() && c.HasSubCommands() && !c.Runnable() {
 		c.RunE = func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return exitError{cli.ExitConfig, fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())}
+				return cli.Exit(cli.ExitConfig, fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath()))
 			}
 			cmd.Usage()
-			return exitError{cli.ExitConfig, fmt.Errorf("a command is required for %q", cmd.CommandPath())}
+			return cli.Exit(cli.ExitConfig, fmt.Errorf("a command is required for %q", cmd.CommandPath()))
 		}
 	}
 }
 
 func main() {
 	if err := newRoot().Execute(); err != nil {
-		code := cli.ExitConfig
-		var ee exitError
-		if errors.As(err, &ee) {
-			code = ee.code
-		}
-		if code == cli.ExitConfig {
-			cli.Fatal("fleet", err) // a bad configuration is one line
-		}
-		cli.FatalCode("fleet", err, code)
+		cli.Die("fleet", err) // a bad configuration is one line
 	}
 }
 

@@ -75,8 +75,8 @@ func TestBadBackendIsConfigError(t *testing.T) {
 		cmd := newRoot()
 		cmd.SetArgs(append([]string{"--config", path, "firewall"}, append(strings.Fields(sub), "--backend", "bogus")...))
 		err := cmd.Execute()
-		var ee exitError
-		if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), `--backend "bogus"`) {
+		var ee *cli.ExitError
+		if !errors.As(err, &ee) || ee.Code != 2 || !strings.Contains(err.Error(), `--backend "bogus"`) {
 			t.Errorf("%s: err = %v, want exit 2 naming --backend", sub, err)
 		}
 	}
@@ -164,8 +164,8 @@ func TestGroupNeedsACommand(t *testing.T) {
 		root.SetOut(io.Discard)
 		root.SetErr(io.Discard)
 		err := root.Execute()
-		var ee exitError
-		if !errors.As(err, &ee) || ee.code != cli.ExitConfig || err.Error() != want {
+		var ee *cli.ExitError
+		if !errors.As(err, &ee) || ee.Code != cli.ExitConfig || err.Error() != want {
 			t.Errorf("fleet %s: %v, want exit %d and %q", args, err, cli.ExitConfig, want)
 		}
 	}

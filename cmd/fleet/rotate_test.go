@@ -24,12 +24,8 @@ import (
 	"github.com/edgefleet/edgefleet/probe"
 )
 
-// edgeBin is the edge binary built for this test run.
-func edgeBin(t *testing.T) string {
-	t.Helper()
-	_, edge := binaries(t)
-	return edge
-}
+// edgeBin builds cmd/edge once per test run.
+func edgeBin(t *testing.T) string { return testbed.Build(t, "github.com/edgefleet/edgefleet/cmd/edge") }
 
 // lanHost is a namespace on the test's LAN (a bridge in its own
 // namespace), at 10.77.0.<n> and fd77::<n>.

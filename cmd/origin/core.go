@@ -13,6 +13,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/edgefleet/edgefleet/cmd/internal/cli"
 	"github.com/edgefleet/edgefleet/origin"
 	"github.com/edgefleet/edgefleet/origin/ldap/core"
 	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
@@ -70,19 +71,9 @@ func defaultCore() coreSection {
 // ExitDLP is the exit status for a DLP file with errors.
 const ExitDLP = 19
 
-// exitError is a startup error with its own exit status.
-type exitError struct {
-	err  error
-	code int
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
-func (e *exitError) ExitCode() int { return e.code }
-
 // dlpError is a DLP file error, exit status 19; main prints one line per
 // error of the list.
-func dlpError(err error) error { return &exitError{err: err, code: ExitDLP} }
+func dlpError(err error) error { return cli.Exit(ExitDLP, err) }
 
 // peerTable is the front's peer table as the core sees it.
 type peerTable interface {
@@ -92,8 +83,8 @@ type peerTable interface {
 // buildCore checks the core section and builds the LDAP routing core
 // (nil when disabled) without listening: configuration is checked before
 // anything listens. peers is the front's peer table (for claimed/measured
-// lookups by the core's client port). An error that carries an exit status
-// implements interface{ ExitCode() int } (19 for a bad DLP file).
+// lookups by the core's client port). A bad DLP file's error carries exit
+// status 19 (cli.Die prints it).
 func buildCore(cfg coreSection, peers peerTable, log *slog.Logger, reg prometheus.Registerer) (*core.Server, error) {
 	if !cfg.Enabled {
 		return nil, nil

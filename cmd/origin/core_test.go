@@ -7,17 +7,16 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/edgefleet/edgefleet/internal/testbed"
 )
 
-// buildOrigin builds this command into a temp dir.
+// buildOrigin builds this command once per test run.
 func buildOrigin(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "origin")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	return testbed.Build(t, "github.com/edgefleet/edgefleet/cmd/origin")
 }
+
+func TestMain(m *testing.M) { testbed.Main(m) }
 
 // runWithDLP runs the origin binary with a minimal configuration whose core
 // reads the DLP file dlp, and returns what it printed.

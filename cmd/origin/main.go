@@ -4,25 +4,19 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
 	"syscall"
 	"time"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
 	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/sockopt"
 	"github.com/edgefleet/edgefleet/origin"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"golang.org/x/sys/unix"
 )
 
 // drainTimeout is how long SIGTERM/SIGINT waits for open connections before
@@ -79,8 +73,7 @@ func main() {
 		return run(cfg, reload)
 	}
 	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "origin:", err)
-		os.Exit(2)
+		cli.Die("origin", err)
 	}
 }
 
@@ -88,40 +81,22 @@ func main() {
 // signal has stopped them; reload re-reads the configuration for SIGHUP.
 // Startup failures exit with one line.
 func run(cfg originFile, reload func() (originFile, error)) error {
-	// Signals are ours before anything listens: a SIGHUP that comes as
-	// soon as a port answers must not end the process.
-	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	logw := cli.NewLogWriter(os.Stderr)
-	defer logw.Close()
-	log := cli.Logger(cfg.Log, logw)
-	fatal := func(err error) { logw.Close(); cli.Fatal("origin", err) }
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	p := cli.Start("origin", cfg.Log)
+	log := p.Log
 
 	// Everything is checked and built before a single port is bound.
 	table := origin.NewPeerTable()
-	front, err := origin.New(cfg.Front, table, log, reg)
+	front, err := origin.New(cfg.Front, table, log, p.Reg)
 	if err != nil {
-		fatal(err)
+		p.Fatal(err)
 	}
-	srv, err := buildCore(cfg.Core, table, log, reg)
+	srv, err := buildCore(cfg.Core, table, log, p.Reg)
 	if err != nil {
-		code := cli.ExitConfig
-		var ec interface{ ExitCode() int }
-		if errors.As(err, &ec) {
-			code = ec.ExitCode()
-		}
-		logw.Close()
-		cli.FatalCode("origin", err, code)
+		p.Fatal(err)
 	}
-	endpoints := []struct {
-		key, addr string
-		h         http.Handler
-	}{{"peers_api", cfg.PeersAPI, nil}, {"metrics", cfg.Metrics, nil}}
-	for _, ep := range endpoints {
-		if _, _, err := net.SplitHostPort(ep.addr); ep.addr != "" && err != nil {
-			fatal(fmt.Errorf("%s: %q is not host:port", ep.key, ep.addr))
+	for _, ep := range [][2]string{{"peers_api", cfg.PeersAPI}, {"metrics", cfg.Metrics}} {
+		if _, _, err := net.SplitHostPort(ep[1]); ep[1] != "" && err != nil {
+			p.Fatal(fmt.Errorf("%s: %q is not host:port", ep[0], ep[1]))
 		}
 	}
 	if cfg.Core.Enabled && accept.SelfTarget([]string{cfg.Core.Listen}, cfg.Front.Inner) == "" {
@@ -133,46 +108,26 @@ func run(cfg originFile, reload func() (originFile, error)) error {
 	for _, addr := range cfg.Front.Listen {
 		ln, err := frontListen(addr)
 		if err != nil {
-			fatal(fmt.Errorf("front.listen: %w", err))
+			p.Fatal(fmt.Errorf("front.listen: %w", err))
 		}
 		lns = append(lns, ln)
 	}
 	var coreLn net.Listener
 	if srv != nil {
 		if coreLn, err = net.Listen("tcp", cfg.Core.Listen); err != nil {
-			fatal(fmt.Errorf("core.listen: %w", err))
+			p.Fatal(fmt.Errorf("core.listen: %w", err))
 		}
 	}
 	peers := http.NewServeMux()
 	peers.Handle("/peers", table.Handler())
 	peers.Handle("/peers/", table.Handler())
-	metrics := http.NewServeMux()
-	metrics.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	endpoints[0].h, endpoints[1].h = peers, metrics
-	var servers []*http.Server
-	for _, ep := range endpoints {
-		if ep.addr == "" {
-			continue
-		}
-		ln, err := net.Listen("tcp", ep.addr)
-		if err != nil {
-			fatal(fmt.Errorf("%s: %w", ep.key, err))
-		}
-		// net/http's own lines (an "http: Accept error" per retry when
-		// descriptors run out) go through slog, rate-limited.
-		srv := &http.Server{Handler: ep.h, ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog: accept.ErrorLog(log.With("endpoint", ep.key), "http server error", nil)}
-		servers = append(servers, srv)
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("http server stopped", "endpoint", ep.key, "err", err)
-			}
-		}()
-	}
+	p.ServeHTTP("peers_api", cfg.PeersAPI, peers)
+	p.ServeHTTP("metrics", cfg.Metrics, p.Metrics())
+
+	warnNofile(log, cfg.Front.MaxConns, cfg.Core.Enabled) // once listening: a start that fails prints one line
 
 	// A listener that really fails ends the binary: never a front that
 	// forwards to a core nobody accepts for.
-	warnNofile(log, cfg.Front.MaxConns, cfg.Core.Enabled) // once listening: a start that fails prints one line
 	serveErr := make(chan error, len(lns)+1)
 	for _, ln := range lns {
 		go func() {
@@ -189,52 +144,16 @@ func run(cfg originFile, reload func() (originFile, error)) error {
 		stopCore = serveCore(cfg.Core, srv, coreLn, peers, log, serveErr)
 	}
 
-	var failed error
-wait:
-	for {
-		select {
-		case s := <-sig:
-			if s == syscall.SIGHUP {
-				reloaded(cfg, reload, log)
-				continue
-			}
-			log.Info("shutting down", "signal", s.String(), "drain_timeout", drainTimeout)
-		case err := <-serveErr:
-			log.Error("listener failed", "err", err)
-			failed = err
-		}
-		break wait
-	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	failed := p.Wait(serveErr, func() { reloaded(cfg, reload, log) }, drainTimeout)
+	ctx, cancel := p.Drain(drainTimeout)
 	defer cancel()
-	go func() {
-		for {
-			select {
-			case s := <-sig:
-				if s == syscall.SIGHUP {
-					continue
-				}
-				log.Info("second signal: closing open connections")
-				cancel()
-			case <-ctx.Done():
-			}
-			return
-		}
-	}()
 	if err := front.Shutdown(ctx); err != nil {
 		log.Warn("drain cut short", "err", err)
 	}
 	if err := stopCore(ctx); err != nil {
 		log.Warn("core stop", "err", err)
 	}
-	for _, srv := range servers {
-		srv.Close()
-	}
-	if failed != nil {
-		logw.Close()
-		os.Exit(1)
-	}
+	p.Exit(failed)
 	return nil
 }
 
@@ -253,39 +172,15 @@ func reloaded(cfg originFile, reload func() (originFile, error), log *slog.Logge
 	}
 }
 
-// Go's default keepalive for accepted connections: idle and interval 15s,
-// 9 probes.
-const (
-	keepaliveSecs  = 15
-	keepaliveCount = 9
-)
+// goKeepalive is Go's default keepalive for accepted connections: idle
+// and interval 15s, 9 probes.
+var goKeepalive = sockopt.Keepalive{Idle: 15 * time.Second, Interval: 15 * time.Second, Count: 9}
 
 // frontListen listens for the front with Go's default keepalive set once
 // on the listening socket, which accepted sockets inherit, instead of
 // four setsockopt calls on each accepted connection.
 func frontListen(addr string) (net.Listener, error) {
-	lc := net.ListenConfig{
-		KeepAlive: -1,
-		Control: func(network, address string, c syscall.RawConn) error {
-			var serr error
-			err := c.Control(func(fd uintptr) {
-				for _, o := range [][3]int{
-					{unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1},
-					{unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, keepaliveSecs},
-					{unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, keepaliveSecs},
-					{unix.IPPROTO_TCP, unix.TCP_KEEPCNT, keepaliveCount},
-				} {
-					if serr = unix.SetsockoptInt(int(fd), o[0], o[1], o[2]); serr != nil {
-						return
-					}
-				}
-			})
-			if err == nil {
-				err = serr
-			}
-			return err
-		},
-	}
+	lc := net.ListenConfig{KeepAlive: -1, Control: goKeepalive.Control}
 	return lc.Listen(context.Background(), "tcp", addr)
 }
 

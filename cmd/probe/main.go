@@ -18,18 +18,15 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
-	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/probe"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 )
 
@@ -57,14 +54,6 @@ func defaults() probeFile {
 	return probeFile{Config: probe.DefaultConfig(), Format: "table", Metrics: "127.0.0.1:9104",
 		MonitorInterval: 30 * time.Second, Log: cli.DefaultLog()}
 }
-
-// exitError carries an exit status other than cli.ExitConfig.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e exitError) Error() string { return e.err.Error() }
 
 // setup reads and checks the configuration, then builds the TLS config,
 // the resolver and the logger: everything is checked before any probe.
@@ -129,11 +118,7 @@ func main() {
 	pf.String("format", "", "table or json")
 	root.AddCommand(rankCommand(), watchCommand(), monitorCommand())
 	if err := root.Execute(); err != nil {
-		var ee exitError
-		if errors.As(err, &ee) {
-			cli.FatalCode("probe", ee.err, ee.code)
-		}
-		cli.Fatal("probe", err)
+		cli.Die("probe", err)
 	}
 }
 
@@ -264,11 +249,9 @@ when an edge is down or the name does not resolve.`,
 				if ln, err = net.Listen("tcp", cfg.Metrics); err != nil {
 					return fmt.Errorf("metrics: %w", err)
 				}
-				mux := http.NewServeMux()
-				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+				mux := cli.Metrics(reg)
 				mux.Handle("GET /status", m)
-				srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
-					ErrorLog: accept.ErrorLog(log.With("endpoint", "metrics"), "http server error", nil)} // net/http's lines through slog, rate-limited
+				srv := cli.HTTPServer(mux, log, "metrics")
 				go srv.Serve(ln)
 				defer srv.Close()
 				log.Info("monitor listening", "addr", ln.Addr().String(), "target", cfg.Name)
@@ -296,11 +279,11 @@ func monitorOnce(cmd *cobra.Command, format string, m *probe.Monitor) error {
 		st.WriteTable(out)
 	}
 	if st.Error != "" {
-		return exitError{1, errors.New(st.Error)}
+		return cli.Exit(1, errors.New(st.Error))
 	}
 	for _, e := range st.Edges {
 		if !e.Up {
-			return exitError{1, fmt.Errorf("edge %s is down: %s", e.Addr, e.Error)}
+			return cli.Exit(1, fmt.Errorf("edge %s is down: %s", e.Addr, e.Error))
 		}
 	}
 	return nil

@@ -23,14 +23,12 @@ import (
 	"github.com/edgefleet/edgefleet/probe"
 )
 
+// buildProbe builds this command once per test run.
 func buildProbe(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "probe")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	return testbed.Build(t, "github.com/edgefleet/edgefleet/cmd/probe")
 }
+
+func TestMain(m *testing.M) { testbed.Main(m) }
 
 // fleetArgs are the flags naming a test fleet, as an agent would give them.
 func fleetArgs(f *stack.Fleet) []string {

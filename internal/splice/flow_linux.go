@@ -30,7 +30,7 @@ type flow struct {
 	registered bool               // src is in the epoll set (disarmed while not parked)
 	bulk       bool               // the last burst was large: start the next with splice
 	screen     func([]byte) error // Pair.Screen's check of the first bytes; nil once passed
-	held       []byte             // bytes received while screen wanted more
+	held       []byte             // the client's peeked bytes, then those received while screen wanted more
 	n          int64
 	rerr, werr error
 }
@@ -76,7 +76,7 @@ func newFlows(j *joint, done func(Result)) bool {
 	if err != nil {
 		return false
 	}
-	up := &flow{j: j, dst: s, src: c, sr: cr, dr: sr, h: &j.up, done: done, grace: idleGrace}
+	up := &flow{j: j, dst: s, src: c, sr: cr, dr: sr, h: &j.up, done: done, grace: idleGrace, held: j.held}
 	down := &flow{j: j, dst: c, src: s, sr: sr, dr: cr, h: &j.down, done: done, grace: idleGrace}
 	// The epoll set is made with the first pair, not when the first
 	// direction goes idle, so that it is part of the process's fixed cost.
@@ -123,7 +123,10 @@ var smallBufs = sync.Pool{New: func() any { return new([small]byte) }}
 func (f *flow) run() (idle bool) {
 	r := runners.Get().(*runner)
 	r.f = f
-	err := f.sr.Read(r.readFn)
+	var err error
+	if r.flushHeld() {
+		err = f.sr.Read(r.readFn)
+	}
 	if p := r.p; p != nil {
 		if f.werr != nil {
 			p.close() // it may still hold bytes
@@ -146,6 +149,34 @@ func (f *flow) run() (idle bool) {
 	}
 	f.rerr = err
 	return false
+}
+
+// flushHeld forwards the bytes the pair started with (a Conn's Peeked)
+// before the first read, for a client that sends nothing more until it
+// has an answer: at once when nothing screens them or they pass the
+// screen; kept, for the reads to add to, when the screen wants more. It
+// reports whether the run goes on.
+func (r *runner) flushHeld() bool {
+	f := r.f
+	if len(f.held) == 0 {
+		return true
+	}
+	if f.screen != nil {
+		switch err := f.screen(f.held); {
+		case err == ErrMore:
+			return true
+		case err != nil:
+			f.held = nil
+			r.serr = err
+			return false
+		}
+		f.screen = nil
+	}
+	var w int64
+	w, f.werr = r.writeAll(f.held)
+	f.n += w
+	f.held = nil
+	return f.werr == nil
 }
 
 // idleNow ends a burst at EAGAIN: the next one starts with a small read
@@ -379,7 +410,7 @@ func (p *parker) resume(token uint64) {
 	delete(p.flows, token)
 	p.mu.Unlock()
 	if f != nil {
-		workers.Go(f.wait)
+		directions.Go(f.wait)
 	}
 }
 

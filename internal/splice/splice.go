@@ -4,8 +4,12 @@
 //
 //	res := splice.Join(client, origin) // blocks until both directions are done
 //	log.Info("close", "bytes_up", res.Up, "bytes_down", res.Down, "reason", res.Reason)
-//	pair := splice.Start(client, origin, func(res splice.Result) { … }) // the same, without waiting
-//	pair.Close()                                                        // e.g. at the end of a drain
+//
+//	c := &splice.Conn{Conn: client, Peeked: sniffed} // bytes read already go first
+//	pair := splice.Prepare(c, origin, func(res splice.Result) { … })
+//	pair.Screen(check) // optional: the client's first bytes must pass check
+//	pair.Run()         // client→origin in this goroutine until it idles; no wait
+//	pair.Close()       // e.g. at the end of a drain (Start is Prepare and Run)
 //
 // Between two *net.TCPConn it moves bytes with splice(2) through a kernel
 // pipe, so payload never enters user space. Unlike io.Copy (which holds a
@@ -25,19 +29,32 @@
 package splice
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"net"
 	"sync"
 	"sync/atomic"
+
+	"github.com/edgefleet/edgefleet/internal/workers"
 )
 
-// Buffered is a TCP connection some of whose bytes were already read (a
-// sniffed prefix). Copy sends Pending first, then splices from Conn.
-type Buffered struct {
-	*net.TCPConn
-	Pending []byte
+// Conn is a connection some of whose bytes were already read (peeked, as
+// tcpproxy's Conn): Read returns Peeked first. Join, Start, Prepare and
+// Copy forward Peeked before anything else, without waiting for the
+// client to send more, and then splice from the connection under it; a
+// Screen sees Peeked first. They take Peeked as their own.
+type Conn struct {
+	net.Conn
+	Peeked []byte
+}
+
+func (c *Conn) Read(p []byte) (int, error) {
+	if len(c.Peeked) > 0 {
+		n := copy(p, c.Peeked)
+		c.Peeked = c.Peeked[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
 }
 
 // Result describes how a joined pair of connections ended.
@@ -93,7 +110,11 @@ func Start(client, server net.Conn, done func(Result)) *Pair {
 // (to close it later) before it runs, and that lends its own goroutine:
 // nothing moves until Run.
 func Prepare(client, server net.Conn, done func(Result)) *Pair {
-	j := &joint{client: client, server: server, done: done}
+	var held []byte
+	if c, ok := client.(*Conn); ok {
+		client, held = c.Conn, c.Peeked
+	}
+	j := &joint{client: client, server: server, done: done, held: held}
 	j.left.Store(2)
 	j.async = newFlows(j, done)
 	return &Pair{j: j}
@@ -129,18 +150,6 @@ func (p *Pair) Screen(check func(first []byte) error) {
 	}
 }
 
-// ScreenHeld is Screen for a caller that has read the client's first
-// bytes itself and found them too few to decide (check returned ErrMore):
-// held, copied, is what check sees first, and what is forwarded first
-// once check passes. The Result's Up counts held too.
-func (p *Pair) ScreenHeld(held []byte, check func(first []byte) error) {
-	p.Screen(check)
-	p.j.held = bytes.Clone(held)
-	if p.j.async {
-		p.j.flows[0].held = p.j.held
-	}
-}
-
 // Close closes both connections; done is called once both directions
 // have seen it.
 func (p *Pair) Close() { p.j.closeBoth() }
@@ -151,9 +160,9 @@ func (p *Pair) start(detach bool) {
 	}
 	j := p.j
 	if j.async {
-		workers.Go(j.flows[1].wait)
+		directions.Go(j.flows[1].wait)
 		if detach {
-			workers.Go(j.flows[0].wait)
+			directions.Go(j.flows[0].wait)
 		} else {
 			j.flows[0].wait()
 		}
@@ -173,6 +182,9 @@ func (p *Pair) start(detach bool) {
 	}()
 }
 
+// directions runs the directions of pairs joined by Start and Prepare.
+var directions workers.Pool
+
 // joint is one joined pair of connections.
 type joint struct {
 	client, server net.Conn
@@ -183,7 +195,7 @@ type joint struct {
 	async          bool               // flows are used (both connections plain TCP)
 	done           func(Result)       // Start's callback
 	screen         func([]byte) error // Pair.Screen's check, nil once passed
-	held           []byte             // Pair.ScreenHeld's prefix, for screenCopy
+	held           []byte             // the client's peeked bytes (a Conn's), forwarded first
 }
 
 type half struct {
@@ -204,24 +216,17 @@ func (j *joint) copy(dst, src net.Conn) half {
 // screenCopy is copy(server, client) after the client's first bytes have
 // passed j.screen, for pairs that are not plain TCP (blocking copies).
 func (j *joint) screenCopy() half {
-	if j.screen == nil {
-		return j.copy(j.server, j.client)
-	}
 	held := j.held
+	if j.screen == nil {
+		return j.forward(held)
+	}
 	buf := make([]byte, 4096)
+	m, err := len(held), error(nil) // peeked bytes are screened before any read
 	for {
-		m, err := j.client.Read(buf)
-		held = append(held, buf[:m]...)
 		if m > 0 {
 			switch serr := j.screen(held); {
 			case serr == nil:
-				if _, werr := j.server.Write(held); werr != nil {
-					j.closeBoth()
-					return half{0, nil, werr}
-				}
-				h := j.copy(j.server, j.client)
-				h.n += int64(len(held))
-				return h
+				return j.forward(held)
 			case serr != ErrMore:
 				j.closeBoth()
 				return half{0, serr, nil}
@@ -242,7 +247,23 @@ func (j *joint) screenCopy() half {
 			j.closeBoth()
 			return half{0, err, nil}
 		}
+		m, err = j.client.Read(buf)
+		held = append(held, buf[:m]...)
 	}
+}
+
+// forward writes held (the client's bytes read so far) to the server,
+// then copies the rest of the client.
+func (j *joint) forward(held []byte) half {
+	if len(held) > 0 {
+		if _, werr := j.server.Write(held); werr != nil {
+			j.closeBoth()
+			return half{0, nil, werr}
+		}
+	}
+	h := j.copy(j.server, j.client)
+	h.n += int64(len(held))
+	return h
 }
 
 func (j *joint) closeBoth() {
@@ -290,19 +311,19 @@ func (j *joint) result() Result {
 // and src's read half. It returns the bytes written to dst, the error met
 // reading src and the error met writing dst (nil, nil on a clean EOF).
 func Copy(dst, src net.Conn) (n int64, rerr, werr error) {
-	if b, ok := src.(*Buffered); ok {
-		if len(b.Pending) > 0 {
-			m, err := dst.Write(b.Pending)
+	if c, ok := src.(*Conn); ok {
+		if len(c.Peeked) > 0 {
+			m, err := dst.Write(c.Peeked)
 			n += int64(m)
 			if err != nil {
 				return n, nil, err
 			}
-			b.Pending = nil
+			c.Peeked = nil
 		}
-		src = b.TCPConn
+		src = c.Conn
 	}
-	if b, ok := dst.(*Buffered); ok {
-		dst = b.TCPConn
+	if c, ok := dst.(*Conn); ok {
+		dst = c.Conn
 	}
 	s, sok := src.(*net.TCPConn)
 	d, dok := dst.(*net.TCPConn)

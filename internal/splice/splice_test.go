@@ -11,27 +11,9 @@ import (
 	"runtime"
 	"testing"
 	"time"
-)
 
-// pair returns the two ends of a loopback TCP connection.
-func pair(t *testing.T) (a, b *net.TCPConn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(); s.Close() })
-	return c.(*net.TCPConn), s.(*net.TCPConn)
-}
+	"github.com/edgefleet/edgefleet/internal/testbed"
+)
 
 // entries are the two ways to join a pair; every behaviour test runs
 // through both.
@@ -63,14 +45,14 @@ func TestBothDirectionsWithHalfClose(t *testing.T) {
 // write half first, and checks that the server's answer still arrives
 // whole after the client's FIN went through.
 func testHalfClose(t *testing.T, join func(c, s net.Conn, done chan<- Result), pending bool) {
-	client, relayIn := pair(t)
-	relayOut, server := pair(t)
+	client, relayIn := testbed.TCPPair(t)
+	relayOut, server := testbed.TCPPair(t)
 	done := make(chan Result, 1)
 	hdr := []byte{}
 	var in net.Conn = relayIn
 	if pending {
 		hdr = []byte("hdr:")
-		in = &Buffered{TCPConn: relayIn, Pending: hdr}
+		in = &Conn{Conn: relayIn, Peeked: hdr}
 	}
 	join(in, relayOut, done)
 
@@ -116,8 +98,8 @@ func TestResetClosesBoth(t *testing.T) {
 // testReset checks that an abortive close on one side ends the whole pair
 // even though the other side stays silent.
 func testReset(t *testing.T, join func(c, s net.Conn, done chan<- Result)) {
-	client, relayIn := pair(t)
-	relayOut, server := pair(t)
+	client, relayIn := testbed.TCPPair(t)
+	relayOut, server := testbed.TCPPair(t)
 	done := make(chan Result, 1)
 	join(relayIn, relayOut, done)
 	client.Write([]byte("x"))
@@ -151,8 +133,8 @@ func testIdle(t *testing.T, join func(c, s net.Conn, done chan<- Result)) {
 	before := countFDs(t)
 	const n = 50
 	for range n {
-		client, relayIn := pair(t)
-		relayOut, server := pair(t)
+		client, relayIn := testbed.TCPPair(t)
+		relayOut, server := testbed.TCPPair(t)
 		join(relayIn, relayOut, make(chan Result, 1))
 		client.Write([]byte("ping"))
 		buf := make([]byte, 4)
@@ -188,8 +170,8 @@ func countFDs(t *testing.T) int {
 func TestStartAfterIdle(t *testing.T) {
 	defer func(g time.Duration) { idleGrace = g }(idleGrace)
 	idleGrace = time.Millisecond
-	client, relayIn := pair(t)
-	relayOut, server := pair(t)
+	client, relayIn := testbed.TCPPair(t)
+	relayOut, server := testbed.TCPPair(t)
 	done := make(chan Result, 1)
 	Start(relayIn, relayOut, func(r Result) { done <- r })
 
@@ -249,11 +231,11 @@ func TestParkedPair(t *testing.T) {
 				done           chan Result
 			}
 			var ends []end
-			busy := func() int { return runtime.NumGoroutine() - workers.Idle() }
+			busy := func() int { return runtime.NumGoroutine() - directions.Idle() }
 			before := busy()
 			for range n {
-				client, relayIn := pair(t)
-				relayOut, server := pair(t)
+				client, relayIn := testbed.TCPPair(t)
+				relayOut, server := testbed.TCPPair(t)
 				done := make(chan Result, 1)
 				p := Start(relayIn, relayOut, func(r Result) { done <- r })
 				b := []byte("x")
@@ -286,6 +268,19 @@ func TestParkedPair(t *testing.T) {
 	}
 }
 
+// relayed returns a client and a server, and the relay's two ends facing
+// them (in, out) for a test to join; wrapped, in and out are not
+// *net.TCPConn, so the pair uses blocking copies.
+func relayed(t *testing.T, wrapped bool) (client, server *net.TCPConn, in, out net.Conn) {
+	client, relayIn := testbed.TCPPair(t)
+	relayOut, server := testbed.TCPPair(t)
+	if wrapped {
+		type conn struct{ *net.TCPConn }
+		return client, server, conn{relayIn}, conn{relayOut}
+	}
+	return client, server, relayIn, relayOut
+}
+
 // TestScreen: Pair.Screen sees the client's first bytes before any is
 // forwarded — a refusal closes the pair with the check's error and
 // forwards nothing, a prefix the check cannot decide on is held until more
@@ -303,7 +298,6 @@ func TestScreen(t *testing.T) {
 		}
 		return errBad
 	}
-	type conn struct{ *net.TCPConn } // not a *net.TCPConn: blocking copies
 	for _, wrap := range []bool{false, true} {
 		for _, tc := range []struct {
 			name    string
@@ -318,12 +312,7 @@ func TestScreen(t *testing.T) {
 			{"pass at once", []string{"GOOD"}, "GOOD", false},
 		} {
 			t.Run(fmt.Sprintf("%s wrapped=%v", tc.name, wrap), func(t *testing.T) {
-				client, edgeIn := pair(t)
-				edgeOut, server := pair(t)
-				var in, out net.Conn = edgeIn, edgeOut
-				if wrap {
-					in, out = conn{edgeIn}, conn{edgeOut}
-				}
+				client, server, in, out := relayed(t, wrap)
 				done := make(chan Result, 1)
 				p := Prepare(in, out, func(r Result) { done <- r })
 				p.Screen(check)
@@ -352,6 +341,88 @@ func TestScreen(t *testing.T) {
 					t.Fatalf("Up = %d, want %d", res.Up, len(tc.want))
 				}
 			})
+		}
+	}
+}
+
+// TestPeeked: a Conn's Peeked bytes reach the server before the client
+// sends anything more (a client that waits for an answer), screened first
+// when the pair has a Screen — over plain TCP and the blocking path, for
+// every entry.
+func TestPeeked(t *testing.T) {
+	errBad := fmt.Errorf("bad start")
+	check := func(b []byte) error {
+		switch {
+		case bytes.HasPrefix(b, []byte("BAD")):
+			return errBad
+		case bytes.HasPrefix([]byte("BAD"), b):
+			return ErrMore
+		}
+		return nil
+	}
+	for _, e := range entries {
+		for _, wrap := range []bool{false, true} {
+			for _, tc := range []struct {
+				name, peeked, more string // more: what the client sends once it has the answer
+				screen             bool
+				want               string // what the server has read when it answers
+				refused            bool
+			}{
+				{"unscreened", "hello", "", false, "hello", false},
+				{"screened, passes", "hello", "", true, "hello", false},
+				{"screened, a prefix", "BA", "X", true, "BAX", false},
+				{"screened, refused", "BADx", "", true, "", true},
+			} {
+				if tc.screen && e.name != "Prepare+Run" {
+					continue // Screen is a Prepared pair's
+				}
+				t.Run(fmt.Sprintf("%s/%s wrapped=%v", e.name, tc.name, wrap), func(t *testing.T) {
+					client, server, in, out := relayed(t, wrap)
+					done := make(chan Result, 1)
+					in = &Conn{Conn: in, Peeked: []byte(tc.peeked)}
+					if tc.screen {
+						p := Prepare(in, out, func(r Result) { done <- r })
+						p.Screen(check)
+						go p.Run()
+					} else {
+						e.join(in, out, done)
+					}
+					if tc.more != "" {
+						client.Write([]byte(tc.more))
+					}
+					server.SetReadDeadline(time.Now().Add(10 * time.Second))
+					got := make([]byte, len(tc.want))
+					if tc.refused {
+						if n, err := server.Read(make([]byte, 1)); err == nil {
+							t.Fatalf("a refused client's bytes reached the server: %d", n)
+						}
+					} else {
+						if _, err := io.ReadFull(server, got); err != nil || string(got) != tc.want {
+							t.Fatalf("server read %q, %v; want %q before the client sends more", got, err, tc.want)
+						}
+						server.Write([]byte("answer"))
+						client.SetReadDeadline(time.Now().Add(10 * time.Second))
+						ans := make([]byte, len("answer"))
+						if _, err := io.ReadFull(client, ans); err != nil {
+							t.Fatalf("client: %v", err)
+						}
+						client.Close()
+						server.Close()
+					}
+					var res Result
+					select {
+					case res = <-done:
+					case <-time.After(10 * time.Second):
+						t.Fatal("the pair never finished")
+					}
+					if tc.refused && (res.Err != errBad || res.Reason != ReasonClientError) {
+						t.Fatalf("result %+v, want the refusal", res)
+					}
+					if !tc.refused && res.Up != int64(len(tc.want)) {
+						t.Fatalf("Up = %d, want %d", res.Up, len(tc.want))
+					}
+				})
+			}
 		}
 	}
 }

@@ -1,25 +1,35 @@
 package testbed
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
 
 // HAProxy starts haproxy in the foreground with the given configuration
 // body (global/defaults sections are prepended: no daemon, no chroot, no
-// stats socket) and waits until waitAddr accepts connections.
+// stats socket, maxconn 9000) and waits until waitAddr accepts
+// connections.
 func HAProxy(t testing.TB, body, waitAddr string) *Proc {
+	return HAProxyMaxconn(t, 9000, body, waitAddr)
+}
+
+// HAProxyMaxconn is HAProxy with a global maxconn of n. HAProxy reserves
+// about two file descriptors a connection at start and refuses to start
+// when RLIMIT_NOFILE is lower, so a test that needs few connections asks
+// for few.
+func HAProxyMaxconn(t testing.TB, n int, body, waitAddr string) *Proc {
 	t.Helper()
 	Need(t, "haproxy")
 	dir := t.TempDir()
-	cfg := `global
-    maxconn 9000
+	cfg := fmt.Sprintf(`global
+    maxconn %d
 defaults
     mode tcp
     timeout connect 5s
     timeout client 1h
     timeout server 1h
-` + body
+`, n) + body
 	path := WriteFile(t, dir, "haproxy.cfg", cfg)
 	bin, _ := Path("haproxy")
 	p := Start(t, bin, "-db", "-f", path)

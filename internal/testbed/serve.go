@@ -30,3 +30,25 @@ func ServeConns(t testing.TB, ln net.Listener, handle func(net.Conn)) {
 		}
 	}()
 }
+
+// TCPPair returns the two ends of a loopback TCP connection (the dialled
+// end first), closed when the test ends.
+func TCPPair(t testing.TB) (dialled, accepted *net.TCPConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return c.(*net.TCPConn), s.(*net.TCPConn)
+}

@@ -346,9 +346,6 @@ func BlackHoleAt(t testing.TB, addr string) string {
 	return addr
 }
 
-// NewBlackHole is BlackHole without a test.
-func NewBlackHole() (addr string, closeFn func(), err error) { return NewBlackHoleAt("127.0.0.1:0") }
-
 // NewBlackHoleAt is BlackHoleAt without a test.
 func NewBlackHoleAt(at string) (addr string, closeFn func(), err error) {
 	ap, err := netip.ParseAddrPort(at)

@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/edgefleet/edgefleet/internal/sbin"
 )
 
 // packages maps a binary to the Debian package that ships it, for the
@@ -93,18 +95,7 @@ func NeedRoot(t testing.TB) {
 
 // Path finds b on PATH or in the sbin directories that Debian packages use
 // and a non-root PATH may lack.
-func Path(b string) (string, error) {
-	if p, err := exec.LookPath(b); err == nil {
-		return p, nil
-	}
-	for _, dir := range []string{"/usr/sbin", "/sbin", "/usr/local/sbin"} {
-		p := dir + "/" + b
-		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%s: not found", b)
-}
+func Path(b string) (string, error) { return sbin.LookPath(b) }
 
 // Proc is a running peer.
 type Proc struct {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/edgefleet/edgefleet/internal/sbin"
 )
 
 // TempDir makes the directory for the configs and logs of bench/name.
@@ -63,17 +65,13 @@ func Stop(cmds []*exec.Cmd) {
 	}
 }
 
-// LookPath also looks in the sbin directories a non-root PATH may lack.
+// LookPath is sbin.LookPath with a hint for what is missing.
 func LookPath(b string) (string, error) {
-	if p, err := exec.LookPath(b); err == nil {
-		return p, nil
+	p, err := sbin.LookPath(b)
+	if err != nil {
+		return "", fmt.Errorf("%w (make build; make deps)", err)
 	}
-	for _, d := range []string{"/usr/sbin", "/sbin", "/usr/local/sbin"} {
-		if p, err := exec.LookPath(filepath.Join(d, b)); err == nil {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%s not found (make build; make deps)", b)
+	return p, nil
 }
 
 // RaiseNofile lifts the soft RLIMIT_NOFILE to the hard limit (at most

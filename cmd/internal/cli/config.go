@@ -1,10 +1,12 @@
 // Package cli is what the four binaries share: strict configuration loading
-// (YAML file, then EDGEFLEET_* environment, then flags) and the slog logger.
+// (YAML file, then EDGEFLEET_* environment, then flags), the slog logger,
+// exit statuses (Exit, Die) and, for the two servers, the process around
+// them (Process: signals, log writer, registry, HTTP endpoints, drain).
 // It is the only package besides the mains that imports viper.
 //
 //	cfg := edgeFile{Config: relay.DefaultConfig(), Log: cli.DefaultLog()}
-//	if err := cli.Load(cmd.Flags(), configPath, &cfg); err != nil { cli.Fatal(err) }
-//	log := cli.Logger(cfg.Log, os.Stderr)
+//	if err := cli.Load(cmd.Flags(), configPath, &cfg); err != nil { cli.Fatal("edge", err) }
+//	p := cli.Start("edge", cfg.Log) // p.Log, p.Reg; see Process
 //
 // Keys are the `mapstructure` tags of the target struct, nested keys joined
 // by "." in files and by "_" in environment variables

@@ -353,7 +353,7 @@ func (ss *session) onBackend(b *backend, raw []byte) {
 	if b.closed {
 		return
 	}
-	id, tag, ok := header(raw)
+	id, tag, ok := wire.Peek(raw)
 	if !ok {
 		ss.backendFailed(b, errors.New("malformed PDU from server"))
 		return
@@ -615,32 +615,4 @@ func (ss *session) closeBackend(b *backend) {
 	if ss.primary == b {
 		ss.primary = nil
 	}
-}
-
-// header reads the message id and protocolOp tag of a PDU without a full
-// parse (the hot path of search entries).
-func header(raw []byte) (id int32, tag byte, ok bool) {
-	if len(raw) < 2 || raw[0] != 0x30 {
-		return 0, 0, false
-	}
-	i := 2
-	if raw[1]&0x80 != 0 {
-		i += int(raw[1] & 0x7f)
-	}
-	if i+2 > len(raw) || raw[i] != 0x02 {
-		return 0, 0, false
-	}
-	n := int(raw[i+1])
-	i += 2
-	if n < 1 || n > 5 || i+n >= len(raw) || raw[i]&0x80 != 0 {
-		return 0, 0, false
-	}
-	var v int64
-	for _, c := range raw[i : i+n] {
-		v = v<<8 | int64(c)
-	}
-	if v > 1<<31-1 {
-		return 0, 0, false
-	}
-	return int32(v), raw[i+n], true
 }

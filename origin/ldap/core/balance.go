@@ -38,8 +38,8 @@ func (ss *session) balanced(o *op, rule *dlp.Rule) {
 	// The next page of a paged search stays on the connection that issued
 	// its cookie while that server is a candidate: anywhere else the core
 	// would restart the search from its beginning (paged.go).
-	if o.paged != nil && o.paged.cookie != "" {
-		if ch, ok := ss.chains[o.paged.cookie]; ok && !ch.be.closed {
+	if o.paged != nil && o.paged.Cookie != "" {
+		if ch, ok := ss.chains[o.paged.Cookie]; ok && !ch.be.closed {
 			if i := slices.Index(cands, ch.be.name); i > 0 {
 				cands = append([]string{cands[i]}, slices.Delete(slices.Clone(cands), i, i+1)...)
 			}
@@ -72,8 +72,8 @@ func (ss *session) sameIdentity(prev []byte, prevGen uint64) {
 	if prev == nil || !ss.credOK {
 		return
 	}
-	a, okA := afterID(prev)
-	b, okB := afterID(ss.cred)
+	a, okA := wire.AfterID(prev)
+	b, okB := wire.AfterID(ss.cred)
 	if !okA || !okB || !bytes.Equal(a, b) {
 		return
 	}
@@ -82,20 +82,6 @@ func (ss *session) sameIdentity(prev []byte, prevGen uint64) {
 			c.gen = ss.gen
 		}
 	}
-}
-
-// afterID is what follows the message id in an LDAPMessage (protocolOp
-// and controls): two requests that differ only by their ids have the same.
-func afterID(raw []byte) ([]byte, bool) {
-	outer, err := readTLV(raw, 0)
-	if err != nil || outer.tag != 0x30 {
-		return nil, false
-	}
-	id, err := readTLV(raw, outer.vstart)
-	if err != nil || id.end > outer.end {
-		return nil, false
-	}
-	return raw[id.end:outer.end], true
 }
 
 // pend records o as pending on b. A client that reuses the id of an
@@ -177,7 +163,7 @@ func (b *backend) answered(raw []byte, err error, limit time.Duration) (skip boo
 		b.firstBy = time.Time{}
 		b.conn.SetReadDeadline(time.Time{})
 	}
-	if id, tag, ok := header(raw); ok && b.probe && id == rebindID {
+	if id, tag, ok := wire.Peek(raw); ok && b.probe && id == rebindID {
 		if wire.IsFinal(tag) {
 			b.probe = false
 		}

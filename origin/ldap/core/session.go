@@ -99,7 +99,7 @@ type op struct {
 	// A paged search: its paging control, the entries of earlier pages,
 	// and (when restarted on another server) those to drop before this
 	// page.
-	paged        *pagedRequest
+	paged        *wire.Paged
 	chainN, base int
 }
 
@@ -328,7 +328,7 @@ func (ss *session) onClient(m *wire.Message) {
 	ss.seq++
 	o := &op{m: m, name: wire.OpName(m.Op), start: ss.srv.now(), seq: ss.seq}
 	if m.Op == wire.TagSearchRequest {
-		if _, p, ok := findPaged(m.Raw); ok {
+		if p, ok := wire.FindPaged(m.Raw); ok {
 			o.paged = new(p) // not &p: that would allocate for every search
 		}
 	}

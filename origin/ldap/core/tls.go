@@ -10,9 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/splice"
 	"github.com/edgefleet/edgefleet/origin/ldap/wire"
 )
 
@@ -85,7 +85,7 @@ func (ss *session) accept() bool {
 		ss.rd = wire.NewReader(clientReader{io.MultiReader(bytes.NewReader(first[:]), ss.client), ss})
 		return true
 	}
-	tc := tls.Server(&prefixConn{Conn: ss.client, pre: first[:]}, ss.srv.tlsCfg)
+	tc := tls.Server(&splice.Conn{Conn: ss.client, Peeked: first[:]}, ss.srv.tlsCfg)
 	if !ss.handshake(tc) {
 		return false
 	}
@@ -145,20 +145,3 @@ func orDefault(d time.Duration) time.Duration {
 	}
 	return 30 * time.Second
 }
-
-// prefixConn is a connection whose first bytes were already read.
-type prefixConn struct {
-	net.Conn
-	pre []byte
-}
-
-func (c *prefixConn) Read(p []byte) (int, error) {
-	if len(c.pre) > 0 {
-		n := copy(p, c.pre)
-		c.pre = c.pre[n:]
-		return n, nil
-	}
-	return c.Conn.Read(p)
-}
-
-var _ net.Conn = (*prefixConn)(nil)

@@ -10,7 +10,8 @@ import (
 
 // LoadBalancer objects of the file (DESIGN.md §5): what each algorithm
 // reads, checked with the same positions and messages as every other
-// object. Balancers (balance.go) runs them.
+// object. This file only parses; the types and their queries are in
+// dlp.go, and Balancers (balance.go) runs them beside the Router.
 
 // DefaultCapacity is a route's capacity when the file gives none.
 const DefaultCapacity = 64
@@ -317,41 +318,4 @@ func (b *builder) resolveRoutes() {
 				w.r.Capacity, f.r.Capacity, f.at.where, w.r.Server, line)
 		}
 	}
-}
-
-// PriorityFor is the route's priority for an operation type: the type's
-// own, else "default", else after every listed priority.
-func (r *Route) PriorityFor(op string) int {
-	if p, ok := r.Priority[op]; ok {
-		return p
-	}
-	if p, ok := r.Priority["default"]; ok {
-		return p
-	}
-	return maxRouteValue + 1
-}
-
-// WeightFor is the route's weight for an operation type: the type's own,
-// else "default", else 1 (types no route lists are shared equally).
-func (r *Route) WeightFor(op string) int {
-	if w, ok := r.Weight[op]; ok {
-		return w
-	}
-	if w, ok := r.Weight["default"]; ok {
-		return w
-	}
-	return 1
-}
-
-// Capacity is the capacity of server's routes (they agree; DefaultCapacity
-// when no route names it).
-func (f *File) Capacity(server string) int {
-	for _, lb := range f.Balancers {
-		for _, r := range lb.Routes {
-			if r.Server == server {
-				return r.Capacity
-			}
-		}
-	}
-	return DefaultCapacity
 }

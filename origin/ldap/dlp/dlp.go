@@ -139,3 +139,40 @@ func (f *File) Proxy(name string) *Proxy {
 	}
 	return nil
 }
+
+// PriorityFor is the route's priority for an operation type: the type's
+// own, else "default", else after every listed priority.
+func (r *Route) PriorityFor(op string) int {
+	if p, ok := r.Priority[op]; ok {
+		return p
+	}
+	if p, ok := r.Priority["default"]; ok {
+		return p
+	}
+	return maxRouteValue + 1
+}
+
+// WeightFor is the route's weight for an operation type: the type's own,
+// else "default", else 1 (types no route lists are shared equally).
+func (r *Route) WeightFor(op string) int {
+	if w, ok := r.Weight[op]; ok {
+		return w
+	}
+	if w, ok := r.Weight["default"]; ok {
+		return w
+	}
+	return 1
+}
+
+// Capacity is the capacity of server's routes (they agree; DefaultCapacity
+// when no route names it).
+func (f *File) Capacity(server string) int {
+	for _, lb := range f.Balancers {
+		for _, r := range lb.Routes {
+			if r.Server == server {
+				return r.Capacity
+			}
+		}
+	}
+	return DefaultCapacity
+}

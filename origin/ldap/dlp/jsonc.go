@@ -46,38 +46,11 @@ func (n *node) kindName() string {
 	return "null"
 }
 
-// value converts n to what encoding/json would produce.
-func (n *node) value() any {
-	switch n.kind {
-	case 'o':
-		m := make(map[string]any, len(n.obj))
-		for _, mb := range n.obj {
-			m[mb.key] = mb.val.value()
-		}
-		return m
-	case 'a':
-		a := make([]any, len(n.arr))
-		for i, e := range n.arr {
-			a[i] = e.value()
-		}
-		return a
-	case 's':
-		return n.str
-	case 'n':
-		return n.num
-	case 'b':
-		return n.b
-	}
-	return nil
-}
-
 // syntaxError is a fatal problem at a byte offset.
 type syntaxError struct {
 	off int
 	msg string
 }
-
-func (e *syntaxError) Error() string { return e.msg }
 
 // stripComments blanks out comments, rune for rune, keeping newlines, so
 // that every line and column (counted in characters) is where it was.

@@ -171,3 +171,7 @@ func (e tlv) int(what string) (int, error) {
 	}
 	return int(v), nil
 }
+
+// bytes is the whole element (identifier, length and value) in pdu, the
+// PDU its decoder's offsets count from.
+func (e tlv) bytes(pdu []byte) []byte { return pdu[e.off : e.voff+len(e.value)] }

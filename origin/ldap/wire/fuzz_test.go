@@ -41,13 +41,27 @@ func FuzzReader(f *testing.F) {
 	})
 }
 
-// FuzzParse: Parse never panics; what it accepts keeps Raw, and WithID
-// changes only the id.
+// FuzzParse is the one fuzz target of the package's BER readers: Parse,
+// Peek and the paged-results control never panic; what Parse accepts
+// keeps Raw, Peek reads the same id and operation, WithID changes only the
+// id, and a restarted paged request carries exactly the new page size and
+// an empty cookie.
 func FuzzParse(f *testing.F) {
 	f.Add(wire.BindRequest(1, "cn=a", []byte("pw")))
 	f.Add(wire.RootDSESearch(2))
 	f.Add(wire.NoticeOfDisconnection(2, "x"))
+	f.Add(pagedSearch(500, "c", false))
+	f.Add(pagedSearch(0, "", true))
+	f.Add([]byte{0x30, 0x84, 0xff, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, data []byte) {
+		id, op, peeked := wire.Peek(data)
+		wire.FindPaged(data)
+		restarted, rerr := wire.RestartPaged(data, 77)
+		if rerr == nil {
+			if p, ok := wire.FindPaged(restarted); ok && (p.Size != 77 || p.Cookie != "") {
+				t.Fatalf("restarted request has %+v", p)
+			}
+		}
 		m, err := wire.Parse(data)
 		if err != nil {
 			var pe *wire.ProtocolError
@@ -58,6 +72,14 @@ func FuzzParse(f *testing.F) {
 		}
 		if !bytes.Equal(m.Raw, data) {
 			t.Fatal("Raw differs from the input")
+		}
+		if !peeked || id != m.ID || op != m.Op {
+			t.Fatalf("Peek = %d %#x %v, Parse read %d %#x", id, op, peeked, m.ID, m.Op)
+		}
+		if rerr == nil {
+			if _, err := wire.Parse(restarted); err != nil {
+				t.Fatalf("restarted request does not parse: %v", err)
+			}
 		}
 		re, err := wire.WithID(data, 77)
 		if err != nil {

@@ -8,6 +8,8 @@
 //	r.SetMax(256 << 10)
 //	raw, err := r.Next()         // one LDAPMessage, not decoded
 //	m, err := wire.Parse(raw)    // ID, Op, bind name, search base, ...
+//	id, op, ok := wire.Peek(raw) // the id and operation only: the hot path
+//	p, ok := wire.FindPaged(raw) // a paged-results control (RFC 2696)
 //	conn.Write(wire.Result(m.ID, wire.ResponseTag(m.Op), wire.ResultUnavailable, "", "no server"))
 //
 // Only definite lengths are accepted (RFC 4511 §5.1); long-form and

@@ -1,4 +1,9 @@
-package splice
+// Package workers runs functions in goroutines that are reused: the
+// handlers of the edge and the front, and the copy directions of splice.
+//
+//	var handlers workers.Pool  // the zero value is ready; one per kind of work
+//	handlers.Go(func() { serve(c) })
+package workers
 
 import (
 	"sync"
@@ -6,22 +11,19 @@ import (
 	"time"
 )
 
-// Workers runs functions in goroutines, reusing idle ones. A new goroutine
+// Pool runs functions in goroutines, reusing idle ones. A new goroutine
 // starts with a small stack and pays to grow it in the deep calls of a
 // relay (dial, splice, logging); a reused one has grown already. At most
 // maxIdleWorkers wait for work, each for workerIdle at most; the others
 // exit at once, so that a burst of connections, which all go idle
-// together, leaves no crowd of grown stacks behind. Keep one Workers per
+// together, leaves no crowd of grown stacks behind. Keep one Pool per
 // kind of work, so that a shallow task does not hold a deep one's stack.
 // The zero value is ready to use.
-type Workers struct {
+type Pool struct {
 	once sync.Once
 	work chan func() // unbuffered: a send succeeds only when one waits
 	idle atomic.Int32
 }
-
-// workers runs the directions of pairs joined by Start.
-var workers Workers
 
 const (
 	workerIdle     = 10 * time.Second
@@ -29,7 +31,7 @@ const (
 )
 
 // Go runs f in an idle worker, or a new one.
-func (w *Workers) Go(f func()) {
+func (w *Pool) Go(f func()) {
 	w.once.Do(func() { w.work = make(chan func()) })
 	select {
 	case w.work <- f:
@@ -39,9 +41,9 @@ func (w *Workers) Go(f func()) {
 }
 
 // Idle reports how many workers wait for work.
-func (w *Workers) Idle() int { return int(w.idle.Load()) }
+func (w *Pool) Idle() int { return int(w.idle.Load()) }
 
-func (w *Workers) run(f func()) {
+func (w *Pool) run(f func()) {
 	f()
 	t := time.NewTimer(workerIdle)
 	defer t.Stop()

@@ -1,0 +1,96 @@
+// Package sockopt sets the TCP keepalive options the edge and the origin
+// front share, on a listening socket (accepted sockets inherit them, so
+// there is no setsockopt per connection) or on one connection.
+//
+//	ka := sockopt.Keepalive{Idle: 15 * time.Second, Interval: 15 * time.Second, Count: 9}
+//	lc := net.ListenConfig{KeepAlive: -1, Control: ka.Control} // Go sets none of its own
+//	ok := ka.Has(conn)                                          // did an accepted socket inherit it?
+package sockopt
+
+import (
+	"errors"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Keepalive is TCP keepalive: the idle time before the first probe, the
+// time between probes and how many unanswered probes drop the
+// connection (each time rounded down to whole seconds, at least 1). The
+// zero Keepalive turns keepalive off.
+type Keepalive struct {
+	Idle, Interval time.Duration
+	Count          int
+}
+
+func (k Keepalive) on() bool { return k.Idle > 0 }
+
+// opts is what k sets, as (level, option, value).
+func (k Keepalive) opts() [][3]int {
+	if !k.on() {
+		return [][3]int{{unix.SOL_SOCKET, unix.SO_KEEPALIVE, 0}}
+	}
+	return [][3]int{
+		{unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1},
+		{unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, secs(k.Idle)},
+		{unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, secs(k.Interval)},
+		{unix.IPPROTO_TCP, unix.TCP_KEEPCNT, k.Count},
+	}
+}
+
+func secs(d time.Duration) int { return max(int(d/time.Second), 1) }
+
+// Set applies k to a connection or a listening socket (anything that is a
+// syscall.Conn).
+func (k Keepalive) Set(s any) error {
+	raw, err := rawConn(s)
+	if err != nil {
+		return err
+	}
+	return k.Control("", "", raw)
+}
+
+// Control applies k to a socket; it is a net.ListenConfig or net.Dialer
+// Control function.
+func (k Keepalive) Control(_, _ string, raw syscall.RawConn) error {
+	var serr error
+	err := raw.Control(func(fd uintptr) {
+		for _, o := range k.opts() {
+			if serr = unix.SetsockoptInt(int(fd), o[0], o[1], o[2]); serr != nil {
+				return
+			}
+		}
+	})
+	if err == nil {
+		err = serr
+	}
+	return err
+}
+
+// Has reports whether the socket s has exactly k (off when k is zero).
+func (k Keepalive) Has(s any) bool {
+	raw, err := rawConn(s)
+	if err != nil {
+		return false
+	}
+	same := true
+	err = raw.Control(func(fd uintptr) {
+		for _, o := range k.opts() {
+			v, err := unix.GetsockoptInt(int(fd), o[0], o[1])
+			if err != nil || v != o[2] {
+				same = false
+				return
+			}
+		}
+	})
+	return err == nil && same
+}
+
+func rawConn(s any) (syscall.RawConn, error) {
+	sc, ok := s.(syscall.Conn)
+	if !ok {
+		return nil, errors.ErrUnsupported
+	}
+	return sc.SyscallConn()
+}
