@@ -35,7 +35,7 @@ func stall(t *testing.T, addr string, n int) {
 
 // innocent is one read of another client, on a connection of its own.
 func innocent(t *testing.T, h *harness) error {
-	c, err := ldap.Dial("tcp", h.addr)
+	c, err := ldap.DialURL("ldap://" + h.addr)
 	if err != nil {
 		return err
 	}
