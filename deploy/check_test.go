@@ -5,7 +5,6 @@ import (
 	"context"
 	"net"
 	"net/netip"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -39,18 +38,8 @@ func TestPublisherCheck(t *testing.T) {
 			return server{n.Addr, n.KeySecret, func() uint32 { return soa(n.Addr) }}
 		}},
 		{"embedded", func(t *testing.T) server {
-			srv, err := NewServer(ServerConfig{Zone: "example.test", ZoneFile: filepath.Join(t.TempDir(), "fleet.zone"),
-				KeyName: "fleet-key", Algorithm: "hmac-sha256", Secret: "c2VjcmV0LW9mLXRoZS1lbWJlZGRlZC1zZXJ2ZXI=", Names: []string{"ldap.example.test"}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			pc, ln, err := Listen("127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv.Serve(pc, ln)
-			t.Cleanup(func() { srv.Close() })
-			return server{srv.Addr, "c2VjcmV0LW9mLXRoZS1lbWJlZGRlZC1zZXJ2ZXI=", func() uint32 { return soa(srv.Addr) }}
+			srv, _ := embedded(t, "", nil)
+			return server{srv.Addr, testSecret, func() uint32 { return soa(srv.Addr) }}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -111,17 +100,7 @@ func TestPublisherUpdateNotReplayable(t *testing.T) {
 			srv, file := embedded(t, "", nil)
 			return server{addr: srv.Addr, key: testSecret, restart: func() string {
 				srv.Close()
-				again, err := NewServer(serverConfig(file, nil))
-				if err != nil {
-					t.Fatal(err)
-				}
-				pc, ln, err := Listen("127.0.0.1:0")
-				if err != nil {
-					t.Fatal(err)
-				}
-				again.Serve(pc, ln)
-				t.Cleanup(func() { again.Close() })
-				return again.Addr
+				return serve(t, serverConfig(file, nil)).Addr
 			}}
 		}},
 	} {

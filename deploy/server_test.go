@@ -37,6 +37,13 @@ func embedded(t *testing.T, zone string, edit func(*ServerConfig)) (*Server, str
 	if edit != nil {
 		edit(&cfg)
 	}
+	return serve(t, cfg), file
+}
+
+// serve starts a server of cfg on loopback (UDP and TCP), closed when the
+// test ends.
+func serve(t *testing.T, cfg ServerConfig) *Server {
+	t.Helper()
 	srv, err := NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +54,7 @@ func embedded(t *testing.T, zone string, edit func(*ServerConfig)) (*Server, str
 	}
 	srv.Serve(pc, ln)
 	t.Cleanup(func() { srv.Close() })
-	return srv, file
+	return srv
 }
 
 func serverConfig(file string, log *slog.Logger) ServerConfig {
