@@ -404,23 +404,10 @@ func TestConvergePartialReaddress(t *testing.T) {
 // and drain are over; the first one's state entry is not lost.
 func TestConvergeReaddressTwice(t *testing.T) {
 	w, conv := world(t)
-	conv(e1, e2).Run(context.Background())
-	moved := e1
-	moved.IPv4 = "192.0.2.11"
-	ctx, cancel := context.WithCancel(context.Background())
-	c := conv(moved, e2)
-	c.Conns = func(context.Context, string) (int, error) {
-		w.log("conns: interrupted")
-		cancel()
-		return 1, nil
-	}
-	if err := c.Run(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("run 1: %v, want interrupted", err)
-	}
-	w.events = nil
+	moved := readdressInterrupted(t, w, conv)
 	moved.IPv4 = "192.0.2.21"
 	w.conns = []int{0}
-	c = conv(moved, e2)
+	c := conv(moved, e2)
 	allowed := recordAllowed(c)
 	if err := c.Run(context.Background()); err != nil {
 		t.Fatal(err)
@@ -439,6 +426,27 @@ func TestConvergeReaddressTwice(t *testing.T) {
 	if !slices.Equal(w.events, want) {
 		t.Fatalf("events:\n%s\nwant:\n%s", strings.Join(w.events, "\n"), strings.Join(want, "\n"))
 	}
+}
+
+// readdressInterrupted converges e1 and e2, then moves e1 to 192.0.2.11
+// and interrupts that run while 192.0.2.1 drains under "e1.old"; it
+// returns the moved e1 and clears the events.
+func readdressInterrupted(t *testing.T, w *fakeWorld, conv func(edges ...Edge) *Converger) Edge {
+	t.Helper()
+	conv(e1, e2).Run(context.Background())
+	moved := e1
+	moved.IPv4 = "192.0.2.11"
+	ctx, cancel := context.WithCancel(context.Background())
+	c := conv(moved, e2)
+	c.Conns = func(context.Context, string) (int, error) {
+		cancel()
+		return 1, nil
+	}
+	if err := c.Run(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the first re-addressing: %v, want interrupted", err)
+	}
+	w.events = nil
+	return moved
 }
 
 // recordAllowed makes c's firewall record, for each Allow, the edges
@@ -469,21 +477,9 @@ func (f firewallFunc) Allowed() (map[netip.Addr]bool, error) { return nil, nil }
 // the address it leaves drains.
 func TestConvergeReaddressBack(t *testing.T) {
 	w, conv := world(t)
-	conv(e1, e2).Run(context.Background())
-	moved := e1
-	moved.IPv4 = "192.0.2.11"
-	ctx, cancel := context.WithCancel(context.Background())
-	c := conv(moved, e2)
-	c.Conns = func(context.Context, string) (int, error) {
-		cancel()
-		return 1, nil
-	}
-	if err := c.Run(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("run 1: %v, want interrupted", err)
-	}
-	w.events = nil
+	readdressInterrupted(t, w, conv)
 	w.conns = []int{0}
-	c = conv(e1, e2)
+	c := conv(e1, e2)
 	allowed := recordAllowed(c)
 	if err := c.Run(context.Background()); err != nil {
 		t.Fatal(err)
