@@ -129,11 +129,7 @@ func nsupdate(t *testing.T, server, script string, args ...string) (string, bool
 func TestDNSServeMetrics(t *testing.T) {
 	testbed.Need(t, "nsupdate")
 	dir := t.TempDir()
-	port, err := testbed.LowPort("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	addr := lowAddr(t)
 	key := testbed.WriteFile(t, dir, "fleet.key", testbed.WrongKeySecret+"\n")
 	cfg := inventory(t, dir, addr, key, "ldap.example.test", "e1=192.0.2.1")
 	metrics := testbed.FreeAddr(t, "127.0.0.1")

@@ -218,8 +218,7 @@ func TestDNSCommands(t *testing.T) {
 				t.Fatalf("the refused update published %q", got)
 			}
 
-			port, _ := testbed.LowPort("127.0.0.1")
-			gone := inventory(t, t.TempDir(), net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), key, "ldap.example.test", "e4=192.0.2.4")
+			gone := inventory(t, t.TempDir(), lowAddr(t), key, "ldap.example.test", "e4=192.0.2.4")
 			oneLineFailure(t, "unreachable server", fleetRun(t, nil, "--config", gone, "dns", "apply"), 1, "connection refused")
 			oneLineFailure(t, "unreachable server", fleetRun(t, nil, "--config", gone, "dns", "list"), 1, "connection refused")
 			unchanged("after the unreachable server")
@@ -250,11 +249,7 @@ func dnsPeers() []dnsPeer {
 			return n.Addr, n.KeyFile
 		}},
 		{name: "embedded", start: func(t *testing.T, dir string, records []string) (string, string) {
-			port, err := testbed.LowPort("127.0.0.1")
-			if err != nil {
-				t.Fatal(err)
-			}
-			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+			addr := lowAddr(t)
 			key := testbed.WriteFile(t, dir, "server.key", testbed.WrongKeySecret+"\n")
 			// The zone file starts with the unrelated records (an operator's
 			// own), the server adds nothing but SOA serials to them.
@@ -271,6 +266,18 @@ func dnsPeers() []dnsPeer {
 			embedded = testbed.Start(t, fleetBin(t), embeddedArgs...)
 		}},
 	}
+}
+
+// lowAddr returns a 127.0.0.1 address whose port is free right now and
+// below the ephemeral range (testbed.LowPort), for a server the test
+// starts later.
+func lowAddr(t *testing.T) string {
+	t.Helper()
+	port, err := testbed.LowPort("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
 
 // waitDNS waits until a DNS server answers on addr (UDP).

@@ -112,11 +112,7 @@ func TestExporter(t *testing.T) {
 		start func(t *testing.T, dir string) (addr, key string, stop func())
 	}{
 		{"embedded", func(t *testing.T, dir string) (string, string, func()) {
-			port, err := testbed.LowPort("127.0.0.1")
-			if err != nil {
-				t.Fatal(err)
-			}
-			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+			addr := lowAddr(t)
 			key := testbed.WriteFile(t, dir, "server.key", testbed.WrongKeySecret+"\n")
 			p := testbed.Start(t, fleetBin(t), "--config", inventory(t, dir, addr, key, "ldap.example.test"), "dns", "serve")
 			waitDNS(t, addr)
@@ -175,8 +171,7 @@ func TestExporterBadInventory(t *testing.T) {
 		t.Fatal("the exporter listened on a bad inventory")
 	}
 
-	port, _ := testbed.LowPort("127.0.0.1")
-	unreadable := inventory(t, dir, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir+"/missing.key", "ldap.example.test", "e1=192.0.2.1")
+	unreadable := inventory(t, dir, lowAddr(t), dir+"/missing.key", "ldap.example.test", "e1=192.0.2.1")
 	x := startExporter(t, unreadable)
 	x.waitSamples(t, "without the key file, no server", fleetWant("1", "0", "", "", "0"))
 
@@ -215,11 +210,7 @@ func TestDocExporter(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testbed.WriteFile(t, dir, "fleet.yaml", testbed.DocBlocks(t, "docs/dns-deploy.md", "yaml")[0])
 	testbed.WriteFile(t, dir, "fleet.key", "key \"fleet-key\" {\n\talgorithm hmac-sha256;\n\tsecret \"c2VjcmV0\";\n};\n")
-	port, err := testbed.LowPort("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	server := "127.0.0.1:" + strconv.Itoa(port)
+	server := lowAddr(t)
 	t.Setenv("EDGEFLEET_DNS_SERVER", server) // the documented port may be taken
 	testbed.Start(t, fleetBin(t), "--config", cfg, "dns", "serve")
 	waitDNS(t, server)
@@ -247,11 +238,7 @@ func TestDocExporter(t *testing.T) {
 func TestExporterScrapeStorm(t *testing.T) {
 	testbed.Need(t, "dig")
 	dir := t.TempDir()
-	port, err := testbed.LowPort("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	server := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	server := lowAddr(t)
 	key := testbed.WriteFile(t, dir, "server.key", testbed.WrongKeySecret+"\n")
 	cfg := inventory(t, dir, server, key, "ldap.example.test", "e1=192.0.2.1,2001:db8::1", "e2=192.0.2.2")
 	testbed.Start(t, fleetBin(t), "--config", cfg, "dns", "serve")

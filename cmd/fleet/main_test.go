@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -128,8 +127,7 @@ func TestDocInventory(t *testing.T) {
 	}
 
 	testbed.Need(t, "dig")
-	port, _ := testbed.LowPort("127.0.0.1")
-	server := "127.0.0.1:" + strconv.Itoa(port)
+	server := lowAddr(t)
 	t.Setenv("EDGEFLEET_DNS_SERVER", server) // the documented port may be taken
 	testbed.Start(t, fleetBin(t), "--config", path, "dns", "serve")
 	waitDNS(t, server)

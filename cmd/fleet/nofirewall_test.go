@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -32,8 +31,7 @@ func TestApplyNoFirewall(t *testing.T) {
 	stack.EdgeTo(t, "e4", "127.0.0.5:"+p, dead)
 
 	dir := t.TempDir()
-	dnsPort, _ := testbed.LowPort("127.0.0.1")
-	server := net.JoinHostPort("127.0.0.1", strconv.Itoa(dnsPort))
+	server := lowAddr(t)
 	testbed.WriteFile(t, dir, "fleet.key", testbed.WrongKeySecret+"\n")
 	yaml := func(edges ...string) string {
 		return testbed.WriteFile(t, dir, "fleet.yaml", fmt.Sprintf(`name: ldap.example.test
