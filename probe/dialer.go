@@ -53,13 +53,17 @@ func (d *Dialer) log() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-func (d *Dialer) tlsConfig() *tls.Config {
+func (d *Dialer) tlsConfig() *tls.Config { return verifyAs(d.TLS, d.Config.Name) }
+
+// verifyAs is a copy of conf (nil: an empty config) whose ServerName
+// defaults to name: every address is verified against the name.
+func verifyAs(conf *tls.Config, name string) *tls.Config {
 	c := &tls.Config{}
-	if d.TLS != nil {
-		c = d.TLS.Clone()
+	if conf != nil {
+		c = conf.Clone()
 	}
 	if c.ServerName == "" {
-		c.ServerName = d.Config.Name
+		c.ServerName = name
 	}
 	return c
 }

@@ -98,13 +98,7 @@ func (m *Monitor) Round(ctx context.Context) Status {
 	if err != nil {
 		st.Error = err.Error()
 	}
-	conf := &tls.Config{}
-	if m.TLS != nil {
-		conf = m.TLS.Clone()
-	}
-	if conf.ServerName == "" {
-		conf.ServerName = m.Config.Name
-	}
+	conf := verifyAs(m.TLS, m.Config.Name)
 	results := make([]Result, len(addrs))
 	var wg sync.WaitGroup
 	for i, ip := range addrs {

@@ -240,8 +240,7 @@ kill -STOP "${EDGE_PID[edge-c]}"
 PROBE=("$BIN/probe" --name "$NAME" --port "$EDGE_PORT" --dns "$DNS" --ca ca.pem --cert agent.pem --key agent.key
 	--state agent-edges.json --budget 2s --source "$AGENT")
 say "the agent ($AGENT) ranks the edges: probe rank (every address in parallel, each within a 2s budget)"
-printf '$ probe rank --name %s --port %s --dns %s --ca ca.pem --cert agent.pem --key agent.key --state agent-edges.json --source %s\n' \
-	"$NAME" "$EDGE_PORT" "$DNS" "$AGENT"
+printf '$ probe'; printf ' %q' "${PROBE[@]:1}" rank --format table; echo
 t0=$(now_ms)
 "${PROBE[@]}" rank --format table 2>>probe.log
 echo "ranking took $(($(now_ms) - t0)) ms: one budget at most, however many black holes"
@@ -295,9 +294,10 @@ sleep 1
 OUT_EDGE=$(sed -n "s/.*name: \([^,]*\), ipv4: ${BEST%:*},.*/\1/p" fleet.yaml)
 say "rotation: $OUT_EDGE (the agent's edge) is retired, edge-d on 127.0.0.5 replaces it: fleet rotate"
 start_edge edge-d 127.0.0.5
-printf '$ fleet rotate --out %s --in edge-d=127.0.0.5 --no-firewall\n' "$OUT_EDGE"
+ROTATE=(rotate --out "$OUT_EDGE" --in edge-d=127.0.0.5 --no-firewall --slack 1s --progress 1s)
+printf '$ fleet'; printf ' %q' "${ROTATE[@]}"; echo
 t0=$(now_ms)
-"$BIN/fleet" --config fleet.yaml rotate --out "$OUT_EDGE" --in edge-d=127.0.0.5 --no-firewall --slack 1s --progress 1s
+"$BIN/fleet" --config fleet.yaml "${ROTATE[@]}"
 echo "rotation took $(($(now_ms) - t0)) ms (most of it: TTL 2s + 1s slack for resolver caches, then the drain)"
 "$BIN/fleet" --config fleet.yaml dns list
 grep -n 'edge-d' fleet.yaml | sed 's/^/fleet.yaml:/'
