@@ -217,7 +217,7 @@ func monitorCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "monitor",
 		Short: "the platform's view: TCP connect and TLS handshake through every edge, as metrics and GET /status",
-		Long: `monitor resolves the name through the system resolver every interval and, for
+		Long: `monitor resolves the name every interval (the system resolver, or --dns) and, for
 every address, takes the TCP connect time and the full TLS handshake time on
 one socket. Health is the handshake: an edge whose origin is gone still
 answers TCP. It serves /metrics and GET /status on --metrics. With --once it
