@@ -100,12 +100,10 @@ func (m *Monitor) Round(ctx context.Context) Status {
 	}
 	conf := verifyAs(m.TLS, m.Config.Name)
 	results := make([]Result, len(addrs))
-	var wg sync.WaitGroup
-	for i, ip := range addrs {
-		addr := net.JoinHostPort(ip, strconv.Itoa(m.Config.Port))
-		wg.Go(func() { results[i] = probe(ctx, m.Config.dialer(), addr, conf, m.Config.Budget, false) })
-	}
-	wg.Wait()
+	parallel(len(addrs), func(i int) {
+		addr := net.JoinHostPort(addrs[i], strconv.Itoa(m.Config.Port))
+		results[i] = probe(ctx, m.Config.dialer(), addr, conf, m.Config.Budget, false)
+	})
 
 	m.mu.Lock()
 	defer m.mu.Unlock()

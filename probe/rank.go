@@ -105,17 +105,34 @@ func DNSResolver(server string) *net.Resolver {
 // ProbeFunc probes one address ("ip:port").
 type ProbeFunc func(ctx context.Context, addr string) Result
 
-// Measure probes every address in parallel, each with its own budget
-// inside probe, and returns the results ordered: successes fastest first,
-// then failures in address order. It costs the slowest probe, so one
-// budget however many addresses are black holes.
-func Measure(ctx context.Context, addrs []string, port int, probe ProbeFunc) []Result {
-	out := make([]Result, len(addrs))
+// MaxParallel bounds the probes in flight at once (each holds a socket):
+// up to that many addresses a ranking costs one budget however many are
+// black holes; a hostile or broken DNS answer with thousands of addresses
+// costs more budgets, not thousands of file descriptors.
+const MaxParallel = 256
+
+// parallel runs fn(i) for every i < n, at most MaxParallel at a time.
+func parallel(n int, fn func(i int)) {
+	sem := make(chan struct{}, MaxParallel)
 	var wg sync.WaitGroup
-	for i, ip := range addrs {
-		wg.Go(func() { out[i] = probe(ctx, net.JoinHostPort(ip, strconv.Itoa(port))) })
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			fn(i)
+		})
 	}
 	wg.Wait()
+}
+
+// Measure probes every address in parallel (at most MaxParallel at a
+// time), each with its own budget inside probe, and returns the results
+// ordered: successes fastest first, then failures in address order. It
+// costs the slowest probe, so one budget however many addresses are black
+// holes.
+func Measure(ctx context.Context, addrs []string, port int, probe ProbeFunc) []Result {
+	out := make([]Result, len(addrs))
+	parallel(len(addrs), func(i int) { out[i] = probe(ctx, net.JoinHostPort(addrs[i], strconv.Itoa(port))) })
 	order(out)
 	return out
 }
