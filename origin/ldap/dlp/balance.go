@@ -92,8 +92,8 @@ func (bs *Balancers) Select(name string, op Op) []string {
 }
 
 // Observe re-evaluates every balancer's alert levels; the monitor calls it
-// once per round, so a route crossing its level alerts even when no
-// operation selects through its balancer.
+// after every check of every server, so a route crossing its level alerts
+// even when no operation selects through its balancer.
 func (bs *Balancers) Observe() {
 	for name, b := range bs.lbs {
 		b.mu.Lock()

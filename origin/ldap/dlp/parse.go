@@ -348,13 +348,16 @@ func (o *obj) seconds(key string, dst *time.Duration, allowZero bool) {
 		return
 	}
 	const maxSeconds = 86400
+	d := time.Duration(f * float64(time.Second))
 	switch {
 	case f < 0 || f > maxSeconds:
 		o.keyErr(key, "must be 0..%d seconds, found %s", maxSeconds, o.n.get(key).text)
-	case f == 0 && !allowZero:
+	case d == 0 && !allowZero:
+		// f below a nanosecond is 0 too: a MonitorInterval of 0 would
+		// panic the monitor's ticker, a ConnectTimeout fail every connect.
 		o.keyErr(key, "must be greater than 0")
 	default:
-		*dst = time.Duration(f * float64(time.Second))
+		*dst = d
 	}
 }
 

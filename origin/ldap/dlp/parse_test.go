@@ -247,6 +247,17 @@ func TestDefaults(t *testing.T) {
 	if err != nil || f.Defaults.ConnectTimeout != 250*time.Millisecond || f.Defaults.OfflineRetryTimeout != 0 || f.Defaults.Tracing != 3 {
 		t.Errorf("%+v %v", f, err)
 	}
+	// A positive value under a nanosecond is 0 as a duration: refused where
+	// 0 is (a MonitorInterval of 0 panicked the core's monitor).
+	_, err = dlp.Parse("t.json", []byte(`[{"object":"Defaults","ConnectTimeout":1e-10,"MonitorInterval":1e-10}]`))
+	for _, want := range []string{
+		`t.json:1:23: Defaults key "ConnectTimeout": must be greater than 0`,
+		`t.json:1:46: Defaults key "MonitorInterval": must be greater than 0`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("tiny durations: %v, want %s", err, want)
+		}
+	}
 	// An empty array is a valid file with no LdapProxy: plain mode.
 	f, err = dlp.Parse("z.json", []byte("[]"))
 	if err != nil || f.Proxy("ldapConfiguration") != nil {
