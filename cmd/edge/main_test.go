@@ -333,22 +333,8 @@ func TestSurvivesFDExhaustion(t *testing.T) {
 	closeAll := testbed.Flood(t, addr, 60)
 	testbed.WaitOutput(t, p, 20*time.Second, "accept failed, retrying", "too many open files")
 	closeAll()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-		if err == nil {
-			c.SetDeadline(time.Now().Add(5 * time.Second))
-			b := make([]byte, 1)
-			_, err = io.ReadFull(c, b)
-			c.Close()
-			if err == nil && string(b) == "A" {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the edge does not relay again after the flood: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if tag, err := tagWithin(addr, 30*time.Second); tag != "A" {
+		t.Fatalf("the edge does not relay again after the flood: tag %q, %v", tag, err)
 	}
 	if p.Cmd.ProcessState != nil {
 		t.Fatalf("the edge exited: %v", p.Cmd.ProcessState)
