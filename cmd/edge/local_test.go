@@ -3,7 +3,6 @@ package main
 import (
 	"io"
 	"net"
-	"net/http"
 	"regexp"
 	"strings"
 	"testing"
@@ -69,7 +68,7 @@ func TestLocalFDExhaustionMarksNoOriginOffline(t *testing.T) {
 			t.Errorf("a net/http line not through slog: %s", line)
 		}
 	}
-	body := scrape(t, metrics)
+	body := testbed.Scrape(t, metrics)
 	if !regexp.MustCompile(`\nedgefleet_edge_connections_total\{result="local-resources"\} [1-9]`).MatchString(body) {
 		t.Errorf("no connection counted as local-resources:\n%s", grepLines(body, "edgefleet_edge_connections_total"))
 	}
@@ -99,28 +98,6 @@ func tagWithin(addr string, within time.Duration) (string, error) {
 		}
 	}
 	return "", err
-}
-
-// scrape returns the edge's /metrics, retrying while its accept loop
-// backs off.
-func scrape(t *testing.T, addr string) string {
-	t.Helper()
-	cl := http.Client{Timeout: 5 * time.Second}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := cl.Get("http://" + addr + "/metrics")
-		if err == nil {
-			body, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if err == nil {
-				return string(body)
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("scrape %s: %v", addr, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 func grepLines(s, sub string) string {

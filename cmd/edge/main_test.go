@@ -6,7 +6,6 @@ import (
 	"flag"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -297,17 +296,12 @@ func TestMetricsEndpoint(t *testing.T) {
 	e := startEdgeBin(t, "origins: ['"+echoOrigin(t, "a")+"']\n")
 	c, _ := dialTag(t, e.addr)
 	c.Close()
-	resp, err := http.Get("http://" + e.metrics + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if !strings.Contains(string(body), "\nprocess_open_fds ") {
+	body := testbed.Scrape(t, e.metrics)
+	if !strings.Contains(body, "\nprocess_open_fds ") {
 		t.Errorf("/metrics lacks process_open_fds")
 	}
 	for name, typ := range monitoring.Exported["edge"] {
-		if !strings.Contains(string(body), "\n# TYPE "+name+" "+typ+"\n"+name) {
+		if !strings.Contains(body, "\n# TYPE "+name+" "+typ+"\n"+name) {
 			t.Errorf("/metrics lacks %s %s with a sample", typ, name)
 		}
 	}
