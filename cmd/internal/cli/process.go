@@ -129,9 +129,10 @@ func (p *Process) Wait(failed <-chan error, hup func(), drain time.Duration) err
 // SIGTERM or SIGINT (SIGHUPs are ignored now) or after timeout (0: no
 // bound of its own). Call cancel when the shutdown is done.
 func (p *Process) Drain(timeout time.Duration) (ctx context.Context, cancel context.CancelFunc) {
-	ctx, cancel = context.WithCancel(context.Background())
 	if timeout > 0 {
 		ctx, cancel = context.WithTimeout(context.Background(), timeout)
+	} else {
+		ctx, cancel = context.WithCancel(context.Background())
 	}
 	go func() {
 		for {
