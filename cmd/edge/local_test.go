@@ -3,7 +3,6 @@ package main
 import (
 	"io"
 	"net"
-	"net/http"
 	"regexp"
 	"strings"
 	"testing"
@@ -57,22 +56,8 @@ func TestLocalFDExhaustionMarksNoOriginOffline(t *testing.T) {
 
 	// Refused (local-resources) until the edge has closed the flood's
 	// connections: a few tries within seconds.
-	tag := ""
-	for deadline := time.Now().Add(20 * time.Second); tag == "" && time.Now().Before(deadline); {
-		if c, err := net.DialTimeout("tcp", addr, 5*time.Second); err == nil {
-			c.SetDeadline(time.Now().Add(5 * time.Second))
-			b := make([]byte, 1)
-			if _, err := io.ReadFull(c, b); err == nil {
-				tag = string(b)
-			}
-			c.Close()
-		}
-		if tag == "" {
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	if tag != "A" {
-		t.Errorf("the next client went to origin %s, want A (the first, healthy)", tag)
+	if tag, err := tagWithin(addr, 20*time.Second); tag != "A" {
+		t.Errorf("the next client went to origin %q (%v), want A (the first, healthy)", tag, err)
 	}
 	out := p.Output()
 	if strings.Contains(out, "origin offline") {
@@ -83,7 +68,7 @@ func TestLocalFDExhaustionMarksNoOriginOffline(t *testing.T) {
 			t.Errorf("a net/http line not through slog: %s", line)
 		}
 	}
-	body := scrape(t, metrics)
+	body := testbed.Scrape(t, metrics)
 	if !regexp.MustCompile(`\nedgefleet_edge_connections_total\{result="local-resources"\} [1-9]`).MatchString(body) {
 		t.Errorf("no connection counted as local-resources:\n%s", grepLines(body, "edgefleet_edge_connections_total"))
 	}
@@ -94,26 +79,25 @@ func TestLocalFDExhaustionMarksNoOriginOffline(t *testing.T) {
 	}
 }
 
-// scrape returns the edge's /metrics, retrying while its accept loop
-// backs off.
-func scrape(t *testing.T, addr string) string {
-	t.Helper()
-	cl := http.Client{Timeout: 5 * time.Second}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := cl.Get("http://" + addr + "/metrics")
+// tagWithin dials addr until a client gets the origin's tag, for up to
+// within: an edge out of descriptors refuses, and one that backed off
+// accepts late. It returns "" and the last error when none came.
+func tagWithin(addr string, within time.Duration) (string, error) {
+	var err error
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		var c net.Conn
+		if c, err = net.DialTimeout("tcp", addr, 5*time.Second); err != nil {
+			continue
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		b := make([]byte, 1)
+		_, err = io.ReadFull(c, b)
+		c.Close()
 		if err == nil {
-			body, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if err == nil {
-				return string(body)
-			}
+			return string(b), nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("scrape %s: %v", addr, err)
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
+	return "", err
 }
 
 func grepLines(s, sub string) string {

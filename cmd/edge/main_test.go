@@ -6,7 +6,6 @@ import (
 	"flag"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -297,17 +296,12 @@ func TestMetricsEndpoint(t *testing.T) {
 	e := startEdgeBin(t, "origins: ['"+echoOrigin(t, "a")+"']\n")
 	c, _ := dialTag(t, e.addr)
 	c.Close()
-	resp, err := http.Get("http://" + e.metrics + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if !strings.Contains(string(body), "\nprocess_open_fds ") {
+	body := testbed.Scrape(t, e.metrics)
+	if !strings.Contains(body, "\nprocess_open_fds ") {
 		t.Errorf("/metrics lacks process_open_fds")
 	}
 	for name, typ := range monitoring.Exported["edge"] {
-		if !strings.Contains(string(body), "\n# TYPE "+name+" "+typ+"\n"+name) {
+		if !strings.Contains(body, "\n# TYPE "+name+" "+typ+"\n"+name) {
 			t.Errorf("/metrics lacks %s %s with a sample", typ, name)
 		}
 	}
@@ -333,22 +327,8 @@ func TestSurvivesFDExhaustion(t *testing.T) {
 	closeAll := testbed.Flood(t, addr, 60)
 	testbed.WaitOutput(t, p, 20*time.Second, "accept failed, retrying", "too many open files")
 	closeAll()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-		if err == nil {
-			c.SetDeadline(time.Now().Add(5 * time.Second))
-			b := make([]byte, 1)
-			_, err = io.ReadFull(c, b)
-			c.Close()
-			if err == nil && string(b) == "A" {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the edge does not relay again after the flood: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if tag, err := tagWithin(addr, 30*time.Second); tag != "A" {
+		t.Fatalf("the edge does not relay again after the flood: tag %q, %v", tag, err)
 	}
 	if p.Cmd.ProcessState != nil {
 		t.Fatalf("the edge exited: %v", p.Cmd.ProcessState)

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -81,25 +80,20 @@ core:
 		bs[1].Name != "DOWN" || bs[1].Up || bs[1].State != "down" || bs[1].Saturation != 100 || bs[1].CheckError == "" {
 		t.Fatalf("GET /backends = %+v", bs)
 	}
-	resp, err := http.Get("http://" + metrics + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	text := testbed.Scrape(t, metrics)
 	for _, want := range []string{
 		`edgefleet_core_backend_up{server="L1"} 1`,
 		`edgefleet_core_backend_up{server="DOWN"} 0`,
 		`edgefleet_core_backend_saturation{server="DOWN"} 100`,
 		`edgefleet_core_operations_total{op="bind",result="success",server="L1"} 1`,
 	} {
-		if !strings.Contains(string(text), want) {
+		if !strings.Contains(text, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
 	// L1's saturation is what is left of one bind in flight for a moment:
 	// above 0, far below 1 %.
-	_, v, _ := strings.Cut(string(text), `edgefleet_core_backend_saturation{server="L1"} `)
+	_, v, _ := strings.Cut(text, `edgefleet_core_backend_saturation{server="L1"} `)
 	v, _, _ = strings.Cut(v, "\n")
 	if sat, err := strconv.ParseFloat(v, 64); err != nil || sat < 0 || sat >= 1 {
 		t.Errorf("L1 saturation %q, want a value below 1 %%", v)

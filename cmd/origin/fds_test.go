@@ -21,14 +21,7 @@ import (
 // accept their inner connections, which it then cannot.
 func TestSurvivesFDExhaustion(t *testing.T) {
 	bin := buildOrigin(t)
-	echo, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	testbed.ServeConns(t, echo, func(c net.Conn) {
-		io.Copy(c, c)
-		c.(*net.TCPConn).CloseWrite()
-	})
+	echo := testbed.EchoTCP(t)
 	for _, tc := range []struct {
 		name  string
 		flood string // "front" or "core"
@@ -39,7 +32,7 @@ func TestSurvivesFDExhaustion(t *testing.T) {
 			coreAddr := testbed.FreeAddr(t, "127.0.0.1")
 			inner := coreAddr
 			if !tc.core {
-				inner = echo.Addr().String()
+				inner = echo
 			}
 			cfg := testbed.WriteFile(t, t.TempDir(), "origin.yaml", fmt.Sprintf(`front:
   listen: [%q]
@@ -53,7 +46,7 @@ core:
   listen: %q
   proxy_mode: 0
   default_server: %q
-`, front, inner, tc.core, coreAddr, echo.Addr()))
+`, front, inner, tc.core, coreAddr, echo))
 			p := testbed.StartNofile(t, 40, bin, "--config", cfg)
 			testbed.WaitTCP(t, front, 10*time.Second)
 			testbed.WaitOutput(t, p, 10*time.Second, "front.max_conns needs more descriptors than RLIMIT_NOFILE",
@@ -113,14 +106,7 @@ func echoed(t *testing.T, addr, msg string) {
 // origin warns at start when it does not (docs/origin.md).
 func TestCombinedSurvivesFDExhaustion(t *testing.T) {
 	bin := buildOrigin(t)
-	echo, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	testbed.ServeConns(t, echo, func(c net.Conn) {
-		io.Copy(c, c)
-		c.(*net.TCPConn).CloseWrite()
-	})
+	echo := testbed.EchoTCP(t)
 	front := testbed.FreeAddr(t, "127.0.0.1")
 	core := testbed.FreeAddr(t, "127.0.0.1")
 	metrics := testbed.FreeAddr(t, "127.0.0.1")
@@ -136,7 +122,7 @@ core:
   listen: %q
   proxy_mode: 0
   default_server: %q
-`, front, core, metrics, core, echo.Addr()))
+`, front, core, metrics, core, echo))
 	p := testbed.StartNofile(t, 40, bin, "--config", cfg)
 	testbed.WaitTCP(t, front, 10*time.Second)
 	echoed(t, front, "before the flood")

@@ -87,12 +87,7 @@ core:
 		t.Fatalf("GET /peers/{port} = %v", peer)
 	}
 
-	resp, err := http.Get("http://" + metrics + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	text := testbed.Scrape(t, metrics)
 	for _, name := range []string{
 		`edgefleet_origin_connections_total{header="v2",result="ok"} 1`,
 		"edgefleet_origin_spoofed_headers_total 0",
@@ -100,7 +95,7 @@ core:
 		"edgefleet_origin_connections_active",
 		"edgefleet_origin_peer_table_entries",
 	} {
-		if !strings.Contains(string(text), name) {
+		if !strings.Contains(text, name) {
 			t.Errorf("/metrics lacks %q", name)
 		}
 	}

@@ -2,9 +2,7 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
@@ -53,13 +51,7 @@ core:
 	var body string
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		resp, err := http.Get("http://" + metrics + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		body = string(b)
+		body = testbed.Scrape(t, metrics)
 		// The operation's counter is added when its answer has been sent.
 		if strings.Contains(body, `edgefleet_core_operations_total{op="search",result="success",server="L1"}`) || time.Now().After(deadline) {
 			break

@@ -102,8 +102,11 @@ func (l *Loop) Serve(ln net.Listener) error {
 // cures: out of file descriptors (EMFILE, ENFILE) or memory (ENOBUFS,
 // ENOMEM), a connection reset or aborted before it was accepted, a timeout.
 func Temporary(err error) bool {
-	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM,
-		syscall.ECONNABORTED, syscall.ECONNRESET, syscall.EINTR, syscall.EAGAIN, syscall.EPROTO, syscall.EPERM} {
+	if LocalResources(err) {
+		return true
+	}
+	for _, e := range []error{syscall.ECONNABORTED, syscall.ECONNRESET, syscall.EINTR,
+		syscall.EAGAIN, syscall.EPROTO, syscall.EPERM} {
 		if errors.Is(err, e) {
 			return true
 		}

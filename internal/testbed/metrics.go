@@ -1,7 +1,10 @@
 package testbed
 
 import (
+	"io"
+	"net/http"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -40,4 +43,27 @@ func Metric(t testing.TB, reg prometheus.Gatherer, name string, labels map[strin
 		}
 	}
 	return 0, false
+}
+
+// Scrape returns the body of GET http://addr/metrics, retrying for up to
+// 20 s while the server is not up yet or its accept loop backs off.
+func Scrape(t testing.TB, addr string) string {
+	t.Helper()
+	cl := http.Client{Timeout: 5 * time.Second}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := cl.Get("http://" + addr + "/metrics")
+		if err == nil {
+			var body []byte
+			body, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err == nil {
+				return string(body)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("scrape %s: %v", addr, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }

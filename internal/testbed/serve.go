@@ -1,6 +1,7 @@
 package testbed
 
 import (
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -51,4 +52,20 @@ func TCPPair(t testing.TB) (dialled, accepted *net.TCPConn) {
 	}
 	t.Cleanup(func() { c.Close(); s.Close() })
 	return c.(*net.TCPConn), s.(*net.TCPConn)
+}
+
+// EchoTCP starts a loopback TCP echo server, closed when the test ends,
+// and returns its address: each connection gets back what it sends and
+// then EOF once it half-closes.
+func EchoTCP(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ServeConns(t, ln, func(c net.Conn) {
+		io.Copy(c, c)
+		c.(*net.TCPConn).CloseWrite()
+	})
+	return ln.Addr().String()
 }

@@ -69,13 +69,21 @@ func Metrics(reg *prometheus.Registry) *http.ServeMux {
 }
 
 // HTTPServer is the http.Server of every endpoint of the binaries: h, a
-// bound on the wait for a request's header, and net/http's own lines (an
-// "http: Accept error" per retry when descriptors run out) through log,
-// rate-limited, with the endpoint's name.
+// bound on the wait for a request's header and on a keep-alive
+// connection's wait for the next request (without it net/http waits for
+// ever, and clients that made one request each hold a descriptor apiece
+// of the process that relays), and net/http's own lines (an "http: Accept
+// error" per retry when descriptors run out) through log, rate-limited,
+// with the endpoint's name.
 func HTTPServer(h http.Handler, log *slog.Logger, endpoint string) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: httpIdleTimeout,
 		ErrorLog: accept.ErrorLog(log.With("endpoint", endpoint), "http server error", nil)}
 }
+
+// httpIdleTimeout is how long an endpoint keeps an idle keep-alive
+// connection: longer than a Prometheus scrape interval, so scrapes reuse
+// their connection.
+const httpIdleTimeout = 2 * time.Minute
 
 // ServeHTTP serves h on addr (nothing when addr is ""); key is the
 // configuration key of addr, for the error and the log line. A port that
@@ -121,9 +129,10 @@ func (p *Process) Wait(failed <-chan error, hup func(), drain time.Duration) err
 // SIGTERM or SIGINT (SIGHUPs are ignored now) or after timeout (0: no
 // bound of its own). Call cancel when the shutdown is done.
 func (p *Process) Drain(timeout time.Duration) (ctx context.Context, cancel context.CancelFunc) {
-	ctx, cancel = context.WithCancel(context.Background())
 	if timeout > 0 {
 		ctx, cancel = context.WithTimeout(context.Background(), timeout)
+	} else {
+		ctx, cancel = context.WithCancel(context.Background())
 	}
 	go func() {
 		for {
