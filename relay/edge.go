@@ -14,24 +14,21 @@
 package relay
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
+	"net/netip"
+	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/evloop"
 	"github.com/edgefleet/edgefleet/internal/sockopt"
-	"github.com/edgefleet/edgefleet/internal/splice"
-	"github.com/edgefleet/edgefleet/internal/workers"
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sys/unix"
 )
 
 // A refused connection (a client's own PROXY header, a loop) logs at most
@@ -42,21 +39,20 @@ const (
 	refusalLogWindow = 10 * time.Second
 )
 
-// Edge relays client connections to the origins.
+// Edge relays client connections to the origins. Its connections run on
+// event loops (internal/evloop): no goroutine per connection.
 type Edge struct {
 	// Now is the clock of the OFFLINE retry window, the refusal-log rate
 	// limit and the durations measured and logged; nil means time.Now.
 	// Set it before Serve or HandleConn.
 	Now func() time.Time
 
-	cfg    Config
-	log    *slog.Logger
-	dialer net.Dialer
-	m      *metrics
-	orig   *originSet
-	// workers run relay's setup (dial, header) in goroutines whose stacks
-	// have grown already.
-	workers workers.Pool
+	cfg  Config
+	log  *slog.Logger
+	m    *metrics
+	orig *originSet
+	srv  evloop.Server
+	dial evloop.DialOptions
 	// own holds the edge's origin connections, so that a connection coming
 	// back from one of them (an origin that is this edge) is refused.
 	own *accept.Own
@@ -64,23 +60,27 @@ type Edge struct {
 	refusals *accept.Limiter
 
 	// ctx is cancelled when Shutdown gives up waiting, so pending origin
-	// dials stop too.
+	// name lookups stop too.
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu        sync.Mutex
-	listeners map[net.Listener]struct{}
-	conns     map[*conn]struct{}
-	closing   bool          // Shutdown called: accept nothing more
-	idle      chan struct{} // closed when closing and conns is empty
+	mu      sync.Mutex
+	active  int           // open client connections
+	closing bool          // Shutdown called: accept nothing more
+	idle    chan struct{} // closed when closing and active is 0
 }
 
-// conn is one relayed connection, tracked so Shutdown can close it.
+// conn is the edge's state of one relayed connection (evloop.Conn.Data).
 type conn struct {
-	client net.Conn
-	server net.Conn     // nil until the origin is connected
-	pair   *splice.Pair // nil until the bytes flow; then close through it
-	forced bool         // closed by Shutdown
+	id      string
+	start   time.Time
+	plan    []*origin
+	claim   uint64
+	next    int            // plan[next] is the origin to try next
+	origin  *origin        // the one being dialled, then the one connected
+	counted bool           // counted in Edge.active
+	upLocal netip.AddrPort // the origin socket's local address while it is recorded in own
+	over    func()         // HandleConn's
 }
 
 // now is e.Now, or time.Now when that is nil.
@@ -109,24 +109,21 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Edge, error)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &Edge{
-		cfg:       cfg,
-		log:       log,
-		m:         m,
-		orig:      newOriginSet(cfg.Origins, cfg.OfflineRetry),
-		ctx:       ctx,
-		cancel:    cancel,
-		listeners: map[net.Listener]struct{}{},
-		conns:     map[*conn]struct{}{},
-		idle:      make(chan struct{}),
-		own:       accept.NewOwn(),
+		cfg:    cfg,
+		log:    log,
+		m:      m,
+		orig:   newOriginSet(cfg.Origins, cfg.OfflineRetry),
+		ctx:    ctx,
+		cancel: cancel,
+		idle:   make(chan struct{}),
+		own:    accept.NewOwn(),
 	}
 	e.refusals = accept.NewLimiter(refusalLogBurst, refusalLogWindow, e.now)
-	e.dialer = net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: -1}
-	if cfg.Keepalive > 0 {
-		e.dialer.KeepAliveConfig = net.KeepAliveConfig{Enable: true, Idle: cfg.Keepalive, Interval: cfg.Keepalive, Count: 4}
-	}
+	e.srv = evloop.Server{Handler: (*handler)(e), Log: log, Now: e.now}
+	e.dial = evloop.DialOptions{Timeout: cfg.ConnectTimeout, NoDelay: true, Keepalive: keepalive(cfg.Keepalive),
+		Sent: e.sent}
 	if cfg.Source != "" {
-		e.dialer.LocalAddr = &net.TCPAddr{IP: net.ParseIP(cfg.Source)}
+		e.dial.Source, _ = netip.ParseAddr(cfg.Source)
 	}
 	for a := range e.orig.states() {
 		e.m.originUp.WithLabelValues(a).Set(1)
@@ -145,52 +142,23 @@ func (e *Edge) SetOrigins(origins []string) {
 	}
 }
 
-// Serve accepts connections on ln and relays each in its own goroutine
-// until ln fails or Shutdown closes it (then it returns nil).
+// Serve accepts connections on ln and relays them on the event loops
+// until the listener fails or Shutdown (then it returns nil). Serve takes
+// ln over: it is closed at once, the loops accept on descriptors of their
+// own, so only Shutdown stops serving.
+//
+// Accepted sockets inherit TCP_NODELAY and keepalive from the listening
+// one: no setsockopt per connection. (A connection the kernel completed
+// before Serve set the options keeps the kernel's defaults.)
 func (e *Edge) Serve(ln net.Listener) error {
-	e.mu.Lock()
-	if e.closing {
-		e.mu.Unlock()
+	if e.isClosing() {
 		ln.Close()
 		return nil
 	}
-	e.listeners[ln] = struct{}{}
-	e.mu.Unlock()
-	defer func() {
-		e.mu.Lock()
-		delete(e.listeners, ln)
-		e.mu.Unlock()
-	}()
-
-	// Accepted sockets inherit keepalive from the listening one; whether
-	// they really do is checked on the first connections until one has
-	// it: Go's listener may set its own default on each, and a connection
-	// the kernel completed before this call took the listener's options
-	// from before it.
-	ka := keepalive(e.cfg.Keepalive)
-	onListener := ka.Set(ln) == nil
-	inherit, checks := false, 0
-	loop := accept.Loop{
-		Handle: func(c net.Conn) {
-			if onListener && !inherit && checks < inheritChecks {
-				checks++
-				inherit = ka.Has(c)
-			}
-			kaSet := inherit
-			e.workers.Go(func() { e.relay(c, kaSet, nil) })
-		},
-		Closing: e.isClosing,
-		Log:     e.log,
-		Own:     e.own,
-		Looped:  func(net.Conn) { e.looped() },
-		Now:     e.now,
-	}
-	return loop.Serve(ln)
+	keepalive(e.cfg.Keepalive).Set(ln)
+	sockopt.NoDelay(ln)
+	return e.srv.Serve(ln)
 }
-
-// inheritChecks is how many accepted connections Serve checks for the
-// listener's keepalive before it sets keepalive on each itself.
-const inheritChecks = 8
 
 func (e *Edge) isClosing() bool {
 	e.mu.Lock()
@@ -209,227 +177,232 @@ func (e *Edge) looped() {
 	}
 }
 
-// HandleConn relays one client connection and returns when it is closed.
+// HandleConn relays one client connection (a *net.TCPConn accepted
+// elsewhere) and returns when it is closed.
 func (e *Edge) HandleConn(c net.Conn) {
 	over := make(chan struct{})
-	e.relay(c, false, func() { close(over) })
+	keepalive(e.cfg.Keepalive).Set(c)
+	if err := e.srv.Adopt(c, &conn{over: func() { close(over) }}); err != nil {
+		e.log.Error("connection not relayed", "err", err)
+		return
+	}
 	<-over
 }
 
-// relay connects c to an origin and returns when the client→origin
-// direction has gone idle or ended (or c was turned away); over, when not
-// nil, is called once the connection is finished. Serve runs it in a
-// goroutine of its own, which then exits: an idle connection keeps no
-// goroutine (see splice.Start).
-func (e *Edge) relay(c net.Conn, keepaliveSet bool, over func()) {
-	if over == nil {
-		over = func() {}
+// handler is the Edge as the event loops see it.
+type handler Edge
+
+// Reasons of a connection the edge closes itself, not counted again in
+// Closed (each is counted where it is decided).
+const (
+	reasonCounted = "counted" // counted already
+	reasonSilent  = "silent"  // not counted: the edge is closing
+)
+
+// Open takes a new client connection: refused when the edge is closing,
+// when max_conns are open or when it comes from the edge itself;
+// otherwise the first origin of its plan is dialled.
+func (h *handler) Open(c *evloop.Conn) {
+	e := (*Edge)(h)
+	rc, _ := c.Data.(*conn)
+	if rc == nil {
+		rc = &conn{}
+		c.Data = rc
 	}
-	start := e.now()
-	rc := &conn{client: c}
 	e.mu.Lock()
 	switch {
 	case e.closing:
 		e.mu.Unlock()
-		e.own.Forget(c)
-		c.Close()
-		over()
+		c.Close(reasonSilent, nil)
 		return
-	case len(e.conns) >= e.cfg.MaxConns:
+	case e.active >= e.cfg.MaxConns:
 		e.mu.Unlock()
-		e.own.Forget(c)
-		c.Close()
 		e.m.total[ResultMaxConns].Inc()
-		over()
+		c.Close(reasonCounted, nil)
 		return
 	}
-	e.conns[rc] = struct{}{}
+	e.active++
 	e.mu.Unlock()
+	rc.counted = true
 	e.m.active.Inc()
-
-	if !keepaliveSet {
-		keepalive(e.cfg.Keepalive).Set(c)
-	}
-	id := rand.Text()
-	server, addr, err := e.dialOrigin()
-	e.mu.Lock()
-	rc.server = server
-	forced := rc.forced
-	e.mu.Unlock()
-	switch {
-	case forced: // Shutdown closed the client while we dialled
-		if server != nil {
-			server.Close()
-		}
-		e.m.total[ResultDrain].Inc()
-		e.done(rc)
-		over()
-		return
-	case errors.Is(err, errLocal):
-		c.Close()
-		e.m.total[ResultLocalResources].Inc()
-		e.done(rc)
-		over()
-		return
-	case err != nil:
-		c.Close()
-		e.m.total[ResultNoOrigin].Inc()
-		e.done(rc)
-		over()
-		return
-	case e.own.Dialed(server): // the origin is this edge: the connection came back
-		c.Close()
-		server.Close()
+	if e.own.AcceptedAddrs(c.Peer(), c.Local(), killer{c}) {
 		e.looped()
-		e.done(rc)
-		over()
+		c.Close(reasonCounted, nil)
 		return
 	}
+	rc.id = rand.Text()
+	rc.start = c.Now()
+	rc.plan, rc.claim = e.orig.plan(rc.start)
+	e.dialNext(c, rc)
+}
 
-	sent, held, cerr, serr := e.sendHeader(c, server, id)
-	if cerr != nil || serr != nil {
-		c.Close()
-		server.Close()
-		res := splice.Result{Reason: splice.ReasonClientError, Err: cerr}
-		if serr != nil {
-			res = splice.Result{Reason: ResultServerError, Err: fmt.Errorf("write proxy header: %w", serr)}
-		}
-		e.closed(rc, id, addr, start, res)
-		over()
+// killer closes a connection from another loop (accept.Own cuts a loop
+// from the side that finds it).
+type killer struct{ c *evloop.Conn }
+
+func (k killer) Close() error {
+	k.c.Kill()
+	return nil
+}
+
+// dialNext dials the next origin of rc's plan, or gives up.
+func (e *Edge) dialNext(c *evloop.Conn, rc *conn) {
+	if rc.next >= len(rc.plan) {
+		e.orig.release(rc.plan, rc.claim)
+		rc.plan = nil
+		e.m.total[ResultNoOrigin].Inc()
+		c.Close(reasonCounted, errNoOrigin)
 		return
 	}
-	var client net.Conn = c
-	if held != nil { // a prefix of a PROXY signature: screened with what follows
-		client = &splice.Conn{Conn: c, Peeked: held}
+	o := rc.plan[rc.next]
+	rc.next++
+	rc.origin = o
+	if o.ap.IsValid() {
+		c.Dial(o.ap, &e.dial)
+		return
 	}
-	pair := splice.Prepare(client, server, func(res splice.Result) {
-		res.Up += sent
-		e.closed(rc, id, addr, start, res)
-		over()
-	})
-	if held != nil || sent == 0 {
-		pair.Screen(screenProxy) // on the first read the copy makes anyway
-	}
-	e.mu.Lock()
-	rc.pair = pair
-	forced = rc.forced
-	e.mu.Unlock()
-	if forced { // Shutdown came between the dial and now
-		pair.Close()
-	}
-	pair.Run() // client→origin in this goroutine until it idles or ends
-}
-
-// firstBufSize holds the PROXY header and the client's first bytes (a
-// TLS ClientHello, an LDAP bind); more of them follow through the copy.
-const firstBufSize = 4096
-
-// firstBuf is sendHeader's pooled buffer, with readNow's state and
-// callback bound once, so that a connection allocates none of them.
-type firstBuf struct {
-	b    [firstBufSize]byte
-	in   []byte // where readNow reads into, then what it read
-	err  error
-	read func(fd uintptr) bool
-}
-
-var firstBufs = sync.Pool{New: func() any {
-	f := &firstBuf{}
-	f.read = func(fd uintptr) bool {
-		for {
-			n, err := splice.ReadNow(int(fd), f.in)
-			switch {
-			case err == unix.EINTR:
-				continue
-			case err == unix.EAGAIN || (err == nil && n == 0): // nothing yet, or EOF: the copy sees it
-				f.in = nil
-			case err != nil:
-				f.in, f.err = nil, os.NewSyscallError("read", err)
-			default:
-				f.in = f.in[:n]
+	// A name: looked up off the loop, then dialled from it.
+	t0 := c.Now()
+	go func() {
+		ctx, cancel := context.WithTimeout(e.ctx, e.cfg.ConnectTimeout)
+		defer cancel()
+		ap, err := resolve(ctx, o.addr)
+		c.Post(func(c *evloop.Conn) {
+			if err != nil {
+				(*handler)(e).failed(c, rc, t0, err)
+				return
 			}
-			return true // one attempt, never a wait
-		}
-	}
-	return f
-}}
-
-// sendHeader writes the PROXY header to server. The client's first bytes
-// have usually arrived while the origin was dialled: when they have and
-// pass screenProxy, they go out with the header in one write (one
-// segment, one system call fewer), and sent counts them. Bytes that are a
-// prefix of a PROXY signature come back as held, for the copy to screen
-// with what follows. cerr refuses the client (its own PROXY header, a
-// failed read) before the origin saw a byte; serr is a failed write.
-func (e *Edge) sendHeader(c, server net.Conn, id string) (sent int64, held []byte, cerr, serr error) {
-	buf := firstBufs.Get().(*firstBuf)
-	defer firstBufs.Put(buf)
-	out, err := appendProxyHeader(buf.b[:0], e.cfg.ProxyProtocol, c.RemoteAddr(), c.LocalAddr(), id, e.cfg.Name)
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	first, err := buf.readNow(c, out[len(out):cap(out)])
-	if err != nil {
-		return 0, nil, err, nil
-	}
-	if len(first) > 0 {
-		switch err := screenProxy(first); err {
-		case nil:
-			out = out[:len(out)+len(first)]
-			sent = int64(len(first))
-		case splice.ErrMore:
-			held = bytes.Clone(first) // first is in buf, which goes back to the pool
-		default:
-			return 0, nil, err, nil
-		}
-	}
-	if len(out) > 0 {
-		if _, err := server.Write(out); err != nil {
-			return 0, nil, nil, err
-		}
-	}
-	return sent, held, nil, nil
+			c.Dial(ap, &e.dial)
+		})
+	}()
 }
 
-// readNow reads what c has received already into b, without waiting:
-// nothing (and no error) when no byte is there yet, at EOF, or when c is
-// not a socket.
-func (f *firstBuf) readNow(c net.Conn, b []byte) ([]byte, error) {
-	sc, ok := c.(syscall.Conn)
-	if !ok || len(b) == 0 {
-		return nil, nil
-	}
-	raw, err := sc.SyscallConn()
+// resolve looks up a host:port origin's first address.
+func resolve(ctx context.Context, addr string) (netip.AddrPort, error) {
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return nil, nil
+		return netip.AddrPort{}, err
 	}
-	f.in, f.err = b, nil
-	if err := raw.Read(f.read); err != nil {
-		return nil, err
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return netip.AddrPort{}, err
 	}
-	in, err := f.in, f.err
-	f.in, f.err = nil, nil
-	return in, err
+	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	if len(ips) == 0 {
+		return netip.AddrPort{}, fmt.Errorf("lookup %s: no address", host)
+	}
+	return netip.AddrPortFrom(ips[0].Unmap(), uint16(p)), nil
 }
 
-// closed accounts for a finished connection: metrics, and one log line
+// Received is not used: the edge reads nothing before Relay.
+func (h *handler) Received(*evloop.Conn, []byte, error) {}
+
+// Dialed goes on with a connected origin (header, then the copy) or with
+// the next origin of the plan.
+func (h *handler) Dialed(c *evloop.Conn, err error) {
+	e := (*Edge)(h)
+	rc := c.Data.(*conn)
+	if err != nil {
+		h.failed(c, rc, c.DialStarted(), err)
+		return
+	}
+	e.m.dial.Observe(c.Now().Sub(c.DialStarted()).Seconds())
+	o := rc.origin
+	if e.orig.ok(o) {
+		e.m.originUp.WithLabelValues(o.addr).Set(1)
+		e.log.Info("origin back", "origin", o.addr)
+	}
+	e.orig.release(rc.plan, rc.claim)
+	rc.plan = nil
+	if e.own.DialedAddrs(rc.upLocal, c.UpstreamPeer()) { // the origin is this edge: the connection came back
+		e.looped()
+		c.Close(reasonCounted, nil)
+		return
+	}
+	var hb [512]byte
+	header, err := appendProxyHeader(hb[:0], e.cfg.ProxyProtocol, c.Peer(), c.Local(), rc.id, e.cfg.Name)
+	if err != nil {
+		c.Close(ResultServerError, fmt.Errorf("write proxy header: %w", err))
+		return
+	}
+	c.Relay(header, screenProxy)
+}
+
+// sent records an origin socket in own as soon as its connect is sent:
+// on loopback the listener may accept the connection before the connect
+// returns, and a looped one must be refused before it dials in turn (a
+// chain would grow one hop per loop iteration).
+func (e *Edge) sent(c *evloop.Conn) {
+	rc := c.Data.(*conn)
+	rc.upLocal = c.UpstreamLocal()
+	if e.own.DialedAddrs(rc.upLocal, c.UpstreamPeer()) {
+		e.looped()
+		c.Close(reasonCounted, nil)
+	}
+}
+
+// failed handles a failed dial: the edge's own lack of descriptors refuses
+// the client without blaming the origin; otherwise the origin is OFFLINE
+// and the next one is tried.
+func (h *handler) failed(c *evloop.Conn, rc *conn, t0 time.Time, err error) {
+	e := (*Edge)(h)
+	o := rc.origin
+	e.forgetOrigin(rc)
+	e.m.dial.Observe(c.Now().Sub(t0).Seconds())
+	err = fmt.Errorf("dial origin %s: %w", o.addr, err)
+	if e.ctx.Err() != nil {
+		c.Close(ResultDrain, err)
+		return
+	}
+	if accept.LocalResources(err) { // the next origin would fail the same way
+		if ok, suppressed := e.refusals.Allow(); ok {
+			e.log.Warn("out of local resources: connection refused, no origin marked offline", "origin", o.addr,
+				"err", err, "suppressed", suppressed)
+		}
+		e.orig.release(rc.plan, rc.claim)
+		rc.plan = nil
+		e.m.total[ResultLocalResources].Inc()
+		c.Close(reasonCounted, fmt.Errorf("%w: %w", errLocal, err))
+		return
+	}
+	if e.orig.fail(o, c.Now()) {
+		e.m.originUp.WithLabelValues(o.addr).Set(0)
+		e.log.Warn("origin offline", "origin", o.addr, "retry_in", e.cfg.OfflineRetry, "err", err)
+	}
+	e.dialNext(c, rc)
+}
+
+// Closed accounts for a finished connection: metrics, and one log line
 // unless it carried nothing.
-func (e *Edge) closed(rc *conn, id, origin string, start time.Time, res splice.Result) {
-	defer e.done(rc)
+func (h *handler) Closed(c *evloop.Conn, res evloop.Result) {
+	e := (*Edge)(h)
+	rc := c.Data.(*conn)
+	defer e.done(c, rc)
+	if rc.plan != nil {
+		e.orig.release(rc.plan, rc.claim)
+		rc.plan = nil
+	}
+	reason := res.Reason
+	switch reason {
+	case reasonCounted, reasonSilent:
+		return
+	case evloop.ReasonAborted:
+		reason = ResultDrain
+	case evloop.ReasonKilled:
+		e.looped()
+		return
+	}
 	e.m.up.Add(float64(res.Up))
 	e.m.down.Add(float64(res.Down))
-	reason := res.Reason
-	e.mu.Lock()
-	if rc.forced {
-		reason = ResultDrain
-	}
-	e.mu.Unlock()
 	if errors.Is(res.Err, errClientProxy) {
 		e.m.total[ResultClientProxy].Inc()
 		e.m.clientProxy.Inc()
 		if ok, suppressed := e.refusals.Allow(); ok {
-			e.log.Warn("client proxy header refused", "id", id, "client", rc.client.RemoteAddr().String(),
-				"origin", origin, "suppressed", suppressed)
+			e.log.Warn("client proxy header refused", "id", rc.id, "client", c.Peer().String(),
+				"origin", rc.origin.addr, "suppressed", suppressed)
 		}
 		return
 	}
@@ -441,15 +414,19 @@ func (e *Edge) closed(rc *conn, id, origin string, start time.Time, res splice.R
 	if res.Up == 0 && res.Down == 0 {
 		return // silent: a connection that carried nothing writes no line
 	}
+	origin := ""
+	if rc.origin != nil {
+		origin = rc.origin.addr
+	}
 	// Typed attributes: no value boxed into an interface.
 	attrs := make([]slog.Attr, 0, 8)
 	attrs = append(attrs,
-		slog.String("id", id),
-		slog.String("client", rc.client.RemoteAddr().String()),
+		slog.String("id", rc.id),
+		slog.String("client", c.Peer().String()),
 		slog.String("origin", origin),
 		slog.Int64("bytes_up", res.Up),
 		slog.Int64("bytes_down", res.Down),
-		slog.Duration("duration", e.now().Sub(start).Round(time.Millisecond)),
+		slog.Duration("duration", c.Now().Sub(rc.start).Round(time.Millisecond)),
 		slog.String("reason", reason),
 	)
 	if res.Err != nil && reason != ResultDrain {
@@ -458,16 +435,21 @@ func (e *Edge) closed(rc *conn, id, origin string, start time.Time, res splice.R
 	e.log.LogAttrs(context.Background(), slog.LevelInfo, "connection closed", attrs...)
 }
 
-// done forgets rc and wakes Shutdown when it was the last one.
-func (e *Edge) done(rc *conn) {
-	e.own.Forget(rc.client)
-	if rc.server != nil {
-		e.own.Closed(rc.server)
+// done forgets a finished connection and wakes Shutdown when it was the
+// last one.
+func (e *Edge) done(c *evloop.Conn, rc *conn) {
+	e.own.ForgetAddrs(c.Peer(), c.Local(), killer{c})
+	e.forgetOrigin(rc)
+	if rc.over != nil {
+		defer rc.over()
+	}
+	if !rc.counted {
+		return
 	}
 	e.m.active.Dec()
 	e.mu.Lock()
-	delete(e.conns, rc)
-	if e.closing && len(e.conns) == 0 {
+	e.active--
+	if e.closing && e.active == 0 {
 		select {
 		case <-e.idle:
 		default:
@@ -477,46 +459,22 @@ func (e *Edge) done(rc *conn) {
 	e.mu.Unlock()
 }
 
-// errNoOrigin is returned by dialOrigin when every attempt failed.
+// forgetOrigin takes rc's origin socket out of own.
+func (e *Edge) forgetOrigin(rc *conn) {
+	if rc.upLocal.IsValid() {
+		e.own.ClosedAddr(rc.upLocal)
+		rc.upLocal = netip.AddrPort{}
+	}
+}
+
+// errNoOrigin is the error of a connection for which every origin failed.
 var errNoOrigin = errors.New("no origin reachable")
 
-// errLocal is returned by dialOrigin when a dial failed for lack of local
-// resources (accept.LocalResources): the edge's own descriptors or memory
-// ran out, the origin was not reached and is not marked OFFLINE.
+// errLocal is the error of a connection refused because a dial failed for
+// lack of local resources (accept.LocalResources): the edge's own
+// descriptors or memory ran out, the origin was not reached and is not
+// marked OFFLINE.
 var errLocal = errors.New("out of local resources")
-
-// dialOrigin connects to the first origin of the plan that answers.
-func (e *Edge) dialOrigin() (net.Conn, string, error) {
-	plan, claim := e.orig.plan(e.now())
-	defer e.orig.release(plan, claim)
-	for _, o := range plan {
-		t0 := e.now()
-		c, err := e.dialer.DialContext(e.ctx, "tcp", o.addr)
-		e.m.dial.Observe(e.now().Sub(t0).Seconds())
-		if err == nil {
-			if e.orig.ok(o) {
-				e.m.originUp.WithLabelValues(o.addr).Set(1)
-				e.log.Info("origin back", "origin", o.addr)
-			}
-			return c, o.addr, nil
-		}
-		if e.ctx.Err() != nil {
-			return nil, "", err
-		}
-		if accept.LocalResources(err) { // the next origin would fail the same way
-			if ok, suppressed := e.refusals.Allow(); ok {
-				e.log.Warn("out of local resources: connection refused, no origin marked offline", "origin", o.addr,
-					"err", err, "suppressed", suppressed)
-			}
-			return nil, "", fmt.Errorf("dial origin %s: %w: %w", o.addr, errLocal, err)
-		}
-		if e.orig.fail(o, e.now()) {
-			e.m.originUp.WithLabelValues(o.addr).Set(0)
-			e.log.Warn("origin offline", "origin", o.addr, "retry_in", e.cfg.OfflineRetry, "err", err)
-		}
-	}
-	return nil, "", errNoOrigin
-}
 
 // Shutdown stops accepting at once, waits for open connections to finish
 // until ctx is done or drain_timeout has passed, then closes the rest. It
@@ -524,24 +482,23 @@ func (e *Edge) dialOrigin() (net.Conn, string, error) {
 func (e *Edge) Shutdown(ctx context.Context) error {
 	e.mu.Lock()
 	e.closing = true
-	for ln := range e.listeners {
-		ln.Close()
-	}
-	if len(e.conns) == 0 {
+	if e.active == 0 {
 		select {
 		case <-e.idle:
 		default:
 			close(e.idle)
 		}
 	}
-	open := len(e.conns)
+	open := e.active
 	e.mu.Unlock()
+	e.srv.Close()
 	if open > 0 {
 		e.log.Info("draining", "connections", open, "drain_timeout", e.cfg.DrainTimeout)
 	}
 
 	timer := time.NewTimer(e.cfg.DrainTimeout)
 	defer timer.Stop()
+	defer e.srv.Stop()
 	var err error
 	select {
 	case <-e.idle:
@@ -553,20 +510,9 @@ func (e *Edge) Shutdown(ctx context.Context) error {
 	}
 	e.cancel()
 	e.mu.Lock()
-	n := len(e.conns)
-	for rc := range e.conns {
-		rc.forced = true
-		switch {
-		case rc.pair != nil:
-			rc.pair.Close() // also wakes directions parked while idle
-		case rc.server != nil:
-			rc.client.Close()
-			rc.server.Close()
-		default:
-			rc.client.Close()
-		}
-	}
+	n := e.active
 	e.mu.Unlock()
+	e.srv.Abort()
 	if n > 0 {
 		e.log.Warn("drain timeout: closing connections", "connections", n)
 	}

@@ -15,24 +15,23 @@ import (
 
 // TestAppendProxyHeader checks the hand-written v2 header byte for byte
 // against go-proxyproto's, for IPv4, IPv6 and mixed families, and that
-// v1, off and non-TCP addresses still come from go-proxyproto.
+// v1 and off still come from go-proxyproto.
 func TestAppendProxyHeader(t *testing.T) {
-	tcp := func(s string) *net.TCPAddr { return net.TCPAddrFromAddrPort(netip.MustParseAddrPort(s)) }
+	ap := netip.MustParseAddrPort
 	name := strings.Repeat("n", maxNameLen)
 	for _, tc := range []struct {
 		version       string
-		client, local net.Addr
+		client, local netip.AddrPort
 	}{
-		{ProxyV2, tcp("192.0.2.7:40001"), tcp("198.51.100.1:636")},
-		{ProxyV2, tcp("[2001:db8::7]:40001"), tcp("[2001:db8::1]:636")},
-		{ProxyV2, tcp("192.0.2.7:40001"), tcp("[2001:db8::1]:636")},
-		{ProxyV2, tcp("[::ffff:192.0.2.7]:1"), tcp("198.51.100.1:65535")},
-		{ProxyV2, &net.UnixAddr{Name: "a", Net: "unix"}, &net.UnixAddr{Name: "b", Net: "unix"}},
-		{ProxyV1, tcp("192.0.2.7:40001"), tcp("198.51.100.1:636")},
-		{ProxyOff, tcp("192.0.2.7:40001"), tcp("198.51.100.1:636")},
+		{ProxyV2, ap("192.0.2.7:40001"), ap("198.51.100.1:636")},
+		{ProxyV2, ap("[2001:db8::7]:40001"), ap("[2001:db8::1]:636")},
+		{ProxyV2, ap("192.0.2.7:40001"), ap("[2001:db8::1]:636")},
+		{ProxyV2, ap("[::ffff:192.0.2.7]:1"), ap("198.51.100.1:65535")},
+		{ProxyV1, ap("192.0.2.7:40001"), ap("198.51.100.1:636")},
+		{ProxyOff, ap("192.0.2.7:40001"), ap("198.51.100.1:636")},
 	} {
 		for _, n := range []string{"edge-1", name} {
-			want, err := proxyHeader(tc.version, tc.client, tc.local, "IDIDIDIDIDIDIDIDIDIDIDIDID", n)
+			want, err := proxyHeader(tc.version, net.TCPAddrFromAddrPort(tc.client), net.TCPAddrFromAddrPort(tc.local), "IDIDIDIDIDIDIDIDIDIDIDIDID", n)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -46,7 +45,7 @@ func TestAppendProxyHeader(t *testing.T) {
 			}
 		}
 	}
-	client, local := tcp("192.0.2.7:40001"), tcp("198.51.100.1:636")
+	client, local := ap("192.0.2.7:40001"), ap("198.51.100.1:636")
 	var b [512]byte
 	if n := testing.AllocsPerRun(100, func() {
 		appendProxyHeader(b[:0], ProxyV2, client, local, "IDIDIDIDIDIDIDIDIDIDIDIDID", "edge-1")

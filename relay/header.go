@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"net"
+	"net/netip"
 
 	"github.com/edgefleet/edgefleet/internal/splice"
 	"github.com/pires/go-proxyproto"
@@ -39,27 +40,30 @@ func proxyHeader(version string, client, local net.Addr, id, name string) ([]byt
 // TCP connection, the one every connection sends by default, is written
 // by hand without allocating (TestAppendProxyHeader checks it byte for
 // byte against go-proxyproto); anything else goes through go-proxyproto.
-func appendProxyHeader(dst []byte, version string, client, local net.Addr, id, name string) ([]byte, error) {
-	src, ok1 := client.(*net.TCPAddr)
-	dstA, ok2 := local.(*net.TCPAddr)
-	if version != ProxyV2 || !ok1 || !ok2 || src.IP.To16() == nil || dstA.IP.To16() == nil ||
-		len(id) > 0xffff || len(name) > 0xffff {
-		h, err := proxyHeader(version, client, local, id, name)
+func appendProxyHeader(dst []byte, version string, client, local netip.AddrPort, id, name string) ([]byte, error) {
+	if version != ProxyV2 || !client.IsValid() || !local.IsValid() || len(id) > 0xffff || len(name) > 0xffff {
+		h, err := proxyHeader(version, net.TCPAddrFromAddrPort(client), net.TCPAddrFromAddrPort(local), id, name)
 		return append(dst, h...), err
 	}
 	dst = append(dst, sigV2...)
 	dst = append(dst, 0x21) // version 2, PROXY
-	s4, d4 := src.IP.To4(), dstA.IP.To4()
-	sip, dip := []byte(s4), []byte(d4)
+	sa, da := client.Addr().Unmap(), local.Addr().Unmap()
 	fam := byte(0x11) // TCP over IPv4
-	if s4 == nil || d4 == nil {
-		fam, sip, dip = 0x21, src.IP.To16(), dstA.IP.To16()
+	var s4, d4 [4]byte
+	var s16, d16 [16]byte
+	sip, dip := s4[:], d4[:]
+	if sa.Is4() && da.Is4() {
+		s4, d4 = sa.As4(), da.As4()
+	} else {
+		s16, d16 = sa.As16(), da.As16()
+		fam, sip, dip = 0x21, s16[:], d16[:]
 	}
 	length := 2*len(sip) + 4 + 3 + len(id) + 3 + len(name)
 	dst = append(dst, fam, byte(length>>8), byte(length))
 	dst = append(dst, sip...)
 	dst = append(dst, dip...)
-	dst = append(dst, byte(src.Port>>8), byte(src.Port), byte(dstA.Port>>8), byte(dstA.Port))
+	sp, dp := client.Port(), local.Port()
+	dst = append(dst, byte(sp>>8), byte(sp), byte(dp>>8), byte(dp))
 	dst = append(dst, byte(proxyproto.PP2_TYPE_UNIQUE_ID), byte(len(id)>>8), byte(len(id)))
 	dst = append(dst, id...)
 	dst = append(dst, byte(TLVEdgeName), byte(len(name)>>8), byte(len(name)))

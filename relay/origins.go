@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"net/netip"
 	"sync"
 	"time"
 )
@@ -8,6 +9,7 @@ import (
 // origin is one configured origin address and its OFFLINE state.
 type origin struct {
 	addr     string
+	ap       netip.AddrPort // addr when it is an IP literal; else resolved per connection
 	offline  bool
 	failedAt time.Time // last failed connect; meaningful while offline
 	// claim is the plan that is retrying this OFFLINE origin (0: none).
@@ -47,6 +49,9 @@ func (s *originSet) set(addrs []string) (removed []string) {
 		o := old[a]
 		if o == nil {
 			o = &origin{addr: a}
+			if ap, err := netip.ParseAddrPort(a); err == nil {
+				o.ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+			}
 		}
 		delete(old, a)
 		list = append(list, o)

@@ -1,6 +1,7 @@
 package accept
 
 import (
+	"io"
 	"net"
 	"net/netip"
 	"sync"
@@ -25,13 +26,27 @@ import (
 // connection is from 127.0.0.1).
 type Own struct {
 	mu  sync.Mutex
-	out map[netip.AddrPort]uint16   // local address of each open outbound socket → the port it dialled
-	in  map[netip.AddrPort]net.Conn // accepted from this host, by remote address, until Forget
+	out map[netip.AddrPort]outbound // by the local address of each open outbound socket
+	in  map[netip.AddrPort]inbound  // accepted from this host, by remote address, until Forget
+}
+
+// outbound is an outbound socket: the port it dialled, and whether a
+// connection accepted from it was refused as a loop.
+type outbound struct {
+	port   uint16
+	looped bool
+}
+
+// inbound is a connection accepted from this host: how to close it, and
+// the port it arrived on.
+type inbound struct {
+	c    io.Closer
+	port uint16
 }
 
 // NewOwn returns an empty set.
 func NewOwn() *Own {
-	return &Own{out: map[netip.AddrPort]uint16{}, in: map[netip.AddrPort]net.Conn{}}
+	return &Own{out: map[netip.AddrPort]outbound{}, in: map[netip.AddrPort]inbound{}}
 }
 
 // Accepted reports whether c comes from one of the outbound sockets (the
@@ -39,28 +54,39 @@ func NewOwn() *Own {
 // until Forget, for Dialed.
 func (o *Own) Accepted(c net.Conn) bool {
 	remote, local, ok := ends(c)
-	if !ok {
-		return false
-	}
+	return ok && o.AcceptedAddrs(remote, local, c)
+}
+
+// AcceptedAddrs is Accepted for a connection known by its addresses
+// (IPv4-mapped ones unmapped) and closed through c.
+func (o *Own) AcceptedAddrs(remote, local netip.AddrPort, c io.Closer) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if port, mine := o.out[remote]; mine && port == local.Port() {
+	if out, mine := o.out[remote]; mine && out.port == local.Port() {
+		out.looped = true
+		o.out[remote] = out
 		return true
 	}
 	if sameHost(remote, local) {
-		o.in[remote] = c
+		o.in[remote] = inbound{c, local.Port()}
 	}
 	return false
 }
 
 // Forget drops an accepted connection that is over.
 func (o *Own) Forget(c net.Conn) {
-	remote, local, ok := ends(c)
-	if !ok || !sameHost(remote, local) {
+	if remote, local, ok := ends(c); ok {
+		o.ForgetAddrs(remote, local, c)
+	}
+}
+
+// ForgetAddrs is Forget for a connection given to AcceptedAddrs.
+func (o *Own) ForgetAddrs(remote, local netip.AddrPort, c io.Closer) {
+	if !sameHost(remote, local) {
 		return
 	}
 	o.mu.Lock()
-	if o.in[remote] == c {
+	if o.in[remote].c == c {
 		delete(o.in, remote)
 	}
 	o.mu.Unlock()
@@ -71,34 +97,39 @@ func (o *Own) Forget(c net.Conn) {
 // Dialed reports true (the caller closes c).
 func (o *Own) Dialed(c net.Conn) bool {
 	remote, local, ok := ends(c)
-	if !ok {
-		return false
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if in, looped := o.in[local]; looped && localPort(in) == remote.Port() {
-		delete(o.in, local)
-		in.Close()
-		return true
-	}
-	o.out[local] = remote.Port()
-	return false
+	return ok && o.DialedAddrs(local, remote)
 }
 
-// localPort is the port an accepted connection arrived on.
-func localPort(c net.Conn) uint16 {
-	if _, local, ok := ends(c); ok {
-		return local.Port()
+// DialedAddrs is Dialed for an outbound socket known by its local address
+// and the address it connects to. It may be called as soon as the connect
+// is sent (the local address is known then), before the listener can
+// accept the looped connection, and again once connected: it then also
+// reports a loop that AcceptedAddrs found and refused in between.
+func (o *Own) DialedAddrs(local, remote netip.AddrPort) bool {
+	o.mu.Lock()
+	if in, looped := o.in[local]; looped && in.port == remote.Port() {
+		delete(o.in, local)
+		o.mu.Unlock()
+		in.c.Close() // outside the lock: closing may Forget
+		return true
 	}
-	return 0
+	defer o.mu.Unlock()
+	if out, ok := o.out[local]; ok {
+		return out.looped
+	}
+	o.out[local] = outbound{port: remote.Port()}
+	return false
 }
 
 // Closed forgets the outbound connection c.
 func (o *Own) Closed(c net.Conn) {
-	_, local, ok := ends(c)
-	if !ok {
-		return
+	if _, local, ok := ends(c); ok {
+		o.ClosedAddr(local)
 	}
+}
+
+// ClosedAddr forgets the outbound socket whose local address is local.
+func (o *Own) ClosedAddr(local netip.AddrPort) {
 	o.mu.Lock()
 	delete(o.out, local)
 	o.mu.Unlock()

@@ -41,6 +41,30 @@ func (k Keepalive) opts() [][3]int {
 
 func secs(d time.Duration) int { return max(int(d/time.Second), 1) }
 
+// NoDelay sets TCP_NODELAY on a connection or a listening socket (whose
+// accepted sockets inherit it).
+func NoDelay(s any) error {
+	raw, err := rawConn(s)
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// Each calls f with every (level, option, value) k sets, for a caller
+// that makes the setsockopt calls itself on a raw socket.
+func (k Keepalive) Each(f func(level, opt, value int)) {
+	for _, o := range k.opts() {
+		f(o[0], o[1], o[2])
+	}
+}
+
 // Set applies k to a connection or a listening socket (anything that is a
 // syscall.Conn).
 func (k Keepalive) Set(s any) error {

@@ -41,7 +41,7 @@ type flow struct {
 type runner struct {
 	f               *flow
 	readFn, writeFn func(uintptr) bool
-	p               *pipe // held while a splice burst moves bytes
+	p               *Pipe // held while a splice burst moves bytes
 	armed, moved    bool  // the idle deadline is set; bytes moved since
 	burst           int64 // bytes of the burst so far
 	serr            error // a read's error, or a refusal
@@ -129,9 +129,9 @@ func (f *flow) run() (idle bool) {
 	}
 	if p := r.p; p != nil {
 		if f.werr != nil {
-			p.close() // it may still hold bytes
+			p.Close() // it may still hold bytes
 		} else {
-			putPipe(p)
+			PutPipe(p)
 		}
 	}
 	serr := r.serr
@@ -256,16 +256,16 @@ func (r *runner) read(fd uintptr) bool {
 			continue
 		}
 		if r.p == nil {
-			if r.p, r.serr = getPipe(); r.serr != nil {
+			if r.p, r.serr = GetPipe(); r.serr != nil {
 				return true
 			}
 		}
-		m, e := unix.Splice(int(fd), nil, r.p.w, nil, chunk, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+		m, e := unix.Splice(int(fd), nil, r.p.W, nil, chunk, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
 		switch {
 		case e == unix.EINTR:
 			continue
 		case e == unix.EAGAIN:
-			putPipe(r.p) // empty: every splice in is drained before the next
+			PutPipe(r.p) // empty: every splice in is drained before the next
 			r.p = nil
 			return r.idleNow()
 		case e != nil:
@@ -319,12 +319,12 @@ func (r *runner) write(fd uintptr) bool {
 
 // drain writes the m bytes in the pipe to dst, waiting for dst to be
 // writable as needed.
-func drain(dst syscall.RawConn, p *pipe, m int64) (n int64, err error) {
+func drain(dst syscall.RawConn, p *Pipe, m int64) (n int64, err error) {
 	rem := int(m)
 	var werr error
 	err = dst.Write(func(fd uintptr) bool {
 		for rem > 0 {
-			w, e := unix.Splice(p.r, nil, int(fd), nil, rem, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+			w, e := unix.Splice(p.R, nil, int(fd), nil, rem, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
 			if e == unix.EINTR {
 				continue
 			}

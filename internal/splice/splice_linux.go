@@ -15,14 +15,18 @@ const (
 	pipeSize = 1 << 20
 )
 
-// pipe is a kernel pipe used as splice's buffer.
-type pipe struct{ r, w int }
+// Pipe is a kernel pipe used as splice's buffer (its read and write ends).
+// GetPipe and PutPipe share the pool with a copy made elsewhere (the
+// event loops of internal/evloop).
+type Pipe struct{ R, W int }
 
 // pool keeps pipes between bursts of data. Its size bounds the idle pipes
 // the process holds; connections moving data at once may take more.
-var pool = make(chan *pipe, 64)
+var pool = make(chan *Pipe, 64)
 
-func getPipe() (*pipe, error) {
+// GetPipe takes a pipe from the pool, or makes one (non-blocking, 1 MiB
+// asked for).
+func GetPipe() (*Pipe, error) {
 	select {
 	case p := <-pool:
 		return p, nil
@@ -33,20 +37,23 @@ func getPipe() (*pipe, error) {
 		return nil, os.NewSyscallError("pipe2", err)
 	}
 	unix.FcntlInt(uintptr(fds[1]), unix.F_SETPIPE_SZ, pipeSize)
-	return &pipe{r: fds[0], w: fds[1]}, nil
+	return &Pipe{R: fds[0], W: fds[1]}, nil
 }
 
-func putPipe(p *pipe) {
+// PutPipe gives back an empty pipe; one that may hold bytes is Closed
+// instead.
+func PutPipe(p *Pipe) {
 	select {
 	case pool <- p:
 	default:
-		p.close()
+		p.Close()
 	}
 }
 
-func (p *pipe) close() {
-	unix.Close(p.r)
-	unix.Close(p.w)
+// Close closes both ends.
+func (p *Pipe) Close() {
+	unix.Close(p.R)
+	unix.Close(p.W)
 }
 
 // spliceCopy moves src's bytes to dst through a pooled pipe, holding the
@@ -101,7 +108,7 @@ func waitData(src syscall.RawConn) (eof bool, err error) {
 // until src has nothing more to read right now (the pipe goes back to the
 // pool), reaches EOF, or fails.
 func burst(dst, src syscall.RawConn) (n int64, eof bool, rerr, werr error) {
-	p, err := getPipe()
+	p, err := GetPipe()
 	if err != nil {
 		return 0, false, err, nil
 	}
@@ -111,7 +118,7 @@ func burst(dst, src syscall.RawConn) (n int64, eof bool, rerr, werr error) {
 		var serr error
 		err := src.Read(func(fd uintptr) bool {
 			for {
-				m, serr = unix.Splice(int(fd), nil, p.w, nil, chunk, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+				m, serr = unix.Splice(int(fd), nil, p.W, nil, chunk, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
 				if serr != unix.EINTR {
 					return true
 				}
@@ -121,11 +128,11 @@ func burst(dst, src syscall.RawConn) (n int64, eof bool, rerr, werr error) {
 			err = os.NewSyscallError("splice", serr)
 		}
 		if err != nil {
-			putPipe(p) // empty: every burst drains it
+			PutPipe(p) // empty: every burst drains it
 			return n, false, err, nil
 		}
 		if serr == unix.EAGAIN || m == 0 {
-			putPipe(p)
+			PutPipe(p)
 			return n, m == 0 && serr == nil, nil, nil
 		}
 		// Drain the pipe into dst, waiting for dst to be writable as needed.
@@ -133,7 +140,7 @@ func burst(dst, src syscall.RawConn) (n int64, eof bool, rerr, werr error) {
 		n += w
 		if err != nil {
 			// The pipe may still hold bytes: it cannot go back to the pool.
-			p.close()
+			p.Close()
 			return n, false, nil, err
 		}
 	}

@@ -1,0 +1,673 @@
+package evloop
+
+import (
+	"io"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/edgefleet/edgefleet/internal/sockopt"
+	"github.com/edgefleet/edgefleet/internal/splice"
+	"golang.org/x/sys/unix"
+)
+
+// Conn is one relayed connection: the accepted client socket and, once
+// dialled, the upstream one. Its methods are called from its loop (from
+// the Handler), except Post and Kill.
+type Conn struct {
+	// Data is the handler's own state of the connection.
+	Data any
+
+	l           *loop
+	cfd, sfd    int
+	peer, local netip.AddrPort
+	upLocal     netip.AddrPort // the upstream socket's local address, once asked
+	upPeer      netip.AddrPort // the address Dial connected to
+	state       uint8
+	reading     bool               // ReadFirst: the client's bytes go to Received
+	pre         []byte             // bytes read from the client and not forwarded yet
+	screen      func([]byte) error // Relay's check of the first client bytes
+	up, down    dir
+	cerr        error // a client read error met before Relay
+	dialStarted time.Time
+
+	tl           *tlist // the timeout list c waits in, if any
+	tprev, tnext *Conn
+	deadline     time.Time
+}
+
+// Connection states.
+const (
+	stOpen    uint8 = iota // accepted; nothing asked yet, or ReadFirst
+	stDialing              // connect in progress
+	stDialed               // connected, waiting for Relay or Close
+	stRelay                // bytes flow
+	stClosed
+)
+
+// dir is one direction of the copy.
+type dir struct {
+	ready   bool   // the source may have bytes (or EOF) to read
+	hup     bool   // the source reported its peer's FIN or an error: read on to the end
+	blocked bool   // the destination's buffer is full: wait for it to drain
+	eof     bool   // the source reached EOF
+	shut    bool   // the destination's write half is shut
+	bulk    bool   // the last read filled the buffer: splice the next
+	pend    []byte // read and not written yet
+	pbuf    *[bufSize]byte
+	p       *splice.Pipe
+	inPipe  int
+	n       int64
+}
+
+func (d *dir) idle() bool { return len(d.pend) == 0 && d.inPipe == 0 }
+
+// Peer is the client's address (IPv4-mapped addresses unmapped).
+func (c *Conn) Peer() netip.AddrPort { return c.peer }
+
+// Local is the address the client connected to.
+func (c *Conn) Local() netip.AddrPort { return c.local }
+
+// UpstreamLocal is the local address of the upstream socket, once
+// connected (the port the upstream sees the connection come from).
+func (c *Conn) UpstreamLocal() netip.AddrPort {
+	if !c.upLocal.IsValid() && c.sfd >= 0 {
+		var sa sockaddr
+		if sysGetsockname(c.sfd, &sa) == nil {
+			c.upLocal = sa.addrPort()
+		}
+	}
+	return c.upLocal
+}
+
+// UpstreamPeer is the address the last Dial connected to.
+func (c *Conn) UpstreamPeer() netip.AddrPort { return c.upPeer }
+
+// Now is the loop's clock, read once per wake-up.
+func (c *Conn) Now() time.Time { return c.l.now }
+
+// Open reports whether c has not ended yet.
+func (c *Conn) Open() bool { return c.state != stClosed }
+
+// Post runs f on c in c's loop, unless c has ended by then. It may be
+// called from any goroutine.
+func (c *Conn) Post(f func(c *Conn)) {
+	c.l.post(func() {
+		if c.state != stClosed {
+			f(c)
+		}
+	})
+}
+
+// Kill closes c from any goroutine; Closed sees ReasonKilled.
+func (c *Conn) Kill() {
+	c.Post(func(c *Conn) { c.finish(Result{Reason: ReasonKilled}) })
+}
+
+// Close ends c before or instead of relaying; Closed is called at once
+// with reason and err.
+func (c *Conn) Close(reason string, err error) {
+	if c.state == stClosed {
+		return
+	}
+	c.finish(Result{Up: c.up.n, Down: c.down.n, Reason: reason, Err: err})
+}
+
+// ReadFirst hands the client's bytes to Handler.Received as they come, for
+// at most d; at most max bytes are read.
+func (c *Conn) ReadFirst(d time.Duration) {
+	c.reading = true
+	c.l.arm(c, d)
+	if c.up.ready {
+		c.readFirst()
+	}
+}
+
+// maxFirst bounds what ReadFirst buffers.
+const maxFirst = headroom
+
+// Consume drops the first n bytes read in ReadFirst mode (a header): the
+// rest go to the upstream first when the copy starts.
+func (c *Conn) Consume(n int) {
+	c.pre = c.pre[n:]
+}
+
+// DialOptions is how Dial makes the upstream socket.
+type DialOptions struct {
+	Timeout   time.Duration     // connect timeout; 0: none
+	Source    netip.Addr        // the local address to connect from; zero: the kernel picks
+	NoDelay   bool              // TCP_NODELAY
+	Keepalive sockopt.Keepalive // the zero value: keepalive off (the kernel default)
+	// Sent, when set, is called as soon as the connect is under way, with
+	// UpstreamLocal known (e.g. to record the socket before the
+	// connection can come back to a listener of this process). It may
+	// Close c.
+	Sent func(c *Conn)
+}
+
+// Dial connects the upstream socket to addr; Handler.Dialed follows (at
+// once when the connect failed at once).
+func (c *Conn) Dial(addr netip.AddrPort, o *DialOptions) {
+	if c.state == stClosed {
+		return
+	}
+	c.reading = false
+	c.disarm()
+	c.state = stDialing
+	c.dialStarted = c.l.s.now()
+	c.upPeer = addr
+	if c.sfd >= 0 {
+		c.l.release(c.sfd)
+		c.sfd, c.upLocal = -1, netip.AddrPort{}
+	}
+	fam, v6 := unix.AF_INET, false
+	if !addr.Addr().Unmap().Is4() {
+		fam, v6 = unix.AF_INET6, true
+	}
+	if o.Source.IsValid() && !o.Source.Unmap().Is4() {
+		fam, v6 = unix.AF_INET6, true
+	}
+	fd, err := sysSocket(fam)
+	if err != nil {
+		c.dialFailed(os.NewSyscallError("socket", err))
+		return
+	}
+	if o.NoDelay {
+		sysSetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	}
+	if o.Keepalive.Idle > 0 {
+		o.Keepalive.Each(func(level, opt, value int) { sysSetsockoptInt(fd, level, opt, value) })
+	}
+	var sa sockaddr
+	if o.Source.IsValid() {
+		// The port is chosen by connect, not by bind: bind would search
+		// the whole range for a port free for every destination.
+		sysSetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT, 1)
+		n := sa.set(netip.AddrPortFrom(o.Source.Unmap(), 0), v6)
+		if err := sysBind(fd, &sa, n); err != nil {
+			sysClose(fd)
+			c.dialFailed(os.NewSyscallError("bind", err))
+			return
+		}
+	}
+	n := sa.set(netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port()), v6)
+	err = sysConnect(fd, &sa, n)
+	if err != nil && err != unix.EINPROGRESS {
+		sysClose(fd)
+		c.dialFailed(os.NewSyscallError("connect", err))
+		return
+	}
+	if rerr := c.l.register(fd, c, true); rerr != nil {
+		sysClose(fd)
+		c.dialFailed(rerr)
+		return
+	}
+	c.sfd = fd
+	if o.Sent != nil {
+		if o.Sent(c); c.state == stClosed {
+			return
+		}
+	}
+	if o.Timeout > 0 {
+		c.l.arm(c, o.Timeout)
+	}
+	if err == nil {
+		c.connected()
+	}
+	// else the connect's outcome comes as an event (EPOLLOUT or EPOLLERR)
+}
+
+// DialStarted is when the last Dial began.
+func (c *Conn) DialStarted() time.Time { return c.dialStarted }
+
+func (c *Conn) dialFailed(err error) {
+	c.state = stOpen
+	c.l.s.Handler.Dialed(c, err)
+}
+
+// connected checks the outcome of a connect in progress.
+func (c *Conn) connected() {
+	if err := sysSoError(c.sfd); err != nil {
+		c.disarm()
+		c.l.release(c.sfd)
+		c.sfd = -1
+		c.dialFailed(os.NewSyscallError("connect", err))
+		return
+	}
+	c.disarm()
+	c.state = stDialed
+	c.l.s.Handler.Dialed(c, nil)
+}
+
+// expired is a timer's end.
+func (c *Conn) expired() {
+	switch {
+	case c.state == stDialing:
+		c.l.release(c.sfd)
+		c.sfd = -1
+		c.dialFailed(ErrTimeout)
+	case c.state == stOpen && c.reading:
+		c.reading = false
+		c.l.s.Handler.Received(c, c.pre, ErrTimeout)
+	}
+}
+
+// event is epoll's news of one of c's sockets.
+func (c *Conn) event(srv bool, ev uint32) {
+	in := ev&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0
+	out := ev&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0
+	hup := ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0
+	src, dst := &c.up, &c.down // the directions c's client socket reads for and writes for
+	if srv {
+		src, dst = &c.down, &c.up
+	}
+	if in {
+		src.ready = true
+		src.hup = src.hup || hup
+	}
+	if out {
+		dst.blocked = false
+	}
+	switch c.state {
+	case stOpen:
+		if !srv && c.reading && in {
+			c.readFirst()
+		}
+	case stDialing:
+		if srv && out {
+			c.connected()
+		}
+	case stRelay:
+		c.pump()
+	}
+}
+
+// firstBufs holds ReadFirst's bytes until Relay forwards them.
+var firstBufs = sync.Pool{New: func() any { b := make([]byte, 0, maxFirst); return &b }}
+
+func (c *Conn) readFirst() {
+	var err error
+	got := false
+	for c.up.ready && !c.up.eof {
+		if c.pre == nil {
+			c.pre = (*firstBufs.Get().(*[]byte))[:0]
+		}
+		if len(c.pre) == cap(c.pre) {
+			break // the handler decides what a full buffer means
+		}
+		n, rerr := sysRead(c.cfd, c.pre[len(c.pre):cap(c.pre)])
+		switch {
+		case rerr == unix.EINTR:
+			continue
+		case rerr == unix.EAGAIN:
+			c.up.ready = false
+		case rerr != nil:
+			err = os.NewSyscallError("read", rerr)
+			c.up.ready = false
+		case n == 0:
+			c.up.eof = true
+			err = io.EOF
+		default:
+			c.pre = c.pre[:len(c.pre)+n]
+			got = true
+			if len(c.pre) < cap(c.pre) && !c.up.hup {
+				c.up.ready = false
+			}
+			continue
+		}
+		break
+	}
+	if err != nil {
+		c.reading = false
+		c.disarm()
+	}
+	if got || err != nil || len(c.pre) == cap(c.pre) {
+		c.l.s.Handler.Received(c, c.pre, err)
+	}
+}
+
+func (c *Conn) putPre() {
+	if c.pre != nil && cap(c.pre) == maxFirst {
+		b := c.pre[:0]
+		firstBufs.Put(&b)
+	}
+	c.pre = nil
+}
+
+// Relay starts the copy: prefix (a PROXY header), then the client's bytes
+// read so far, go to the upstream in one write. When screen is not nil,
+// the client's first bytes must pass it before any of them is forwarded:
+// it returns nil to forward them (screening ends), ErrMore to wait for
+// more, or another error to refuse the client (ReasonClientError).
+func (c *Conn) Relay(prefix []byte, screen func([]byte) error) {
+	if c.state != stDialed {
+		return
+	}
+	c.state = stRelay
+	l := c.l
+	out := append(l.buf[:0], prefix...)
+	if len(c.pre) > 0 {
+		out = append(out, c.pre...)
+		c.putPre()
+	} else if c.up.ready && !c.up.eof && c.cerr == nil {
+		// The client's first bytes have usually arrived during the
+		// connect: read them straight behind the header.
+		n, err := sysRead(c.cfd, l.buf[len(out):cap(l.buf)])
+		switch {
+		case err == unix.EAGAIN || err == unix.EINTR:
+			c.up.ready = false
+		case err != nil:
+			c.cerr = os.NewSyscallError("read", err)
+		case n == 0:
+			c.up.eof = true
+		default:
+			if len(out)+n < cap(l.buf) && !c.up.hup {
+				c.up.ready = false
+			}
+			out = out[:len(out)+n]
+		}
+	}
+	if c.cerr != nil {
+		c.finish(Result{Reason: ReasonClientError, Err: c.cerr})
+		return
+	}
+	first := out[len(prefix):]
+	if screen != nil && len(first) > 0 {
+		switch err := screen(first); err {
+		case nil:
+			screen = nil
+		case ErrMore:
+			c.pre = append((*firstBufs.Get().(*[]byte))[:0], first...)
+			out, first = out[:len(prefix)], nil
+		default:
+			c.finish(Result{Reason: ReasonClientError, Err: err})
+			return
+		}
+	}
+	c.screen = screen
+	c.up.n += int64(len(first))
+	if len(out) > 0 && !c.write(&c.up, c.sfd, out) {
+		return
+	}
+	c.pump()
+}
+
+// ErrMore is what a Relay screen returns when the bytes so far are too
+// few to decide (the same value as splice.ErrMore, so that one screen
+// serves both).
+var ErrMore = splice.ErrMore
+
+// write sends b to fd for direction d; what the socket does not take now
+// waits in d.pend. It reports false when c ended (a write error).
+func (c *Conn) write(d *dir, fd int, b []byte) bool {
+	m, err := sysWrite(fd, b)
+	switch {
+	case err == unix.EAGAIN || err == unix.EINTR:
+		m = 0
+	case err != nil:
+		c.writeFailed(d, err)
+		return false
+	}
+	if m < len(b) {
+		if d.pbuf == nil {
+			d.pbuf = pbufs.Get().(*[bufSize]byte)
+		}
+		rest := b[m:]
+		if len(rest) > bufSize {
+			// only a first write (header plus headroom) can be larger
+			big := make([]byte, len(rest))
+			copy(big, rest)
+			d.pend = big
+		} else {
+			d.pend = d.pbuf[:copy(d.pbuf[:], rest)]
+		}
+		d.blocked = true
+	}
+	return true
+}
+
+var pbufs = sync.Pool{New: func() any { return new([bufSize]byte) }}
+
+func (c *Conn) writeFailed(d *dir, err error) {
+	reason := ReasonServerError
+	if d == &c.down {
+		reason = ReasonClientError
+	}
+	c.finish(Result{Reason: reason, Err: os.NewSyscallError("write", err)})
+}
+
+func (c *Conn) readFailed(d *dir, err error) {
+	reason := ReasonClientError
+	if d == &c.down {
+		reason = ReasonServerError
+	}
+	c.finish(Result{Reason: reason, Err: os.NewSyscallError("read", err)})
+}
+
+// pump moves what can move both ways, then ends c when both directions
+// are done.
+func (c *Conn) pump() {
+	if !c.move(&c.up, c.cfd, c.sfd) {
+		return
+	}
+	if !c.move(&c.down, c.sfd, c.cfd) {
+		return
+	}
+	if c.up.shut && c.down.shut {
+		c.finish(Result{Reason: ReasonEOF})
+	}
+}
+
+// chunk is the most one splice moves into a pipe.
+const chunk = 1 << 20
+
+// move runs direction d (src to dst) until it must wait. It reports false
+// when c ended.
+func (c *Conn) move(d *dir, src, dst int) bool {
+	for {
+		if len(d.pend) > 0 {
+			if d.blocked {
+				return true
+			}
+			m, err := sysWrite(dst, d.pend)
+			switch {
+			case err == unix.EAGAIN || err == unix.EINTR:
+				d.blocked = true
+				return true
+			case err != nil:
+				c.writeFailed(d, err)
+				return false
+			}
+			d.pend = d.pend[m:]
+			if len(d.pend) > 0 {
+				d.blocked = true
+				return true
+			}
+			d.pend = nil
+			pbufs.Put(d.pbuf)
+			d.pbuf = nil
+		}
+		if d.inPipe > 0 {
+			if d.blocked {
+				return true
+			}
+			m, err := sysSplice(d.p.R, dst, d.inPipe)
+			switch {
+			case err == unix.EAGAIN || err == unix.EINTR:
+				d.blocked = true
+				return true
+			case err != nil:
+				c.writeFailed(d, err)
+				return false
+			}
+			d.inPipe -= m
+			if d.inPipe > 0 {
+				d.blocked = true
+				return true
+			}
+		}
+		if d.eof {
+			if d == &c.up && c.screen != nil {
+				// A prefix of what the screen looks for, then EOF: it
+				// goes as it came.
+				c.screen = nil
+				held := c.pre
+				c.up.n += int64(len(held))
+				ok := len(held) == 0 || c.write(d, dst, held)
+				c.putPre()
+				if !ok {
+					return false
+				}
+				continue
+			}
+			if !d.shut {
+				d.shut = true
+				if d.p != nil {
+					splice.PutPipe(d.p)
+					d.p = nil
+				}
+				sysShutdown(dst, unix.SHUT_WR)
+			}
+			return true
+		}
+		if !d.ready {
+			if d.p != nil { // drained: the pipe goes back to the pool
+				splice.PutPipe(d.p)
+				d.p, d.bulk = nil, false
+			}
+			return true
+		}
+		if d.bulk {
+			if d.p == nil {
+				p, err := splice.GetPipe()
+				if err != nil {
+					d.bulk = false
+					continue
+				}
+				d.p = p
+			}
+			m, err := sysSplice(src, d.p.W, chunk)
+			switch {
+			case err == unix.EINTR:
+			case err == unix.EAGAIN:
+				d.ready = false
+			case err != nil:
+				c.readFailed(d, err)
+				return false
+			case m == 0:
+				d.eof = true
+			default:
+				d.inPipe += m
+				d.n += int64(m)
+			}
+			continue
+		}
+		buf := c.l.buf[:bufSize]
+		m, err := sysRead(src, buf)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			d.ready = false
+			continue
+		case err != nil:
+			c.readFailed(d, err)
+			return false
+		case m == 0:
+			d.eof = true
+			continue
+		}
+		if m < len(buf) {
+			if !d.hup {
+				// A short read drained the socket: the next byte or FIN
+				// is a new edge.
+				d.ready = false
+			}
+		} else {
+			d.bulk = true
+		}
+		b := buf[:m]
+		if d == &c.up && c.screen != nil {
+			if !c.screenMore(b) {
+				return false
+			}
+			continue
+		}
+		d.n += int64(m)
+		if !c.write(d, dst, b) {
+			return false
+		}
+	}
+}
+
+// screenMore adds b to the client's bytes held for the screen, and
+// forwards them once they pass. It reports false when c ended.
+func (c *Conn) screenMore(b []byte) bool {
+	if c.pre == nil {
+		c.pre = (*firstBufs.Get().(*[]byte))[:0]
+	}
+	c.pre = append(c.pre, b...)
+	switch err := c.screen(c.pre); err {
+	case nil:
+		c.screen = nil
+		held := c.pre
+		c.up.n += int64(len(held))
+		ok := c.write(&c.up, c.sfd, held)
+		c.putPre()
+		return ok
+	case ErrMore:
+		if len(c.pre) >= maxFirst {
+			c.finish(Result{Reason: ReasonClientError, Err: errScreenTooLong})
+			return false
+		}
+		return true
+	default:
+		c.finish(Result{Reason: ReasonClientError, Err: err})
+		return false
+	}
+}
+
+var errScreenTooLong = errorString("evloop: screen undecided after the first bytes")
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
+
+// finish closes both sockets, gives back what c held and tells the
+// handler.
+func (c *Conn) finish(res Result) {
+	if c.state == stClosed {
+		return
+	}
+	c.state = stClosed
+	c.disarm()
+	l := c.l
+	l.release(c.cfd)
+	if c.sfd >= 0 {
+		l.release(c.sfd)
+	}
+	for _, d := range []*dir{&c.up, &c.down} {
+		if d.p != nil {
+			if d.inPipe > 0 {
+				d.p.Close()
+			} else {
+				splice.PutPipe(d.p)
+			}
+			d.p = nil
+		}
+		if d.pbuf != nil {
+			pbufs.Put(d.pbuf)
+			d.pbuf, d.pend = nil, nil
+		}
+	}
+	c.putPre()
+	delete(l.conns, c)
+	if res.Up == 0 {
+		res.Up = c.up.n
+	}
+	if res.Down == 0 {
+		res.Down = c.down.n
+	}
+	l.s.Handler.Closed(c, res)
+}

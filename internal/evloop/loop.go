@@ -1,0 +1,692 @@
+// Package evloop carries whole relayed TCP connections on a few event
+// loops, one per CPU, working on raw file descriptors: the accept, a
+// non-blocking connect, the first bytes and a header written in one
+// system call, the copy both ways (read and write for small bursts,
+// splice(2) through a pooled pipe for bulk data), half-close and close.
+// No goroutine is started per connection and none waits for one: an idle
+// relayed connection costs its two sockets and a few hundred bytes. The
+// edge and the origin front run on it (DESIGN.md §10: short connections
+// are where a goroutine per connection loses to HAProxy).
+//
+//	s := &evloop.Server{Handler: h, Log: log}
+//	go s.Serve(ln)        // the loops accept on ln; s.Close stops them
+//	// in h.Open:    c.Dial(origin, &opts)           (the edge)
+//	//           or  c.ReadFirst(timeout)            (the front, for a header)
+//	// in h.Dialed:  c.Relay(header, screen)
+//	// in h.Closed:  count and log; both sockets are closed already
+//
+// Every Handler method runs in the loop that owns the connection and must
+// not block. A connection stays in the loop that accepted it.
+package evloop
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/edgefleet/edgefleet/internal/accept"
+	"golang.org/x/sys/unix"
+)
+
+// Handler is what a relay does with its connections. Each method is
+// called in the connection's loop and must not block: a slow step (a
+// name to resolve) goes to a goroutine that comes back with Conn.Post.
+type Handler interface {
+	// Open is called for each accepted connection. It calls Dial,
+	// ReadFirst or Close.
+	Open(c *Conn)
+	// Received is called in ReadFirst mode with every byte read from the
+	// client so far, each time more arrive; err is io.EOF when the client
+	// finished sending, ErrTimeout when ReadFirst's time ran out, or the
+	// read's error. It calls Consume, Dial or Close, or returns to wait
+	// for more.
+	Received(c *Conn, b []byte, err error)
+	// Dialed is called when a Dial ended: connected (err nil; then it
+	// calls Relay or Close) or failed (then Dial again, or Close).
+	Dialed(c *Conn, err error)
+	// Closed is called once per connection, after both sockets are
+	// closed, with how it ended.
+	Closed(c *Conn, res Result)
+}
+
+// Result is how a connection ended.
+type Result struct {
+	Up     int64  // payload bytes from the client to the upstream (a header excluded)
+	Down   int64  // bytes from the upstream to the client
+	Reason string // a Reason* value, or what the handler passed to Close
+	Err    error  // the failure behind a client-error or server-error
+}
+
+// Reason values the loops set.
+const (
+	ReasonEOF         = "eof"          // both sides finished cleanly
+	ReasonClientError = "client-error" // a read or write on the client's socket failed first
+	ReasonServerError = "server-error" // a read or write on the upstream's socket failed first
+	ReasonAborted     = "aborted"      // closed by Server.Abort
+	ReasonKilled      = "killed"       // closed by Conn.Kill
+)
+
+// ErrTimeout is Dialed's error when the connect took longer than
+// DialOptions.Timeout, and Received's when ReadFirst's time ran out.
+var ErrTimeout error = timeoutError{}
+
+type timeoutError struct{}
+
+func (timeoutError) Error() string   { return "i/o timeout" }
+func (timeoutError) Timeout() bool   { return true }
+func (timeoutError) Temporary() bool { return true }
+
+// Server runs the loops.
+type Server struct {
+	Handler Handler
+	// Loops is the number of event loops; 0 means GOMAXPROCS.
+	Loops int
+	// Log receives accept failures (rate-limited); nil discards them.
+	Log *slog.Logger
+	// Now is the clock of the timeouts and of Conn.Now; nil is time.Now.
+	Now func() time.Time
+
+	once      sync.Once
+	startErr  error
+	loops     []*loop
+	mu        sync.Mutex
+	next      int // the loop Adopt hands the next connection to
+	listeners map[*listener]struct{}
+	closed    bool
+	limit     *accept.Limiter
+}
+
+func (s *Server) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+func (s *Server) start() error {
+	s.once.Do(func() {
+		n := s.Loops
+		if n <= 0 {
+			n = runtime.GOMAXPROCS(0)
+		}
+		if s.Log == nil {
+			s.Log = slog.New(slog.DiscardHandler)
+		}
+		s.listeners = map[*listener]struct{}{}
+		s.limit = accept.NewLimiter(1, 10*time.Second, s.Now)
+		for range n {
+			l, err := newLoop(s)
+			if err != nil {
+				s.startErr = err
+				for _, l := range s.loops {
+					l.post(l.quit)
+				}
+				return
+			}
+			s.loops = append(s.loops, l)
+			go l.run()
+		}
+	})
+	return s.startErr
+}
+
+// listener is one listening socket, with a descriptor of its own in each
+// loop (closing one never races an accept in another).
+type listener struct {
+	s    *Server
+	addr netip.AddrPort // the bound address when it is not a wildcard, else zero
+	name string
+	done chan error // Serve's result
+	once sync.Once
+	open int // loops still holding a descriptor; under s.mu
+}
+
+func (ln *listener) finish(err error) {
+	ln.once.Do(func() { ln.done <- err })
+}
+
+// Serve accepts connections on ln in every loop until Close (it then
+// returns nil) or until the listening socket fails for good (it returns
+// the accept error, naming the address). Serve takes ln over: it is
+// closed at once (the loops accept on descriptors of their own), so only
+// Close stops serving. ln must be a *net.TCPListener.
+func (s *Server) Serve(ln net.Listener) error {
+	if err := s.start(); err != nil {
+		ln.Close()
+		return err
+	}
+	tl, ok := ln.(*net.TCPListener)
+	if !ok {
+		ln.Close()
+		return fmt.Errorf("evloop: %T is not a TCP listener", ln)
+	}
+	lst := &listener{s: s, name: ln.Addr().String(), done: make(chan error, 1)}
+	if a := tl.Addr().(*net.TCPAddr); !a.IP.IsUnspecified() {
+		ap := a.AddrPort()
+		lst.addr = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	raw, err := tl.SyscallConn()
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	fds := make([]int, 0, len(s.loops))
+	var derr error
+	raw.Control(func(fd uintptr) {
+		for range s.loops {
+			nfd, err := unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+			if err != nil {
+				derr = os.NewSyscallError("dup", err)
+				return
+			}
+			fds = append(fds, nfd)
+		}
+	})
+	ln.Close() // out of Go's poller: only the loops watch the socket now
+	if derr != nil {
+		for _, fd := range fds {
+			sysClose(fd)
+		}
+		return derr
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		for _, fd := range fds {
+			sysClose(fd)
+		}
+		return nil
+	}
+	s.listeners[lst] = struct{}{}
+	lst.open = len(fds)
+	s.mu.Unlock()
+	for i, l := range s.loops {
+		fd := fds[i]
+		l.post(func() { l.addListener(lst, fd) })
+	}
+	err = <-lst.done
+	s.mu.Lock()
+	delete(s.listeners, lst)
+	s.mu.Unlock()
+	return err
+}
+
+// Close stops accepting on every listener (Serve returns nil); open
+// connections go on.
+func (s *Server) Close() {
+	if s.start() != nil {
+		return
+	}
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	for _, l := range s.loops {
+		l.post(l.dropListeners)
+	}
+}
+
+// Abort closes every open connection (Result.Reason ReasonAborted); it
+// returns at once, the Closed calls follow in the loops.
+func (s *Server) Abort() {
+	if s.start() != nil {
+		return
+	}
+	for _, l := range s.loops {
+		l.post(l.abortAll)
+	}
+}
+
+// Stop ends the loops, once Close and the end of every connection have
+// left them nothing to do (what is still open is aborted first).
+func (s *Server) Stop() {
+	if s.start() != nil {
+		return
+	}
+	for _, l := range s.loops {
+		l.post(func() { l.dropListeners(); l.abortAll(); l.quit() })
+	}
+}
+
+// Adopt hands a connection accepted elsewhere to a loop, which serves it
+// like one of its own (Open first, with Conn.Data set to data). c must be
+// a *net.TCPConn; Adopt takes it over and closes it (the loop holds a
+// duplicate descriptor).
+func (s *Server) Adopt(c net.Conn, data any) error {
+	if err := s.start(); err != nil {
+		c.Close()
+		return err
+	}
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		c.Close()
+		return fmt.Errorf("evloop: %T is not a TCP connection", c)
+	}
+	peer, local := unmapped(tc.RemoteAddr()), unmapped(tc.LocalAddr())
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		c.Close()
+		return err
+	}
+	fd := -1
+	var derr error
+	raw.Control(func(f uintptr) {
+		fd, derr = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, 0)
+	})
+	c.Close()
+	if derr != nil {
+		return os.NewSyscallError("dup", derr)
+	}
+	s.mu.Lock()
+	l := s.loops[s.next%len(s.loops)]
+	s.next++
+	s.mu.Unlock()
+	l.post(func() { l.open(fd, peer, local, data) })
+	return nil
+}
+
+func unmapped(a net.Addr) netip.AddrPort {
+	if t, ok := a.(*net.TCPAddr); ok {
+		ap := t.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	return netip.AddrPort{}
+}
+
+// slot is what a descriptor of a loop stands for: one side of a
+// connection or a listener. gen tells a stale event (for a descriptor
+// closed and reused since epoll_wait returned) from a current one.
+type slot struct {
+	c   *Conn
+	ln  *lslot
+	gen uint32
+	srv bool
+}
+
+// lslot is a listener's descriptor in one loop, with its accept back-off.
+type lslot struct {
+	lst     *listener
+	fd      int
+	backoff time.Duration
+	retryAt time.Time // non-zero while backing off (out of the epoll set)
+}
+
+// loop is one event loop: an epoll set and the connections it carries.
+type loop struct {
+	s      *Server
+	epfd   int
+	evfd   int // eventfd: post wakes the loop with it
+	events []unix.EpollEvent
+	fds    []slot
+	gen    uint32
+	now    time.Time
+	buf    []byte // scratch for reads and the first write
+	timers []*tlist
+	lns    []*lslot
+	conns  map[*Conn]struct{}
+	done   bool
+
+	mu     sync.Mutex
+	posted []func()
+	run2   []func() // posted, swapped out to run
+}
+
+// bufSize is the scratch buffer: small reads are copied through it, and a
+// read that fills it switches the direction to splice (HAProxy's
+// splice-auto does the same). headroom keeps space for a PROXY header
+// before a first read.
+const (
+	bufSize  = 16 << 10
+	headroom = 4096 + 256
+)
+
+func newLoop(s *Server) (*loop, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	evfd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(epfd)
+		return nil, os.NewSyscallError("eventfd", err)
+	}
+	l := &loop{s: s, epfd: epfd, evfd: evfd, events: make([]unix.EpollEvent, 256),
+		buf: make([]byte, headroom+bufSize), conns: map[*Conn]struct{}{}}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(evfd)}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, evfd, &ev); err != nil {
+		unix.Close(epfd)
+		unix.Close(evfd)
+		return nil, os.NewSyscallError("epoll_ctl", err)
+	}
+	return l, nil
+}
+
+// post runs f in the loop.
+func (l *loop) post(f func()) {
+	l.mu.Lock()
+	l.posted = append(l.posted, f)
+	l.mu.Unlock()
+	one := uint64(1)
+	syscall.RawSyscall(unix.SYS_WRITE, uintptr(l.evfd), uintptr(unsafe.Pointer(&one)), 8)
+}
+
+func (l *loop) runPosted() {
+	var v uint64
+	syscall.RawSyscall(unix.SYS_READ, uintptr(l.evfd), uintptr(unsafe.Pointer(&v)), 8)
+	l.mu.Lock()
+	l.run2, l.posted = l.posted, l.run2[:0]
+	l.mu.Unlock()
+	for i, f := range l.run2 {
+		f()
+		l.run2[i] = nil
+	}
+}
+
+func (l *loop) quit() { l.done = true }
+
+func (l *loop) run() {
+	for !l.done {
+		n, err := unix.EpollWait(l.epfd, l.events, l.timeout())
+		l.now = l.s.now()
+		if err != nil && err != unix.EINTR {
+			l.s.Log.Error("epoll_wait failed", "err", err)
+			time.Sleep(10 * time.Millisecond)
+		}
+		for i := 0; i < n; i++ {
+			ev := &l.events[i]
+			fd := int(ev.Fd)
+			if fd == l.evfd {
+				l.runPosted()
+				continue
+			}
+			if fd >= len(l.fds) {
+				continue
+			}
+			sl := &l.fds[fd]
+			if sl.gen != uint32(ev.Pad) {
+				continue // closed since, and maybe reused
+			}
+			switch {
+			case sl.ln != nil:
+				l.accept(sl.ln)
+			case sl.c != nil:
+				sl.c.event(sl.srv, ev.Events)
+			}
+		}
+		l.expire()
+	}
+	unix.Close(l.epfd)
+	unix.Close(l.evfd)
+}
+
+// register adds fd to the epoll set (edge-triggered, both ways) for c.
+func (l *loop) register(fd int, c *Conn, srv bool) error {
+	for fd >= len(l.fds) {
+		l.fds = append(l.fds, make([]slot, max(len(l.fds), 64))...)
+	}
+	l.gen++
+	l.fds[fd] = slot{c: c, gen: l.gen, srv: srv}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET, Fd: int32(fd), Pad: int32(l.gen)}
+	if err := sysEpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		l.fds[fd] = slot{}
+		return os.NewSyscallError("epoll_ctl", err)
+	}
+	return nil
+}
+
+// release forgets fd and closes it (which takes it out of the epoll set).
+func (l *loop) release(fd int) {
+	if fd < len(l.fds) {
+		l.fds[fd] = slot{}
+	}
+	sysClose(fd)
+}
+
+func (l *loop) addListener(lst *listener, fd int) {
+	if l.done || l.s.isClosed() {
+		l.listenerGone(lst, fd)
+		return
+	}
+	ls := &lslot{lst: lst, fd: fd}
+	l.lns = append(l.lns, ls)
+	if err := l.watchListener(ls); err != nil {
+		l.dropListener(ls)
+		lst.finish(fmt.Errorf("accept on %s: %w", lst.name, err))
+	}
+}
+
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// watchListener puts a listener in the epoll set, level-triggered and
+// exclusive: one loop is woken per new connection, not all of them.
+func (l *loop) watchListener(ls *lslot) error {
+	for ls.fd >= len(l.fds) {
+		l.fds = append(l.fds, make([]slot, max(len(l.fds), 64))...)
+	}
+	l.gen++
+	l.fds[ls.fd] = slot{ln: ls, gen: l.gen}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLEXCLUSIVE, Fd: int32(ls.fd), Pad: int32(l.gen)}
+	if err := sysEpollCtl(l.epfd, unix.EPOLL_CTL_ADD, ls.fd, &ev); err != nil {
+		l.fds[ls.fd] = slot{}
+		return os.NewSyscallError("epoll_ctl", err)
+	}
+	return nil
+}
+
+func (l *loop) dropListeners() {
+	for len(l.lns) > 0 {
+		l.dropListener(l.lns[0])
+	}
+}
+
+func (l *loop) dropListener(ls *lslot) {
+	for i, x := range l.lns {
+		if x == ls {
+			l.lns = append(l.lns[:i], l.lns[i+1:]...)
+			break
+		}
+	}
+	if ls.retryAt.IsZero() && ls.fd < len(l.fds) {
+		l.fds[ls.fd] = slot{}
+	}
+	l.listenerGone(ls.lst, ls.fd)
+}
+
+// listenerGone closes a loop's descriptor of lst; the last one ends Serve.
+func (l *loop) listenerGone(lst *listener, fd int) {
+	sysClose(fd)
+	s := l.s
+	s.mu.Lock()
+	lst.open--
+	last := lst.open == 0
+	s.mu.Unlock()
+	if last {
+		lst.finish(nil)
+	}
+}
+
+// acceptBatch bounds the connections one wake-up accepts, so that a busy
+// listener does not starve the connections the loop carries already.
+const acceptBatch = 64
+
+// Back-off bounds after a temporary accept error (out of descriptors or
+// memory), as internal/accept: 5 ms doubling to 1 s.
+const (
+	minBackoff = 5 * time.Millisecond
+	maxBackoff = time.Second
+)
+
+func (l *loop) accept(ls *lslot) {
+	var sa sockaddr
+	for range acceptBatch {
+		fd, err := sysAccept4(ls.fd, &sa)
+		if err != nil {
+			switch {
+			case err == unix.EAGAIN:
+				ls.backoff = 0
+				return
+			case err == unix.EINTR || err == unix.ECONNABORTED || err == unix.EPROTO || err == unix.EPERM:
+				continue
+			case accept.Temporary(err):
+				l.backOff(ls, err)
+				return
+			}
+			err = fmt.Errorf("accept on %s: %w", ls.lst.name, os.NewSyscallError("accept4", err))
+			l.dropListener(ls)
+			ls.lst.finish(err)
+			return
+		}
+		ls.backoff = 0
+		local := ls.lst.addr
+		if !local.IsValid() {
+			var la sockaddr
+			if sysGetsockname(fd, &la) == nil {
+				local = la.addrPort()
+			}
+		}
+		l.open(fd, sa.addrPort(), local, nil)
+		if l.done {
+			return
+		}
+	}
+}
+
+// backOff takes a listener out of the epoll set for a while after a
+// temporary error: accepting again at once would fail the same way.
+func (l *loop) backOff(ls *lslot, err error) {
+	ls.backoff = min(max(2*ls.backoff, minBackoff), maxBackoff)
+	ls.retryAt = l.now.Add(ls.backoff)
+	l.fds[ls.fd] = slot{}
+	sysEpollCtl(l.epfd, unix.EPOLL_CTL_DEL, ls.fd, nil)
+	if ok, suppressed := l.s.limit.Allow(); ok {
+		l.s.Log.Warn("accept failed, retrying", "addr", ls.lst.name, "err", os.NewSyscallError("accept4", err),
+			"retry_in", ls.backoff, "suppressed", suppressed)
+	}
+}
+
+// open starts serving an accepted socket.
+func (l *loop) open(fd int, peer, local netip.AddrPort, data any) {
+	c := &Conn{Data: data, l: l, cfd: fd, sfd: -1, peer: peer, local: local}
+	if err := l.register(fd, c, false); err != nil {
+		sysClose(fd)
+		if ok, suppressed := l.s.limit.Allow(); ok {
+			l.s.Log.Warn("connection dropped", "err", err, "suppressed", suppressed)
+		}
+		return
+	}
+	l.conns[c] = struct{}{}
+	l.s.Handler.Open(c)
+}
+
+func (l *loop) abortAll() {
+	for c := range l.conns {
+		c.finish(Result{Reason: ReasonAborted})
+	}
+}
+
+// tlist is the FIFO of connections waiting on one timeout duration: every
+// deadline in it is later than the one before, so the head is the next to
+// expire (a relay has one or two durations: connect, header).
+type tlist struct {
+	d          time.Duration
+	head, tail *Conn
+}
+
+func (l *loop) arm(c *Conn, d time.Duration) {
+	c.disarm()
+	var tl *tlist
+	for _, t := range l.timers {
+		if t.d == d {
+			tl = t
+		}
+	}
+	if tl == nil {
+		tl = &tlist{d: d}
+		l.timers = append(l.timers, tl)
+	}
+	c.tl, c.deadline = tl, l.s.now().Add(d)
+	c.tprev, c.tnext = tl.tail, nil
+	if tl.tail != nil {
+		tl.tail.tnext = c
+	} else {
+		tl.head = c
+	}
+	tl.tail = c
+}
+
+func (c *Conn) disarm() {
+	tl := c.tl
+	if tl == nil {
+		return
+	}
+	if c.tprev != nil {
+		c.tprev.tnext = c.tnext
+	} else {
+		tl.head = c.tnext
+	}
+	if c.tnext != nil {
+		c.tnext.tprev = c.tprev
+	} else {
+		tl.tail = c.tprev
+	}
+	c.tl, c.tprev, c.tnext = nil, nil, nil
+}
+
+// timeout is epoll_wait's: milliseconds to the next deadline (rounded
+// up), or -1.
+func (l *loop) timeout() int {
+	var next time.Time
+	for _, t := range l.timers {
+		if t.head != nil && (next.IsZero() || t.head.deadline.Before(next)) {
+			next = t.head.deadline
+		}
+	}
+	for _, ls := range l.lns {
+		if !ls.retryAt.IsZero() && (next.IsZero() || ls.retryAt.Before(next)) {
+			next = ls.retryAt
+		}
+	}
+	if next.IsZero() {
+		return -1
+	}
+	d := next.Sub(l.s.now())
+	if d <= 0 {
+		return 0
+	}
+	return int((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+func (l *loop) expire() {
+	for _, t := range l.timers {
+		for t.head != nil && !t.head.deadline.After(l.now) {
+			c := t.head
+			c.disarm()
+			c.expired()
+		}
+	}
+	for _, ls := range l.lns {
+		if !ls.retryAt.IsZero() && !ls.retryAt.After(l.now) {
+			ls.retryAt = time.Time{}
+			if err := l.watchListener(ls); err != nil {
+				l.dropListener(ls)
+				ls.lst.finish(fmt.Errorf("accept on %s: %w", ls.lst.name, err))
+				return
+			}
+			l.accept(ls)
+		}
+	}
+}
+
+// errClosed is what a Conn method called after the end reports.
+var errClosed = errors.New("evloop: connection closed")
