@@ -400,10 +400,21 @@ var ErrMore = splice.ErrMore
 
 // write sends b to fd for direction d; what the socket does not take now
 // waits in d.pend. It reports false when c ended (a write error).
+//
+// Only EAGAIN means "wait for EPOLLOUT": the kernel then has set
+// SOCK_NOSPACE and wakes the epoll set when space frees. A short write
+// or splice may also come from a signal (the Go runtime's preemption
+// signal interrupts a splice between two buffers) with the socket still
+// writable, and no EPOLLOUT edge would ever follow: the rest is retried
+// at once instead, and a second call says EAGAIN when the buffer is
+// really full.
 func (c *Conn) write(d *dir, fd int, b []byte) bool {
 	m, err := sysWrite(fd, b)
 	switch {
-	case err == unix.EAGAIN || err == unix.EINTR:
+	case err == unix.EAGAIN:
+		m = 0
+		d.blocked = true
+	case err == unix.EINTR:
 		m = 0
 	case err != nil:
 		c.writeFailed(d, err)
@@ -422,7 +433,6 @@ func (c *Conn) write(d *dir, fd int, b []byte) bool {
 		} else {
 			d.pend = d.pbuf[:copy(d.pbuf[:], rest)]
 		}
-		d.blocked = true
 	}
 	return true
 }
@@ -472,17 +482,18 @@ func (c *Conn) move(d *dir, src, dst int) bool {
 			}
 			m, err := sysWrite(dst, d.pend)
 			switch {
-			case err == unix.EAGAIN || err == unix.EINTR:
+			case err == unix.EAGAIN:
 				d.blocked = true
 				return true
+			case err == unix.EINTR:
+				continue
 			case err != nil:
 				c.writeFailed(d, err)
 				return false
 			}
 			d.pend = d.pend[m:]
 			if len(d.pend) > 0 {
-				d.blocked = true
-				return true
+				continue // short: retried (see write)
 			}
 			d.pend = nil
 			pbufs.Put(d.pbuf)
@@ -494,17 +505,18 @@ func (c *Conn) move(d *dir, src, dst int) bool {
 			}
 			m, err := sysSplice(d.p.R, dst, d.inPipe)
 			switch {
-			case err == unix.EAGAIN || err == unix.EINTR:
+			case err == unix.EAGAIN:
 				d.blocked = true
 				return true
+			case err == unix.EINTR:
+				continue
 			case err != nil:
 				c.writeFailed(d, err)
 				return false
 			}
 			d.inPipe -= m
 			if d.inPipe > 0 {
-				d.blocked = true
-				return true
+				continue // short: retried (see write)
 			}
 		}
 		if d.eof {
