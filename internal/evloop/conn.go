@@ -31,6 +31,10 @@ type Conn struct {
 	up, down    dir
 	cerr        error // a client read error met before Relay
 	dialStarted time.Time
+	dialOpts    *DialOptions
+	lazy        uint8 // lazyNoDelay, lazyKeepalive: set on the upstream socket already
+	writes      int   // writes to the upstream socket so far
+	seen        bool  // an event of the client socket came (its readiness is known)
 
 	tl           *tlist // the timeout list c waits in, if any
 	tprev, tnext *Conn
@@ -45,6 +49,39 @@ const (
 	stRelay                // bytes flow
 	stClosed
 )
+
+// The upstream socket's options are set when they first matter:
+// TCP_NODELAY before its second write (Nagle can only hold back a write
+// that follows one not acknowledged yet), keepalive once the connection
+// has lived keepaliveAfter (keepalive only ever speaks after its idle
+// time, 15 s by default). A short connection pays neither: five
+// setsockopt calls fewer per connection than setting them at connect.
+const (
+	lazyNoDelay uint8 = 1 << iota
+	lazyKeepalive
+)
+
+// keepaliveAfter is how long a relayed connection lives before its
+// upstream socket gets keepalive.
+const keepaliveAfter = time.Second
+
+// upWrite is called before every write to the upstream socket.
+func (c *Conn) upWrite() {
+	c.writes++
+	if c.writes == 2 && c.lazy&lazyNoDelay == 0 && c.dialOpts != nil && c.dialOpts.NoDelay {
+		c.lazy |= lazyNoDelay
+		sysSetsockoptInt(c.sfd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	}
+}
+
+// setKeepalive gives the upstream socket its keepalive options.
+func (c *Conn) setKeepalive() {
+	if c.lazy&lazyKeepalive != 0 || c.dialOpts == nil || c.dialOpts.Keepalive.Idle <= 0 || c.sfd < 0 {
+		return
+	}
+	c.lazy |= lazyKeepalive
+	c.dialOpts.Keepalive.Each(func(level, opt, value int) { sysSetsockoptInt(c.sfd, level, opt, value) })
+}
 
 // dir is one direction of the copy.
 type dir struct {
@@ -173,12 +210,10 @@ func (c *Conn) Dial(addr netip.AddrPort, o *DialOptions) {
 		c.dialFailed(os.NewSyscallError("socket", err))
 		return
 	}
-	if o.NoDelay {
-		sysSetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-	}
-	if o.Keepalive.Idle > 0 {
-		o.Keepalive.Each(func(level, opt, value int) { sysSetsockoptInt(fd, level, opt, value) })
-	}
+	// TCP_NODELAY and keepalive are set when they first matter (see
+	// lazy): most relayed connections are over before either would.
+	c.dialOpts = o
+	c.lazy = 0
 	var sa sockaddr
 	if o.Source.IsValid() {
 		// The port is chosen by connect, not by bind: bind would search
@@ -209,13 +244,27 @@ func (c *Conn) Dial(addr netip.AddrPort, o *DialOptions) {
 			return
 		}
 	}
+	if err == nil {
+		c.connected(nil)
+		return
+	}
+	// On loopback the handshake is usually over by the time connect
+	// returns: a second connect says so (EISCONN) at the price of the
+	// SO_ERROR check it replaces, and the copy starts now rather than
+	// on the next turn of the loop.
+	switch err := sysConnect(fd, &sa, n); err {
+	case unix.EISCONN:
+		c.connected(nil)
+		return
+	case unix.EALREADY, unix.EINPROGRESS, unix.EINTR:
+	default:
+		c.connected(err)
+		return
+	}
 	if o.Timeout > 0 {
 		c.l.arm(c, o.Timeout)
 	}
-	if err == nil {
-		c.connected()
-	}
-	// else the connect's outcome comes as an event (EPOLLOUT or EPOLLERR)
+	// the connect's outcome comes as an event (EPOLLOUT, or EPOLLERR)
 }
 
 // DialStarted is when the last Dial began.
@@ -226,9 +275,9 @@ func (c *Conn) dialFailed(err error) {
 	c.l.s.Handler.Dialed(c, err)
 }
 
-// connected checks the outcome of a connect in progress.
-func (c *Conn) connected() {
-	if err := sysSoError(c.sfd); err != nil {
+// connected ends a connect: err nil means it succeeded.
+func (c *Conn) connected(err error) {
+	if err != nil {
 		c.disarm()
 		c.l.release(c.sfd)
 		c.sfd = -1
@@ -247,6 +296,8 @@ func (c *Conn) expired() {
 		c.l.release(c.sfd)
 		c.sfd = -1
 		c.dialFailed(ErrTimeout)
+	case c.state == stRelay:
+		c.setKeepalive()
 	case c.state == stOpen && c.reading:
 		c.reading = false
 		c.l.s.Handler.Received(c, c.pre, ErrTimeout)
@@ -261,6 +312,8 @@ func (c *Conn) event(srv bool, ev uint32) {
 	src, dst := &c.up, &c.down // the directions c's client socket reads for and writes for
 	if srv {
 		src, dst = &c.down, &c.up
+	} else {
+		c.seen = true
 	}
 	if in {
 		src.ready = true
@@ -275,8 +328,16 @@ func (c *Conn) event(srv bool, ev uint32) {
 			c.readFirst()
 		}
 	case stDialing:
-		if srv && out {
-			c.connected()
+		switch {
+		case !srv:
+		case ev&(unix.EPOLLERR|unix.EPOLLHUP) != 0:
+			err := sysSoError(c.sfd)
+			if err == nil {
+				err = unix.ECONNRESET
+			}
+			c.connected(err)
+		case out: // writable without an error: connected
+			c.connected(nil)
 		}
 	case stRelay:
 		c.pump()
@@ -346,13 +407,18 @@ func (c *Conn) Relay(prefix []byte, screen func([]byte) error) {
 	}
 	c.state = stRelay
 	l := c.l
+	if c.dialOpts != nil && c.dialOpts.Keepalive.Idle > 0 {
+		l.arm(c, keepaliveAfter)
+	}
 	out := append(l.buf[:0], prefix...)
 	if len(c.pre) > 0 {
 		out = append(out, c.pre...)
 		c.putPre()
-	} else if c.up.ready && !c.up.eof && c.cerr == nil {
+	} else if (c.up.ready || !c.seen) && !c.up.eof && c.cerr == nil {
 		// The client's first bytes have usually arrived during the
-		// connect: read them straight behind the header.
+		// connect: read them straight behind the header (also when the
+		// client socket's first event is still to come: the connect
+		// may be over before the loop has polled).
 		n, err := sysRead(c.cfd, l.buf[len(out):cap(l.buf)])
 		switch {
 		case err == unix.EAGAIN || err == unix.EINTR:
@@ -409,6 +475,9 @@ var ErrMore = splice.ErrMore
 // at once instead, and a second call says EAGAIN when the buffer is
 // really full.
 func (c *Conn) write(d *dir, fd int, b []byte) bool {
+	if d == &c.up {
+		c.upWrite()
+	}
 	m, err := sysWrite(fd, b)
 	switch {
 	case err == unix.EAGAIN:
@@ -480,6 +549,9 @@ func (c *Conn) move(d *dir, src, dst int) bool {
 			if d.blocked {
 				return true
 			}
+			if d == &c.up {
+				c.upWrite()
+			}
 			m, err := sysWrite(dst, d.pend)
 			switch {
 			case err == unix.EAGAIN:
@@ -502,6 +574,9 @@ func (c *Conn) move(d *dir, src, dst int) bool {
 		if d.inPipe > 0 {
 			if d.blocked {
 				return true
+			}
+			if d == &c.up {
+				c.upWrite()
 			}
 			m, err := sysSplice(d.p.R, dst, d.inPipe)
 			switch {
@@ -539,7 +614,13 @@ func (c *Conn) move(d *dir, src, dst int) bool {
 					splice.PutPipe(d.p)
 					d.p = nil
 				}
-				sysShutdown(dst, unix.SHUT_WR)
+				other := &c.down
+				if d == &c.down {
+					other = &c.up
+				}
+				if !other.shut {
+					sysShutdown(dst, unix.SHUT_WR)
+				} // else the close that follows sends the FIN
 			}
 			return true
 		}

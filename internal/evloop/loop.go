@@ -87,7 +87,7 @@ func (timeoutError) Temporary() bool { return true }
 // Server runs the loops.
 type Server struct {
 	Handler Handler
-	// Loops is the number of event loops; 0 means GOMAXPROCS.
+	// Loops is the number of event loops; 0 means DefaultLoops.
 	Loops int
 	// Log receives accept failures (rate-limited); nil discards them.
 	Log *slog.Logger
@@ -104,6 +104,16 @@ type Server struct {
 	limit     *accept.Limiter
 }
 
+// DefaultLoops is one loop per two CPUs the Go runtime may use
+// (GOMAXPROCS), at least one. A relayed short connection costs the kernel
+// about as much again as the loop (TCP on both sockets, the peers'
+// processing on loopback), and on 2 CPUs one loop measured 63–68 µs of
+// CPU per short connection against 74–75 µs for two, for the same rate
+// (docs/benchmarks.md). GOMAXPROCS sets it.
+func DefaultLoops() int {
+	return max(1, runtime.GOMAXPROCS(0)/2)
+}
+
 func (s *Server) now() time.Time {
 	if s.Now != nil {
 		return s.Now()
@@ -115,7 +125,7 @@ func (s *Server) start() error {
 	s.once.Do(func() {
 		n := s.Loops
 		if n <= 0 {
-			n = runtime.GOMAXPROCS(0)
+			n = DefaultLoops()
 		}
 		if s.Log == nil {
 			s.Log = slog.New(slog.DiscardHandler)
@@ -316,12 +326,17 @@ type lslot struct {
 	fd      int
 	backoff time.Duration
 	retryAt time.Time // non-zero while backing off (out of the epoll set)
+	more    bool      // the last accept batch did not reach EAGAIN
 }
 
 // loop is one event loop: an epoll set and the connections it carries.
 type loop struct {
 	s      *Server
 	epfd   int
+	file   *os.File        // epfd, in Go's poller
+	raw    syscall.RawConn // file's, to park on
+	waitFn func(uintptr) bool
+	waitN  int // events wait found
 	evfd   int // eventfd: post wakes the loop with it
 	events []unix.EpollEvent
 	fds    []slot
@@ -332,6 +347,7 @@ type loop struct {
 	lns    []*lslot
 	conns  map[*Conn]struct{}
 	done   bool
+	more   bool // a listener has more to accept: do not park
 
 	mu     sync.Mutex
 	posted []func()
@@ -359,12 +375,30 @@ func newLoop(s *Server) (*loop, error) {
 	}
 	l := &loop{s: s, epfd: epfd, evfd: evfd, events: make([]unix.EpollEvent, 256),
 		buf: make([]byte, headroom+bufSize), conns: map[*Conn]struct{}{}}
-	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(evfd)}
+	// Everything in the set is edge-triggered: a level-triggered entry
+	// goes back on the ready list each time it is reported, and that
+	// wakes Go's poller (which watches this set) for nothing.
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(evfd)}
 	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, evfd, &ev); err != nil {
 		unix.Close(epfd)
 		unix.Close(evfd)
 		return nil, os.NewSyscallError("epoll_ctl", err)
 	}
+	// The epoll descriptor itself goes into Go's poller (an epoll set is
+	// readable while it has events): see run.
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		unix.Close(evfd)
+		return nil, os.NewSyscallError("fcntl", err)
+	}
+	l.file = os.NewFile(uintptr(epfd), "epoll")
+	raw, err := l.file.SyscallConn()
+	if err != nil {
+		l.file.Close()
+		unix.Close(evfd)
+		return nil, err
+	}
+	l.raw, l.waitFn = raw, l.wait
 	return l, nil
 }
 
@@ -391,14 +425,34 @@ func (l *loop) runPosted() {
 
 func (l *loop) quit() { l.done = true }
 
+// run is the loop. It never blocks in a system call: epoll_wait is
+// called with a zero timeout, and when nothing is ready the goroutine
+// parks in Go's own poller on the epoll descriptor (readable when one of
+// its sockets is ready), with a read deadline at the next timeout. A
+// goroutine blocked in epoll_wait instead held its P in a system call:
+// sysmon took it back every 20 µs and woke another thread for it, which
+// cost more than the connections themselves (a tenth of the relay's
+// CPU in runtime.sysmon alone).
 func (l *loop) run() {
+	var armed time.Time // the read deadline set on l.file, if any
 	for !l.done {
-		n, err := unix.EpollWait(l.epfd, l.events, l.timeout())
-		l.now = l.s.now()
+		n, err := epollWaitNow(l.epfd, l.events)
 		if err != nil && err != unix.EINTR {
 			l.s.Log.Error("epoll_wait failed", "err", err)
 			time.Sleep(10 * time.Millisecond)
+			continue
 		}
+		if n == 0 && !l.more {
+			next := l.nextDeadline()
+			if !next.IsZero() && (armed.IsZero() || next.Before(armed) || !armed.After(l.s.now())) {
+				l.file.SetReadDeadline(next)
+				armed = next
+			}
+			l.waitN = 0
+			l.raw.Read(l.waitFn) // returns at once if ready, or with the deadline's error
+			n = l.waitN
+		}
+		l.now = l.s.now()
 		for i := 0; i < n; i++ {
 			ev := &l.events[i]
 			fd := int(ev.Fd)
@@ -420,10 +474,30 @@ func (l *loop) run() {
 				sl.c.event(sl.srv, ev.Events)
 			}
 		}
+		if l.more {
+			l.more = false
+			for _, ls := range l.lns {
+				if ls.more && ls.retryAt.IsZero() {
+					l.accept(ls)
+				}
+			}
+		}
 		l.expire()
 	}
-	unix.Close(l.epfd)
+	l.file.Close() // the epoll descriptor
 	unix.Close(l.evfd)
+}
+
+// wait is the Go poller's callback: it reports true (stop waiting) once
+// epoll has events, or when a timeout is due.
+func (l *loop) wait(uintptr) bool {
+	n, err := epollWaitNow(l.epfd, l.events)
+	if err == nil && n > 0 {
+		l.waitN = n
+		return true
+	}
+	next := l.nextDeadline()
+	return !next.IsZero() && !next.After(l.s.now())
 }
 
 // register adds fd to the epoll set (edge-triggered, both ways) for c.
@@ -468,15 +542,17 @@ func (s *Server) isClosed() bool {
 	return s.closed
 }
 
-// watchListener puts a listener in the epoll set, level-triggered and
-// exclusive: one loop is woken per new connection, not all of them.
+// watchListener puts a listener in the epoll set, edge-triggered and
+// exclusive: one loop is woken per new connection, not all of them. The
+// loop accepts until EAGAIN, acceptBatch at a time (ls.more carries the
+// rest to the next turn).
 func (l *loop) watchListener(ls *lslot) error {
 	for ls.fd >= len(l.fds) {
 		l.fds = append(l.fds, make([]slot, max(len(l.fds), 64))...)
 	}
 	l.gen++
 	l.fds[ls.fd] = slot{ln: ls, gen: l.gen}
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLEXCLUSIVE, Fd: int32(ls.fd), Pad: int32(l.gen)}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET | unix.EPOLLEXCLUSIVE, Fd: int32(ls.fd), Pad: int32(l.gen)}
 	if err := sysEpollCtl(l.epfd, unix.EPOLL_CTL_ADD, ls.fd, &ev); err != nil {
 		l.fds[ls.fd] = slot{}
 		return os.NewSyscallError("epoll_ctl", err)
@@ -529,7 +605,13 @@ const (
 
 func (l *loop) accept(ls *lslot) {
 	var sa sockaddr
-	for range acceptBatch {
+	ls.more = false
+	for i := range acceptBatch + 1 {
+		if i == acceptBatch {
+			ls.more = true // not known to be drained: go on next turn
+			l.more = true
+			return
+		}
 		fd, err := sysAccept4(ls.fd, &sa)
 		if err != nil {
 			switch {
@@ -643,9 +725,9 @@ func (c *Conn) disarm() {
 	c.tl, c.tprev, c.tnext = nil, nil, nil
 }
 
-// timeout is epoll_wait's: milliseconds to the next deadline (rounded
-// up), or -1.
-func (l *loop) timeout() int {
+// nextDeadline is the next timeout of a connection or a listener's
+// back-off, or zero.
+func (l *loop) nextDeadline() time.Time {
 	var next time.Time
 	for _, t := range l.timers {
 		if t.head != nil && (next.IsZero() || t.head.deadline.Before(next)) {
@@ -657,14 +739,7 @@ func (l *loop) timeout() int {
 			next = ls.retryAt
 		}
 	}
-	if next.IsZero() {
-		return -1
-	}
-	d := next.Sub(l.s.now())
-	if d <= 0 {
-		return 0
-	}
-	return int((d + time.Millisecond - 1) / time.Millisecond)
+	return next
 }
 
 func (l *loop) expire() {

@@ -154,3 +154,13 @@ func sysBind(fd int, sa *sockaddr, l uint32) error {
 	_, _, e := syscall.RawSyscall(unix.SYS_BIND, uintptr(fd), uintptr(unsafe.Pointer(&sa.raw)), uintptr(l))
 	return errno(e)
 }
+
+// epollWaitNow is epoll_wait with a zero timeout: it never waits.
+func epollWaitNow(epfd int, events []unix.EpollEvent) (int, error) {
+	n, _, e := syscall.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])),
+		uintptr(len(events)), 0, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
+}
