@@ -98,8 +98,6 @@ type dir struct {
 	n       int64
 }
 
-func (d *dir) idle() bool { return len(d.pend) == 0 && d.inPipe == 0 }
-
 // Peer is the client's address (IPv4-mapped addresses unmapped).
 func (c *Conn) Peer() netip.AddrPort { return c.peer }
 

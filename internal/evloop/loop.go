@@ -20,7 +20,6 @@
 package evloop
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -762,6 +761,3 @@ func (l *loop) expire() {
 		}
 	}
 }
-
-// errClosed is what a Conn method called after the end reports.
-var errClosed = errors.New("evloop: connection closed")
