@@ -625,7 +625,7 @@ func (c *Conn) move(d *dir, src, dst int) bool {
 		if !d.ready {
 			if d.p != nil { // drained: the pipe goes back to the pool
 				splice.PutPipe(d.p)
-				d.p, d.bulk = nil, false
+				d.p = nil
 			}
 			return true
 		}
@@ -651,6 +651,11 @@ func (c *Conn) move(d *dir, src, dst int) bool {
 			default:
 				d.inPipe += m
 				d.n += int64(m)
+				if m < bufSize {
+					// A small burst: the next one is copied through
+					// the buffer again (splice-auto), until one fills it.
+					d.bulk = false
+				}
 			}
 			continue
 		}
