@@ -480,3 +480,30 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestIdleLoopParks: once its connections are over and their timeouts
+// past, a loop parks; it does not poll. (It spun at 100 % of a CPU
+// when the read deadline of an expired timeout stayed on its epoll
+// descriptor.) The process's own CPU time is counted, not wall time: a
+// loop that spins burns the whole window, a parked one next to nothing.
+func TestIdleLoopParks(t *testing.T) {
+	up := upstream(t, func(c net.Conn) { io.Copy(c, c) })
+	r := newRelay(up)
+	r.opts.Timeout = 20 * time.Millisecond
+	_, addr := serve(t, r)
+	if got := echo(t, addr, "x"); got != "x" {
+		t.Fatalf("echo %q", got)
+	}
+	result(t, r)
+	time.Sleep(100 * time.Millisecond) // the connect timeout's deadline is past
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	c0 := cpu()
+	time.Sleep(500 * time.Millisecond)
+	if used := cpu() - c0; used > 250*time.Millisecond {
+		t.Fatalf("the idle process used %v of CPU in 500 ms: a loop is spinning", used)
+	}
+}

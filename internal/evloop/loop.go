@@ -442,8 +442,15 @@ func (l *loop) run() {
 			continue
 		}
 		if n == 0 && !l.more {
-			next := l.nextDeadline()
-			if !next.IsZero() && (armed.IsZero() || next.Before(armed) || !armed.After(l.s.now())) {
+			// The deadline stays on the file until changed: a past one
+			// would end every later wait at once (a loop spinning idle).
+			switch next := l.nextDeadline(); {
+			case next.IsZero():
+				if !armed.IsZero() {
+					l.file.SetReadDeadline(time.Time{})
+					armed = time.Time{}
+				}
+			case armed.IsZero() || next.Before(armed) || !armed.After(l.s.now()):
 				l.file.SetReadDeadline(next)
 				armed = next
 			}
