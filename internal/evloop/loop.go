@@ -90,7 +90,9 @@ type Server struct {
 	Loops int
 	// Log receives accept failures (rate-limited); nil discards them.
 	Log *slog.Logger
-	// Now is the clock of the timeouts and of Conn.Now; nil is time.Now.
+	// Now is the clock of Conn.Now and Conn.DialStarted (what a handler
+	// measures and logs); nil is time.Now. Timeouts always run on the
+	// real clock.
 	Now func() time.Time
 
 	once      sync.Once
@@ -341,7 +343,8 @@ type loop struct {
 	fds    []slot
 	gen    uint32
 	now    time.Time
-	buf    []byte // scratch for reads and the first write
+	mono   time.Time // time.Now at the same moment: timeouts run on the real clock
+	buf    []byte    // scratch for reads and the first write
 	timers []*tlist
 	lns    []*lslot
 	conns  map[*Conn]struct{}
@@ -450,7 +453,7 @@ func (l *loop) run() {
 					l.file.SetReadDeadline(time.Time{})
 					armed = time.Time{}
 				}
-			case armed.IsZero() || next.Before(armed) || !armed.After(l.s.now()):
+			case armed.IsZero() || next.Before(armed) || !armed.After(time.Now()):
 				l.file.SetReadDeadline(next)
 				armed = next
 			}
@@ -459,6 +462,7 @@ func (l *loop) run() {
 			n = l.waitN
 		}
 		l.now = l.s.now()
+		l.mono = time.Now()
 		for i := 0; i < n; i++ {
 			ev := &l.events[i]
 			fd := int(ev.Fd)
@@ -503,7 +507,7 @@ func (l *loop) wait(uintptr) bool {
 		return true
 	}
 	next := l.nextDeadline()
-	return !next.IsZero() && !next.After(l.s.now())
+	return !next.IsZero() && !next.After(time.Now())
 }
 
 // register adds fd to the epoll set (edge-triggered, both ways) for c.
@@ -654,7 +658,7 @@ func (l *loop) accept(ls *lslot) {
 // temporary error: accepting again at once would fail the same way.
 func (l *loop) backOff(ls *lslot, err error) {
 	ls.backoff = min(max(2*ls.backoff, minBackoff), maxBackoff)
-	ls.retryAt = l.now.Add(ls.backoff)
+	ls.retryAt = l.mono.Add(ls.backoff)
 	l.fds[ls.fd] = slot{}
 	sysEpollCtl(l.epfd, unix.EPOLL_CTL_DEL, ls.fd, nil)
 	if ok, suppressed := l.s.limit.Allow(); ok {
@@ -703,7 +707,7 @@ func (l *loop) arm(c *Conn, d time.Duration) {
 		tl = &tlist{d: d}
 		l.timers = append(l.timers, tl)
 	}
-	c.tl, c.deadline = tl, l.s.now().Add(d)
+	c.tl, c.deadline = tl, time.Now().Add(d)
 	c.tprev, c.tnext = tl.tail, nil
 	if tl.tail != nil {
 		tl.tail.tnext = c
@@ -750,14 +754,14 @@ func (l *loop) nextDeadline() time.Time {
 
 func (l *loop) expire() {
 	for _, t := range l.timers {
-		for t.head != nil && !t.head.deadline.After(l.now) {
+		for t.head != nil && !t.head.deadline.After(l.mono) {
 			c := t.head
 			c.disarm()
 			c.expired()
 		}
 	}
 	for _, ls := range l.lns {
-		if !ls.retryAt.IsZero() && !ls.retryAt.After(l.now) {
+		if !ls.retryAt.IsZero() && !ls.retryAt.After(l.mono) {
 			ls.retryAt = time.Time{}
 			if err := l.watchListener(ls); err != nil {
 				l.dropListener(ls)
