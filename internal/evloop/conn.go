@@ -543,54 +543,8 @@ const chunk = 1 << 20
 // when c ended.
 func (c *Conn) move(d *dir, src, dst int) bool {
 	for {
-		if len(d.pend) > 0 {
-			if d.blocked {
-				return true
-			}
-			if d == &c.up {
-				c.upWrite()
-			}
-			m, err := sysWrite(dst, d.pend)
-			switch {
-			case err == unix.EAGAIN:
-				d.blocked = true
-				return true
-			case err == unix.EINTR:
-				continue
-			case err != nil:
-				c.writeFailed(d, err)
-				return false
-			}
-			d.pend = d.pend[m:]
-			if len(d.pend) > 0 {
-				continue // short: retried (see write)
-			}
-			d.pend = nil
-			pbufs.Put(d.pbuf)
-			d.pbuf = nil
-		}
-		if d.inPipe > 0 {
-			if d.blocked {
-				return true
-			}
-			if d == &c.up {
-				c.upWrite()
-			}
-			m, err := sysSplice(d.p.R, dst, d.inPipe)
-			switch {
-			case err == unix.EAGAIN:
-				d.blocked = true
-				return true
-			case err == unix.EINTR:
-				continue
-			case err != nil:
-				c.writeFailed(d, err)
-				return false
-			}
-			d.inPipe -= m
-			if d.inPipe > 0 {
-				continue // short: retried (see write)
-			}
+		if wait, ok := c.flushOut(d, dst); !ok || wait {
+			return ok
 		}
 		if d.eof {
 			if d == &c.up && c.screen != nil {
@@ -695,6 +649,48 @@ func (c *Conn) move(d *dir, src, dst int) bool {
 			return false
 		}
 	}
+}
+
+// flushOut writes what d holds — bytes a write did not take, or a
+// pipe's — to dst. wait reports that dst is full (EPOLLOUT will come);
+// ok false that c ended.
+func (c *Conn) flushOut(d *dir, dst int) (wait, ok bool) {
+	for len(d.pend) > 0 || d.inPipe > 0 {
+		if d.blocked {
+			return true, true
+		}
+		if d == &c.up {
+			c.upWrite()
+		}
+		var m int
+		var err error
+		if len(d.pend) > 0 {
+			m, err = sysWrite(dst, d.pend)
+		} else {
+			m, err = sysSplice(d.p.R, dst, d.inPipe)
+		}
+		switch {
+		case err == unix.EAGAIN:
+			d.blocked = true
+			return true, true
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			c.writeFailed(d, err)
+			return false, false
+		}
+		// A short write is retried at once (see write).
+		if len(d.pend) > 0 {
+			if d.pend = d.pend[m:]; len(d.pend) == 0 {
+				d.pend = nil
+				pbufs.Put(d.pbuf)
+				d.pbuf = nil
+			}
+		} else {
+			d.inPipe -= m
+		}
+	}
+	return false, true
 }
 
 // screenMore adds b to the client's bytes held for the screen, and

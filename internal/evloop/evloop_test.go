@@ -11,7 +11,6 @@ import (
 	"net/netip"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -382,7 +381,7 @@ func TestAbort(t *testing.T) {
 func TestAcceptBackOff(t *testing.T) {
 	up := upstream(t, func(c net.Conn) { io.Copy(c, c) })
 	r := newRelay(up)
-	var logs syncBuffer
+	var logs testbed.Buffer
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -462,23 +461,6 @@ func echo(t *testing.T, addr, msg string) string {
 	b := make([]byte, len(msg))
 	io.ReadFull(c, b)
 	return string(b)
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestIdleLoopParks: once its connections are over and their timeouts
