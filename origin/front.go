@@ -124,8 +124,8 @@ func (f *Front) now() time.Time {
 // until Shutdown (then it returns nil) or until the listener fails for
 // good. Serve takes a *net.TCPListener over: it is closed at once, the
 // loops accept on descriptors of their own. Accepted sockets inherit
-// TCP_NODELAY (set here) and keepalive from the listening one: no
-// setsockopt per connection. Another kind of listener is served by an
+// TCP_NODELAY and Go's default keepalive (both set here on the listening
+// socket): no setsockopt per connection. Another kind of listener is served by an
 // accept loop and a goroutine per connection.
 func (f *Front) Serve(ln net.Listener) error {
 	f.mu.Lock()
@@ -137,6 +137,7 @@ func (f *Front) Serve(ln net.Listener) error {
 	if _, ok := ln.(*net.TCPListener); ok {
 		f.mu.Unlock()
 		sockopt.NoDelay(ln)
+		goKeepalive.Set(ln)
 		return f.srv.Serve(ln)
 	}
 	f.listeners[ln] = struct{}{}
@@ -156,6 +157,11 @@ func (f *Front) Serve(ln net.Listener) error {
 	}
 	return loop.Serve(ln)
 }
+
+// goKeepalive is what Go's net package sets on every accepted connection
+// (15 s idle, 15 s interval, 9 probes): the front's outer connections keep
+// it, inherited from the listening socket, now that the loops accept.
+var goKeepalive = sockopt.Keepalive{Idle: 15 * time.Second, Interval: 15 * time.Second, Count: 9}
 
 // looped counts a connection that came from one of the front's own inner
 // connections (inner is the front itself) and was closed.
