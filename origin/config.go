@@ -153,10 +153,12 @@ func parsePrefix(s string) (netip.Prefix, error) {
 // trusts reports whether addr (the measured peer) is inside trusted_edges.
 func (p parsed) trusts(addr net.Addr) bool {
 	ap, ok := addrPort(addr)
-	if !ok {
-		return false
-	}
-	ip := ap.Addr().Unmap()
+	return ok && p.trustsAddr(ap.Addr())
+}
+
+// trustsAddr is trusts for an address in netip form.
+func (p parsed) trustsAddr(ip netip.Addr) bool {
+	ip = ip.Unmap()
 	for _, pf := range p.trusted {
 		if pf.Contains(ip) {
 			return true

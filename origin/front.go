@@ -1,19 +1,21 @@
 package origin
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/evloop"
+	"github.com/edgefleet/edgefleet/internal/sockopt"
 	"github.com/edgefleet/edgefleet/internal/splice"
-	"github.com/edgefleet/edgefleet/internal/workers"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -29,10 +31,17 @@ const (
 )
 
 // Front is the origin's front listener. For each accepted connection it
-// peeks at the first bytes, reads a PROXY header if one is there and the
+// reads the first bytes, reads a PROXY header if one is there and the
 // source may send one, dials inner, records the peer in the table under the
-// inner connection's local port, and joins the two connections with
-// splice (Prepare, then Run) until both directions are done.
+// inner connection's local port, and copies both ways until both
+// directions are done.
+//
+// Its connections run on event loops (internal/evloop): the accept, the
+// header read, the non-blocking dial and the copy (read/write for small
+// bursts, splice for bulk) without a goroutine per connection. A
+// connection handed to HandleConn that is not a TCP socket (a net.Pipe in
+// a test) is served in the calling goroutine instead, with the same
+// decisions.
 type Front struct {
 	// Now is the clock for Peer.Since, durations and log rate limiting;
 	// nil means time.Now. Set it before Serve or HandleConn.
@@ -46,24 +55,24 @@ type Front struct {
 	refusals *accept.Limiter
 	// own holds the inner connections, so that one coming back to the
 	// front (inner is the front itself) is refused.
-	own *accept.Own
-	// dialer sets no keepalive on the loopback connection to inner: it
-	// saves four setsockopt calls per connection, and a local peer that
-	// dies resets its connections itself.
+	own  *accept.Own
+	srv  evloop.Server
+	dial evloop.DialOptions // no keepalive toward inner: a local peer that dies resets its connections itself
+	// innerAddr is front.inner when it is an address; a name is looked
+	// up per connection off the loop.
+	innerAddr netip.AddrPort
+	// dialer is the fallback sessions' (HandleConn on a connection that
+	// is not a TCP socket).
 	dialer net.Dialer
-	// handlers run HandleConn for Serve in goroutines whose stacks have
-	// already grown in the deep calls of a connection's setup (sniff,
-	// dial, splice, log line): a fresh goroutine per connection paid to
-	// grow and copy its stack every time.
-	handlers workers.Pool
-	ctx      context.Context // cancelled when Shutdown gives up waiting
-	cancel   context.CancelFunc
+	ctx    context.Context // cancelled when Shutdown gives up waiting
+	cancel context.CancelFunc
 
 	mu        sync.Mutex
 	closing   bool
-	listeners map[net.Listener]struct{}
-	sessions  map[*session]struct{} // open connections, closed on a forced shutdown
-	wg        sync.WaitGroup        // one per open connection
+	active    int                       // open connections, against max_conns
+	idle      chan struct{}             // closed once closing and active is 0
+	listeners map[net.Listener]struct{} // non-TCP listeners served by accept.Loop
+	sessions  map[*session]struct{}     // fallback sessions, closed on a forced shutdown
 }
 
 // New checks cfg and returns a front that records peers in table, logs to
@@ -88,9 +97,15 @@ func New(cfg Config, table *PeerTable, log *slog.Logger, reg prometheus.Register
 		dialer:    net.Dialer{Timeout: innerDialTimeout, KeepAlive: -1},
 		listeners: map[net.Listener]struct{}{},
 		sessions:  map[*session]struct{}{},
+		idle:      make(chan struct{}),
 		own:       accept.NewOwn(),
 	}
+	if ap, err := netip.ParseAddrPort(cfg.Inner); err == nil {
+		f.innerAddr = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
 	f.refusals = accept.NewLimiter(refusalLogBurst, refusalLogWindow, f.now)
+	f.srv = evloop.Server{Handler: (*handler)(f), Log: log, Now: f.now}
+	f.dial = evloop.DialOptions{Timeout: innerDialTimeout, NoDelay: true, Sent: f.sent}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	if err := f.m.register(reg); err != nil {
 		return nil, fmt.Errorf("origin: register metrics: %w", err)
@@ -105,15 +120,25 @@ func (f *Front) now() time.Time {
 	return time.Now()
 }
 
-// Serve accepts connections on ln and handles each in a goroutine of its
-// own (an idle one reused when there is one) until Shutdown, when it
-// returns nil. The accept loop never reads.
+// Serve accepts connections on ln and serves them on the event loops
+// until Shutdown (then it returns nil) or until the listener fails for
+// good. Serve takes a *net.TCPListener over: it is closed at once, the
+// loops accept on descriptors of their own. Accepted sockets inherit
+// TCP_NODELAY and Go's default keepalive (both set here on the listening
+// socket): no setsockopt per connection. Another kind of listener is served by an
+// accept loop and a goroutine per connection.
 func (f *Front) Serve(ln net.Listener) error {
 	f.mu.Lock()
 	if f.closing {
 		f.mu.Unlock()
 		ln.Close()
 		return nil
+	}
+	if _, ok := ln.(*net.TCPListener); ok {
+		f.mu.Unlock()
+		sockopt.NoDelay(ln)
+		goKeepalive.Set(ln)
+		return f.srv.Serve(ln)
 	}
 	f.listeners[ln] = struct{}{}
 	f.mu.Unlock()
@@ -123,22 +148,27 @@ func (f *Front) Serve(ln net.Listener) error {
 		f.mu.Unlock()
 	}()
 	loop := accept.Loop{
-		Handle:  func(c net.Conn) { f.handlers.Go(func() { f.HandleConn(c) }) },
+		Handle:  func(c net.Conn) { go f.HandleConn(c) },
 		Closing: f.isClosing,
 		Log:     f.log,
 		Own:     f.own,
-		Looped:  func(c net.Conn) { f.looped(c) },
+		Looped:  func(c net.Conn) { f.looped(formatAddr(c.RemoteAddr())) },
 		Now:     f.now,
 	}
 	return loop.Serve(ln)
 }
 
+// goKeepalive is what Go's net package sets on every accepted connection
+// (15 s idle, 15 s interval, 9 probes): the front's outer connections keep
+// it, inherited from the listening socket, now that the loops accept.
+var goKeepalive = sockopt.Keepalive{Idle: 15 * time.Second, Interval: 15 * time.Second, Count: 9}
+
 // looped counts a connection that came from one of the front's own inner
 // connections (inner is the front itself) and was closed.
-func (f *Front) looped(c net.Conn) {
+func (f *Front) looped(measured string) {
 	f.m.conns.WithLabelValues(HeaderNone, ResultLoop).Inc()
 	if ok, suppressed := f.refusals.Allow(); ok {
-		f.log.Warn("connection from the front itself refused: front.inner is this front", "measured", formatAddr(c.RemoteAddr()),
+		f.log.Warn("connection from the front itself refused: front.inner is this front", "measured", measured,
 			"inner", f.cfg.Inner, "suppressed", suppressed)
 	}
 }
@@ -149,6 +179,46 @@ func (f *Front) isClosing() bool {
 	return f.closing
 }
 
+// reserve takes a slot for a new connection, or counts its refusal
+// (shutting down, max_conns) and reports false.
+func (f *Front) reserve() bool {
+	f.mu.Lock()
+	if f.closing || f.active >= f.cfg.MaxConns {
+		result := ResultShutdown
+		if !f.closing {
+			result = ResultMaxConns
+		}
+		f.mu.Unlock()
+		f.m.conns.WithLabelValues(HeaderNone, result).Inc()
+		return false
+	}
+	f.active++
+	f.mu.Unlock()
+	f.m.active.Inc()
+	return true
+}
+
+// release gives a connection's slot back and wakes Shutdown after the
+// last one.
+func (f *Front) release() {
+	f.m.active.Dec()
+	f.mu.Lock()
+	f.active--
+	if f.closing && f.active == 0 {
+		f.wake()
+	}
+	f.mu.Unlock()
+}
+
+// wake closes f.idle once; f.mu is held.
+func (f *Front) wake() {
+	select {
+	case <-f.idle:
+	default:
+		close(f.idle)
+	}
+}
+
 // Shutdown stops accepting at once and waits for open connections to end;
 // when ctx is done first it closes them and returns ctx's error.
 func (f *Front) Shutdown(ctx context.Context) error {
@@ -157,15 +227,19 @@ func (f *Front) Shutdown(ctx context.Context) error {
 	for ln := range f.listeners {
 		ln.Close()
 	}
+	if f.active == 0 {
+		f.wake()
+	}
 	f.mu.Unlock()
-	done := make(chan struct{})
-	go func() { f.wg.Wait(); close(done) }()
+	f.srv.Close()
+	defer f.srv.Stop()
 	select {
-	case <-done:
+	case <-f.idle:
 		return nil
 	case <-ctx.Done():
 	}
 	f.cancel()
+	f.srv.Abort()
 	f.mu.Lock()
 	open := make([]*session, 0, len(f.sessions))
 	for s := range f.sessions {
@@ -175,38 +249,374 @@ func (f *Front) Shutdown(ctx context.Context) error {
 	for _, s := range open { // outside f.mu: a session ending takes it
 		s.abort()
 	}
-	<-done
+	<-f.idle
 	return ctx.Err()
 }
 
-// HandleConn serves one accepted connection. It returns once the
-// connection has been refused, or once its client→inner direction has gone
-// idle or ended; forwarding then goes on in splice, without a goroutine of
-// its own while the connection is idle. Shutdown waits for the end of
+// HandleConn serves one connection accepted elsewhere and returns once it
+// is over. A *net.TCPConn is handed to the event loops; another kind of
+// connection is served in this goroutine (HandleConn then returns once it
+// has been refused, or once its client→inner direction has gone idle or
+// ended, forwarding going on in splice). Shutdown waits for the end of
 // every connection.
 func (f *Front) HandleConn(c net.Conn) {
+	if !f.reserve() {
+		f.own.Forget(c)
+		c.Close()
+		return
+	}
+	if _, ok := c.(*net.TCPConn); ok {
+		over := make(chan struct{})
+		fc := &conn{counted: true, over: func() { close(over) }}
+		if err := f.srv.Adopt(c, fc); err != nil {
+			f.release()
+			f.log.Error("connection not served", "err", err)
+			return
+		}
+		<-over
+		return
+	}
 	s := &session{f: f, c: c, start: f.now(), measured: formatAddr(c.RemoteAddr())}
 	s.header = HeaderNone
 	f.mu.Lock()
-	if f.closing || len(f.sessions) >= f.cfg.MaxConns {
-		result := ResultShutdown
-		if !f.closing {
-			result = ResultMaxConns
-		}
-		f.mu.Unlock()
-		f.own.Forget(c)
-		c.Close()
-		f.m.conns.WithLabelValues(HeaderNone, result).Inc()
-		return
-	}
-	f.wg.Add(1)
 	f.sessions[s] = struct{}{}
 	f.mu.Unlock()
-	f.m.active.Inc()
 	s.run()
 }
 
-// session is one outer connection going through the front.
+// conn is the front's state of one connection on the event loops
+// (evloop.Conn.Data).
+type conn struct {
+	start    time.Time
+	measured string
+	trusted  bool
+	headerInfo
+	token   uint64         // the peer table's dial token, while dialling or inserted
+	dialing bool           // token taken, not inserted yet
+	port    int            // the inner connection's local port once inserted
+	upLocal netip.AddrPort // the inner socket's local address while recorded in own
+	counted bool           // holds a slot (Front.active)
+	over    func()         // HandleConn's
+}
+
+// handler is the Front as the event loops see it.
+type handler Front
+
+// reasonCounted closes a connection whose result is counted already.
+const reasonCounted = "counted"
+
+// Open takes a new connection: refused when it comes from the front
+// itself, when the front is closing or max_conns are open, or (untrusted:
+// reject) when its source is outside trusted_edges; otherwise its first
+// bytes are read within header_timeout.
+func (h *handler) Open(c *evloop.Conn) {
+	f := (*Front)(h)
+	fc, _ := c.Data.(*conn)
+	if fc == nil {
+		fc = &conn{}
+		c.Data = fc
+	}
+	fc.measured = c.Peer().String()
+	fc.header = HeaderNone
+	if f.own.AcceptedAddrs(c.Peer(), c.Local(), killer{c}) {
+		f.looped(fc.measured)
+		c.Close(reasonCounted, nil)
+		return
+	}
+	if !fc.counted {
+		if !f.reserve() {
+			c.Close(reasonCounted, nil)
+			return
+		}
+		fc.counted = true
+	} else if f.isClosing() { // adopted, and Shutdown aborted the others already
+		f.m.conns.WithLabelValues(HeaderNone, ResultShutdown).Inc()
+		c.Close(reasonCounted, nil)
+		return
+	}
+	fc.start = c.Now()
+	fc.trusted = f.p.trustsAddr(c.Peer().Addr())
+	if !fc.trusted && f.cfg.Untrusted == UntrustedReject {
+		f.refuse(fc, ResultUntrusted, "untrusted source rejected", nil)
+		c.Close(reasonCounted, nil)
+		return
+	}
+	c.ReadFirst(f.cfg.HeaderTimeout)
+}
+
+// killer closes a connection from another loop (accept.Own cuts a loop
+// from the side that finds it).
+type killer struct{ c *evloop.Conn }
+
+func (k killer) Close() error {
+	k.c.Kill()
+	return nil
+}
+
+// Received decides on the first bytes: wait for more, refuse, or take the
+// header off and dial inner.
+func (h *handler) Received(c *evloop.Conn, b []byte, err error) {
+	f := (*Front)(h)
+	fc := c.Data.(*conn)
+	d := examine(b, err, fc.trusted, f.cfg.RequireHeader)
+	switch d.step {
+	case stepWait:
+		return
+	case stepRefuse:
+		f.refused(fc, d)
+		c.Close(reasonCounted, nil)
+		return
+	}
+	fc.headerInfo = d.info
+	c.Consume(d.n)
+	fc.token, fc.dialing = f.table.beginDial(), true
+	if f.innerAddr.IsValid() {
+		c.Dial(f.innerAddr, &f.dial)
+		return
+	}
+	go func() { // a name: looked up off the loop
+		ap, err := f.resolveInner()
+		c.Post(func(c *evloop.Conn) {
+			if err != nil {
+				h.Dialed(c, err)
+				return
+			}
+			c.Dial(ap, &f.dial)
+		})
+	}()
+}
+
+// resolveInner looks up front.inner's first address.
+func (f *Front) resolveInner() (netip.AddrPort, error) {
+	host, port, err := net.SplitHostPort(f.cfg.Inner)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	ctx, cancel := context.WithTimeout(f.ctx, innerDialTimeout)
+	defer cancel()
+	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	if len(ips) == 0 {
+		return netip.AddrPort{}, fmt.Errorf("lookup %s: no address", host)
+	}
+	return netip.AddrPortFrom(ips[0].Unmap(), uint16(p)), nil
+}
+
+// sent records the inner socket in own as soon as its connect is sent:
+// on loopback the front's listener may accept the connection before the
+// connect returns (inner is the front itself), and the looped one must be
+// refused before it dials in turn.
+func (f *Front) sent(c *evloop.Conn) {
+	fc := c.Data.(*conn)
+	fc.upLocal = c.UpstreamLocal()
+	if f.own.DialedAddrs(fc.upLocal, c.UpstreamPeer()) {
+		f.refuse(fc, ResultLoop, "front.inner is this front", nil)
+		c.Close(reasonCounted, nil)
+	}
+}
+
+// Dialed records the peer under the inner connection's local port and
+// starts the copy, the bytes read past the header first.
+func (h *handler) Dialed(c *evloop.Conn, err error) {
+	f := (*Front)(h)
+	fc := c.Data.(*conn)
+	if err != nil {
+		f.forgetInner(fc)
+		f.refuse(fc, ResultInnerError, "dial inner failed", fmt.Errorf("dial tcp %s: %w", f.cfg.Inner, err))
+		c.Close(reasonCounted, nil)
+		return
+	}
+	if f.own.DialedAddrs(fc.upLocal, c.UpstreamPeer()) { // a loop refused on the accepting side meanwhile
+		f.refuse(fc, ResultLoop, "front.inner is this front", nil)
+		c.Close(reasonCounted, nil)
+		return
+	}
+	local := c.UpstreamLocal()
+	fc.port, fc.dialing = int(local.Port()), false
+	f.table.insert(fc.token, Peer{
+		InnerPort: fc.port,
+		Claimed:   fc.claimed,
+		Measured:  fc.measured,
+		Edge:      fc.edge,
+		ID:        fc.id,
+		Header:    fc.header,
+		Since:     fc.start,
+		Inner:     local.String(),
+	})
+	f.m.ok(fc.header).Inc()
+	c.Relay(nil, nil)
+}
+
+// Closed erases the peer entry of a forwarded connection and writes its
+// log line (none when no byte moved either way: a health check), then
+// gives the slot back.
+func (h *handler) Closed(c *evloop.Conn, res evloop.Result) {
+	f := (*Front)(h)
+	fc := c.Data.(*conn)
+	forwarded := fc.port != 0
+	if forwarded {
+		f.table.remove(fc.port, fc.token)
+	}
+	f.forgetInner(fc)
+	f.own.ForgetAddrs(c.Peer(), c.Local(), killer{c})
+	switch {
+	case res.Reason == reasonCounted:
+	case res.Reason == evloop.ReasonKilled: // own cut a loop from the dialling side
+		f.looped(fc.measured)
+	case !forwarded: // aborted by Shutdown before forwarding
+		f.m.conns.WithLabelValues(fc.header, ResultShutdown).Inc()
+	case res.Up != 0 || res.Down != 0:
+		// Typed attributes: no value boxed into an interface.
+		f.log.LogAttrs(context.Background(), slog.LevelInfo, "connection closed",
+			slog.String("id", fc.id), slog.String("claimed", fc.claimed), slog.String("measured", fc.measured),
+			slog.String("edge", fc.edge), slog.String("header", fc.header), slog.Int("inner_port", fc.port),
+			slog.Int64("bytes_up", res.Up), slog.Int64("bytes_down", res.Down),
+			slog.Duration("duration", f.now().Sub(fc.start)), slog.String("reason", res.Reason))
+	}
+	if fc.counted {
+		f.release()
+	}
+	if fc.over != nil {
+		fc.over()
+	}
+}
+
+// forgetInner settles a dial token that was not inserted and takes the
+// inner socket out of own.
+func (f *Front) forgetInner(fc *conn) {
+	if fc.dialing {
+		f.table.endDial(fc.token)
+		fc.dialing = false
+	}
+	if fc.upLocal.IsValid() {
+		f.own.ClosedAddr(fc.upLocal)
+		fc.upLocal = netip.AddrPort{}
+	}
+}
+
+// refused counts and logs a refusal examine decided.
+func (f *Front) refused(fc *conn, d decision) {
+	fc.header = d.k.String()
+	switch d.result {
+	case ResultSpoofed:
+		f.m.spoofed.Inc()
+	case ResultTimeout:
+		f.m.timeouts.Inc()
+	}
+	f.refuse(fc, d.result, d.msg, d.err)
+}
+
+// refuse counts a refused connection and, when msg is set, logs it
+// through the rate limiter. The caller closes the connection after:
+// whoever sees the close sees the count.
+func (f *Front) refuse(fc *conn, result, msg string, err error) {
+	f.m.conns.WithLabelValues(fc.header, result).Inc()
+	if msg == "" {
+		return
+	}
+	if ok, suppressed := f.refusals.Allow(); ok {
+		attrs := []any{"claimed", fc.claimed, "measured", fc.measured, "header", fc.header, "reason", result}
+		if err != nil {
+			attrs = append(attrs, "err", err)
+		}
+		if suppressed > 0 {
+			attrs = append(attrs, "suppressed", suppressed)
+		}
+		level := slog.LevelWarn
+		if result == ResultInnerError {
+			level = slog.LevelError
+		}
+		f.log.Log(context.Background(), level, msg, attrs...)
+	}
+}
+
+// step is examine's decision.
+type step int
+
+const (
+	stepWait    step = iota // undecided: wait for more bytes
+	stepRefuse              // close the connection (decision.result)
+	stepForward             // dial inner; the first n bytes were the header
+)
+
+// decision is what the first bytes of a connection make of it.
+type decision struct {
+	step   step
+	k      kind       // what the first bytes are, once known
+	n      int        // stepForward: the header's length
+	info   headerInfo // stepForward: what the header says (header none without one)
+	result string     // stepRefuse: the result label
+	msg    string     // stepRefuse: the log message; "" writes no line
+	err    error      // stepRefuse: why
+}
+
+// examine applies the sniff, the trust policy (DESIGN.md §3) and the
+// header bounds to the first bytes b of a connection from a source
+// trusted or not. err is how reading them ended so far: nil (more may
+// come), io.EOF, a timeout (header_timeout ran out) or a read error.
+// Both the event loops and the fallback sessions decide through it, each
+// time more bytes arrive.
+func examine(b []byte, err error, trusted, requireHeader bool) decision {
+	k, decided := sniffKind(b, err == io.EOF)
+	if !decided {
+		if err == nil {
+			return decision{}
+		}
+		return failed(kindNone, err, len(b) > 0)
+	}
+	if v := judge(trusted, k, requireHeader); v.result != "" {
+		return decision{step: stepRefuse, k: k, result: v.result, msg: v.msg}
+	}
+	if k == kindNone {
+		return decision{step: stepForward, info: headerInfo{header: HeaderNone}}
+	}
+	n, herr := headerLen(b, k)
+	switch {
+	case herr != nil:
+		return failed(k, herr, true)
+	case n == 0 && err == nil:
+		return decision{k: k}
+	case n == 0:
+		return failed(k, truncated(err), true)
+	}
+	h, perr := parseHeader(b[:n])
+	if perr != nil {
+		return failed(k, perr, true)
+	}
+	info, ierr := interpret(h)
+	if ierr != nil {
+		return failed(k, ierr, true)
+	}
+	return decision{step: stepForward, k: k, n: n, info: info}
+}
+
+// failed refuses a connection whose first bytes or header could not be
+// read: too slow, gone before a byte (no log line), or broken.
+func failed(k kind, err error, gotBytes bool) decision {
+	d := decision{step: stepRefuse, k: k, err: err}
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		d.result = ResultTimeout
+		if gotBytes {
+			d.msg = "proxy header timeout"
+		}
+	case !gotBytes:
+		d.result = ResultEmpty
+	default:
+		d.result, d.msg = ResultBadHeader, "bad proxy header"
+	}
+	return d
+}
+
+// session is one connection served outside the event loops (HandleConn
+// on a connection that is not a TCP socket).
 type session struct {
 	f        *Front
 	c        net.Conn
@@ -222,11 +632,10 @@ type session struct {
 // end releases what HandleConn took, once the connection is over.
 func (s *session) end() {
 	s.f.own.Forget(s.c)
-	s.f.m.active.Dec()
 	s.f.mu.Lock()
 	delete(s.f.sessions, s)
 	s.f.mu.Unlock()
-	s.f.wg.Done()
+	s.f.release()
 }
 
 // abort closes the session's connections for a forced shutdown.
@@ -243,26 +652,30 @@ func (s *session) abort() {
 
 func (s *session) run() {
 	f := s.f
+	fc := &conn{measured: s.measured}
+	fc.header = HeaderNone
 	trusted := f.p.trusts(s.c.RemoteAddr())
 	if !trusted && f.cfg.Untrusted == UntrustedReject {
-		s.refuse(ResultUntrusted, "untrusted source rejected", nil)
+		f.refuse(fc, ResultUntrusted, "untrusted source rejected", nil)
+		s.c.Close()
 		s.end()
 		return
 	}
-
-	r := getReader(s.c)
-	pend, err := s.readFront(r, trusted)
-	putReader(r)
-	if err != nil {
-		s.end() // refused and counted by readFront
+	pend, n, ok := s.readFirst(fc, trusted)
+	if !ok {
+		s.c.Close()
+		s.end()
 		return
 	}
+	s.headerInfo = fc.headerInfo
+	pend = pend[n:]
 
 	token := f.table.beginDial()
 	ic, err := f.dialer.DialContext(f.ctx, "tcp", f.cfg.Inner)
 	if err != nil {
 		f.table.endDial(token)
-		s.refuse(ResultInnerError, "dial inner failed", err)
+		f.refuse(fc, ResultInnerError, "dial inner failed", err)
+		s.c.Close()
 		s.end()
 		return
 	}
@@ -270,7 +683,8 @@ func (s *session) run() {
 	if f.own.Dialed(inner) { // inner is this front: the connection came back
 		f.table.endDial(token)
 		inner.Close()
-		s.refuse(ResultLoop, "front.inner is this front", nil)
+		f.refuse(fc, ResultLoop, "front.inner is this front", nil)
+		s.c.Close()
 		s.end()
 		return
 	}
@@ -288,9 +702,6 @@ func (s *session) run() {
 	})
 	f.m.ok(s.header).Inc()
 
-	// The bytes read past the header go first, in one write, before the
-	// copy reads the client (splice.Conn): then both connections are plain
-	// sockets and splice can park an idle direction without a goroutine.
 	var client net.Conn = s.c
 	if len(pend) > 0 {
 		client = &splice.Conn{Conn: s.c, Peeked: pend}
@@ -299,7 +710,37 @@ func (s *session) run() {
 	s.mu.Lock()
 	s.pair = p
 	s.mu.Unlock()
-	p.Run() // client→inner in this goroutine (its stack grown by the dial) until it idles or ends
+	p.Run()
+}
+
+// readFirst reads the first bytes within header_timeout until examine
+// decides. It returns them and the header's length, or false when the
+// connection was refused (counted and logged).
+func (s *session) readFirst(fc *conn, trusted bool) ([]byte, int, bool) {
+	f := s.f
+	s.c.SetReadDeadline(time.Now().Add(f.cfg.HeaderTimeout))
+	buf := make([]byte, 0, readerSize)
+	var rerr error
+	for {
+		d := examine(buf, rerr, trusted, f.cfg.RequireHeader)
+		switch d.step {
+		case stepRefuse:
+			f.refused(fc, d)
+			return nil, 0, false
+		case stepForward:
+			fc.headerInfo = d.info
+			if err := s.c.SetReadDeadline(time.Time{}); err != nil {
+				f.refuse(fc, ResultEmpty, "", err)
+				return nil, 0, false
+			}
+			return buf, d.n, true
+		}
+		n, err := s.c.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err != nil {
+			rerr = err
+		}
+	}
 }
 
 // closed erases the peer entry of a forwarded connection once both
@@ -310,7 +751,6 @@ func (s *session) closed(res splice.Result, port int, token uint64) {
 	f.table.remove(port, token)
 	f.own.Closed(s.inner)
 	if res.Up != 0 || res.Down != 0 {
-		// Typed attributes: no value boxed into an interface.
 		f.log.LogAttrs(context.Background(), slog.LevelInfo, "connection closed",
 			slog.String("id", s.id), slog.String("claimed", s.claimed), slog.String("measured", s.measured),
 			slog.String("edge", s.edge), slog.String("header", s.header), slog.Int("inner_port", port),
@@ -318,86 +758,6 @@ func (s *session) closed(res splice.Result, port int, token uint64) {
 			slog.Duration("duration", f.now().Sub(s.start)), slog.String("reason", res.Reason))
 	}
 	s.end()
-}
-
-// readFront sniffs the first bytes within header_timeout, applies the trust
-// policy and reads the header if there is one. It returns the bytes already
-// read past the header (or the sniffed bytes when there was none), or an
-// error when the connection was refused.
-func (s *session) readFront(r *bufio.Reader, trusted bool) ([]byte, error) {
-	f := s.f
-	s.c.SetReadDeadline(time.Now().Add(f.cfg.HeaderTimeout))
-	k, err := sniff(r)
-	s.header = k.String()
-	if err != nil {
-		return nil, s.readFailed(err, r.Buffered() > 0)
-	}
-	if v := judge(trusted, k, f.cfg.RequireHeader); v.result != "" {
-		if v.result == ResultSpoofed {
-			f.m.spoofed.Inc()
-		}
-		return nil, s.refuse(v.result, v.msg, nil)
-	}
-	if k != kindNone {
-		h, err := readHeader(r, k)
-		if err != nil {
-			return nil, s.readFailed(err, true)
-		}
-		info, err := interpret(h)
-		if err != nil {
-			return nil, s.readFailed(err, true)
-		}
-		s.headerInfo = info
-	}
-	if err := s.c.SetReadDeadline(time.Time{}); err != nil {
-		return nil, s.refuse(ResultEmpty, "", err)
-	}
-	return pending(r), nil
-}
-
-// readFailed refuses a connection whose first bytes or header could not be
-// read: too slow, gone before a byte (no log line), or broken.
-func (s *session) readFailed(err error, gotBytes bool) error {
-	var ne net.Error
-	switch {
-	case errors.As(err, &ne) && ne.Timeout():
-		s.f.m.timeouts.Inc()
-		if !gotBytes {
-			s.header = HeaderNone
-			return s.refuse(ResultTimeout, "", err) // silent: no log line
-		}
-		return s.refuse(ResultTimeout, "proxy header timeout", err)
-	case !gotBytes:
-		return s.refuse(ResultEmpty, "", err)
-	}
-	return s.refuse(ResultBadHeader, "bad proxy header", err)
-}
-
-// refuse closes the outer connection, counts it and, when msg is set, logs
-// it through the rate limiter. It returns an error for readFront's caller.
-func (s *session) refuse(result, msg string, err error) error {
-	defer s.c.Close() // after counting: whoever sees the close sees the count
-	s.f.m.conns.WithLabelValues(s.header, result).Inc()
-	if msg != "" {
-		if ok, suppressed := s.f.refusals.Allow(); ok {
-			attrs := []any{"claimed", s.claimed, "measured", s.measured, "header", s.header, "reason", result}
-			if err != nil {
-				attrs = append(attrs, "err", err)
-			}
-			if suppressed > 0 {
-				attrs = append(attrs, "suppressed", suppressed)
-			}
-			level := slog.LevelWarn
-			if result == ResultInnerError {
-				level = slog.LevelError
-			}
-			s.f.log.Log(context.Background(), level, msg, attrs...)
-		}
-	}
-	if err == nil {
-		err = errors.New(result)
-	}
-	return err
 }
 
 // formatAddr renders a socket address as ip:port, IPv4-mapped addresses

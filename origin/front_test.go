@@ -652,6 +652,18 @@ func TestHeaderTimeoutRealSockets(t *testing.T) {
 	hdr := []byte("PROXY TCP4 192.0.2.10 198.51.100.1 50000 636\r\n")
 
 	silent := h.dialFrom("127.0.0.5")
+	// TestHeaderTimeout's other cases, on the event loops: each stalls
+	// and is cut off.
+	stalled := []*net.TCPConn{}
+	for _, b := range [][]byte{
+		[]byte("\r\n\r\n"), // a signature prefix
+		append(append([]byte{}, sigV2...), 0x21, 0x11, 0x00),
+		v2Raw(0x21, 0x11, 12, []byte{192, 0}), // address block missing
+	} {
+		c := h.dialFrom("127.0.0.2")
+		c.Write(b)
+		stalled = append(stalled, c)
+	}
 	trickler := h.dialFrom("127.0.0.2")
 	trickler.SetNoDelay(true)
 	sentAll := make(chan bool, 1)
@@ -682,18 +694,28 @@ func TestHeaderTimeoutRealSockets(t *testing.T) {
 
 	expectClosed(t, silent)
 	expectClosed(t, trickler)
+	for _, c := range stalled {
+		expectClosed(t, c)
+	}
 	if <-sentAll {
 		t.Fatal("the trickler sent its whole header: header_timeout did not bound the header")
 	}
 	h.settled()
-	if got := h.metric("edgefleet_origin_header_timeouts_total", nil); got != 2 {
-		t.Errorf("header_timeouts_total = %v, want 2", got)
+	if got := h.metric("edgefleet_origin_header_timeouts_total", nil); got != 5 {
+		t.Errorf("header_timeouts_total = %v, want 5", got)
 	}
-	if a, b := h.metric(conns(HeaderNone, ResultTimeout)), h.metric(conns(HeaderV1, ResultTimeout)); a != 1 || b != 1 {
-		t.Errorf("connections_total timeout: none=%v v1=%v, want 1, 1", a, b)
+	none, v1, v2 := h.metric(conns(HeaderNone, ResultTimeout)), h.metric(conns(HeaderV1, ResultTimeout)), h.metric(conns(HeaderV2, ResultTimeout))
+	if none != 2 || v1 != 1 || v2 != 2 {
+		t.Errorf("connections_total timeout: none=%v v1=%v v2=%v, want 2, 1, 2", none, v1, v2)
 	}
-	if lines := h.logs.JSONLines("proxy header timeout"); len(lines) != 1 || hostOf(t, lines[0]["measured"].(string)) != "127.0.0.2" {
-		t.Errorf("timeout log lines (only the trickler's, the silent one is not logged): %v", lines)
+	lines := h.logs.JSONLines("proxy header timeout")
+	if len(lines) != 4 {
+		t.Errorf("timeout log lines (all but the silent one's): %v", lines)
+	}
+	for _, l := range lines {
+		if hostOf(t, l["measured"].(string)) != "127.0.0.2" {
+			t.Errorf("timeout log line of the silent connection: %v", l)
+		}
 	}
 	if n := h.inner.count(); n != 1 {
 		t.Errorf("inner dialled %d times, want 1 (the normal client)", n)
@@ -774,4 +796,19 @@ func TestFrontLoopCut(t *testing.T) {
 	if loops := metricValue(t, reg, "edgefleet_origin_connections_total", map[string]string{"header": HeaderNone, "result": ResultLoop}); loops > 40 {
 		t.Fatalf("%v loops for 20 clients: the loop chained", loops)
 	}
+}
+
+// TestResetAfterHeader: a source that sends a header and resets the
+// connection at once (what HAProxy's health checks do: a LOCAL header,
+// then a close with SO_LINGER 0) is closed and its slot freed, whether
+// the reset arrives with the header or after the dial.
+func TestResetAfterHeader(t *testing.T) {
+	h := newHarness(t, nil)
+	for range 20 {
+		c := h.dialFrom("127.0.0.2")
+		c.Write(v2Raw(0x20, 0x00, 0, nil))
+		c.SetLinger(0)
+		c.Close()
+	}
+	h.settled()
 }

@@ -16,7 +16,7 @@ const (
 	ResultUntrusted  = "untrusted"   // untrusted: reject, source outside trusted_edges
 	ResultNoHeader   = "no-header"   // require_header, a trusted source sent none
 	ResultInnerError = "inner-error" // inner could not be dialled
-	ResultShutdown   = "shutdown"    // accepted while the front was shutting down
+	ResultShutdown   = "shutdown"    // accepted while the front was shutting down, or cut by a forced shutdown before forwarding
 	ResultMaxConns   = "max-conns"   // refused: front.max_conns connections already open
 	ResultLoop       = "loop"        // came from one of the front's own inner connections (inner is the front): closed
 )

@@ -5,10 +5,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"sync"
 	"unicode/utf8"
@@ -50,85 +48,70 @@ func (k kind) String() string {
 }
 
 var (
-	// errEmpty: the connection ended before its first byte.
-	errEmpty = errors.New("closed before the first byte")
 	// errOversized: a v2 length field above MaxV2Length.
 	errOversized = fmt.Errorf("proxy v2 header longer than %d bytes", MaxV2Length)
 	errV1TooLong = fmt.Errorf("proxy v1 line longer than %d bytes", maxV1Len)
 )
 
-// sniff peeks at the first bytes of r, consuming none, and tells whether
-// they start a PROXY header. It decides as soon as the bytes seen so far
-// rule out both signatures, so a client that sends one byte of something
-// else and waits for an answer is forwarded at once. A connection that
-// ends partway through a signature is forwarded as it came: only a whole
-// signature makes a header.
-func sniff(r *bufio.Reader) (kind, error) {
-	n := 1
-	for {
-		b, err := r.Peek(n)
-		if len(b) == 0 {
-			if err == io.EOF {
-				return kindNone, errEmpty
-			}
-			return kindNone, err
-		}
-		switch {
-		case bytes.HasPrefix(b, sigV2):
-			return kindV2, nil
-		case bytes.HasPrefix(b, sigV1):
-			return kindV1, nil
-		case !bytes.HasPrefix(sigV2, b) && !bytes.HasPrefix(sigV1, b):
-			return kindNone, nil
-		case err != nil:
-			if err == io.EOF {
-				return kindNone, nil
-			}
-			return kindNone, err
-		}
-		// A proper prefix of a signature: look at what else has arrived,
-		// waiting for at least one more byte.
-		n = max(len(b)+1, r.Buffered())
+// sniffKind tells whether the first bytes b of a connection start a PROXY
+// header. It decides as soon as the bytes seen so far rule out both
+// signatures, so a client that sends one byte of something else and waits
+// for an answer is forwarded at once; decided is false while b is empty or
+// a proper prefix of a signature. A connection that ends (eof) partway
+// through a signature is forwarded as it came: only a whole signature
+// makes a header.
+func sniffKind(b []byte, eof bool) (k kind, decided bool) {
+	switch {
+	case len(b) == 0:
+		return kindNone, false
+	case bytes.HasPrefix(b, sigV2):
+		return kindV2, true
+	case bytes.HasPrefix(b, sigV1):
+		return kindV1, true
+	case !bytes.HasPrefix(sigV2, b) && !bytes.HasPrefix(sigV1, b):
+		return kindNone, true
 	}
+	return kindNone, eof
 }
 
-// readHeader makes sure the whole header of kind k is buffered in r, within
-// the size bounds, then consumes and parses it.
-func readHeader(r *bufio.Reader, k kind) (*proxyproto.Header, error) {
+// headerLen is the length of the whole header of kind k that b starts
+// with, or 0 while more bytes are needed. A v2 length field above
+// MaxV2Length is refused as soon as the 16-byte prefix is in, and a v1
+// line without its end within maxV1Len bytes as soon as those are in.
+func headerLen(b []byte, k kind) (int, error) {
 	switch k {
 	case kindV2:
-		b, err := r.Peek(v2PrefixLen)
-		if err != nil {
-			return nil, truncated(err)
+		if len(b) < v2PrefixLen {
+			return 0, nil
 		}
 		length := int(binary.BigEndian.Uint16(b[14:16]))
 		if length > MaxV2Length {
-			return nil, errOversized
+			return 0, errOversized
 		}
-		if _, err := r.Peek(v2PrefixLen + length); err != nil {
-			return nil, truncated(err)
+		if len(b) < v2PrefixLen+length {
+			return 0, nil
 		}
+		return v2PrefixLen + length, nil
 	case kindV1:
-		for n := len(sigV1); ; n = max(n+1, r.Buffered()) {
-			b, err := r.Peek(min(n, maxV1Len))
-			if i := bytes.IndexByte(b, '\n'); i >= 0 {
-				break
-			}
-			if len(b) >= maxV1Len {
-				return nil, errV1TooLong
-			}
-			if err != nil {
-				return nil, truncated(err)
-			}
+		if i := bytes.IndexByte(b[:min(len(b), maxV1Len)], '\n'); i >= 0 {
+			return i + 1, nil
 		}
-	default:
-		return nil, nil
+		if len(b) >= maxV1Len {
+			return 0, errV1TooLong
+		}
 	}
+	return 0, nil
+}
+
+// parseHeader parses b, exactly one whole header (headerLen's).
+func parseHeader(b []byte) (*proxyproto.Header, error) {
+	r := readers.Get().(*bufio.Reader)
+	br := bytes.NewReader(b)
+	r.Reset(br)
 	h, err := proxyproto.Read(r)
-	if err != nil {
-		return nil, err
-	}
-	return h, nil
+	r.Reset(nil)
+	readers.Put(r)
+	return h, err
 }
 
 func truncated(err error) error {
@@ -187,28 +170,5 @@ func printable(b []byte) string {
 	return string(b)
 }
 
-// pending copies out what r has buffered: bytes read from the socket but
-// not consumed, which must reach the inner service first.
-func pending(r *bufio.Reader) []byte {
-	n := r.Buffered()
-	if n == 0 {
-		return nil
-	}
-	b, _ := r.Peek(n)
-	return bytes.Clone(b)
-}
-
-// readers pools the header-phase buffers: a connection holds one only
-// until its header is read.
+// readers pools the bufio.Readers parseHeader hands to go-proxyproto.
 var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readerSize) }}
-
-func getReader(c net.Conn) *bufio.Reader {
-	r := readers.Get().(*bufio.Reader)
-	r.Reset(c)
-	return r
-}
-
-func putReader(r *bufio.Reader) {
-	r.Reset(nil)
-	readers.Put(r)
-}

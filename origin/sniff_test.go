@@ -1,10 +1,8 @@
 package origin
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"io"
 	"net"
 	"testing"
@@ -66,20 +64,20 @@ func TestSniffAndReadHeader(t *testing.T) {
 	// A bad TLV: type 0xE0 claims 200 bytes, 3 follow.
 	badTLV := v2Raw(0x21, 0x11, 12+6, append(make([]byte, 12), 0xE0, 0x00, 0xC8, 'a', 'b', 'c'))
 	tests := []struct {
-		name     string
-		in       []byte
-		kind     kind
-		sniffErr error
-		wantErr  bool // readHeader or interpret fails
-		info     headerInfo
-		rest     []byte // bytes left for the inner service
+		name    string
+		in      []byte
+		kind    kind
+		empty   bool // refused as empty (nothing came)
+		wantErr bool // readHeader or interpret fails
+		info    headerInfo
+		rest    []byte // bytes left for the inner service
 	}{
 		{name: "tls client hello", in: clientHello, kind: kindNone, rest: clientHello},
 		{name: "ldap bind", in: ldapBind, kind: kindNone, rest: ldapBind},
 		{name: "starts like v1 then differs", in: []byte("PROXIMITY"), kind: kindNone, rest: []byte("PROXIMITY")},
 		{name: "starts like v2 then differs", in: []byte("\r\n\r\nhello"), kind: kindNone, rest: []byte("\r\n\r\nhello")},
 		{name: "signature prefix then eof", in: []byte("PROX"), kind: kindNone, rest: []byte("PROX")},
-		{name: "empty", in: nil, kind: kindNone, sniffErr: errEmpty},
+		{name: "empty", in: nil, kind: kindNone, empty: true},
 		{
 			name: "v2 with tlvs", in: append(append([]byte{}, v2...), clientHello...), kind: kindV2,
 			info: headerInfo{header: HeaderV2, claimed: "192.0.2.10:50000", edge: "edge-ams-1", id: "c0ffee01"},
@@ -147,35 +145,59 @@ func TestSniffAndReadHeader(t *testing.T) {
 				if trickle {
 					src = iotest.OneByteReader(src)
 				}
-				r := bufio.NewReaderSize(src, readerSize)
-				k, err := sniff(r)
-				if k != tt.kind || !errors.Is(err, tt.sniffErr) {
-					t.Fatalf("sniff = %v, %v; want %v, %v", k, err, tt.kind, tt.sniffErr)
+				d, rest := scan(src)
+				if d.k != tt.kind || tt.empty != (d.result == ResultEmpty) {
+					t.Fatalf("scan = %+v; want kind %v, empty %v", d, tt.kind, tt.empty)
 				}
-				if err != nil {
+				if tt.empty {
 					return
 				}
-				var info headerInfo
-				if k != kindNone {
-					h, err := readHeader(r, k)
-					if err == nil {
-						info, err = interpret(h)
+				if (d.step == stepRefuse) != tt.wantErr {
+					t.Fatalf("decision %+v, want error %v", d, tt.wantErr)
+				}
+				if d.step == stepRefuse {
+					if d.result != ResultBadHeader {
+						t.Fatalf("refused as %s, want %s", d.result, ResultBadHeader)
 					}
-					if (err != nil) != tt.wantErr {
-						t.Fatalf("header error = %v, want error %v", err, tt.wantErr)
-					}
-					if err != nil {
-						return
-					}
+					return
+				}
+				info := d.info
+				if d.k == kindNone {
+					info = headerInfo{}
 				}
 				if info != tt.info {
 					t.Errorf("info = %+v, want %+v", info, tt.info)
 				}
-				rest, _ := io.ReadAll(r)
 				if !bytes.Equal(rest, tt.rest) {
 					t.Errorf("rest = %q, want %q", rest, tt.rest)
 				}
 			})
+		}
+	}
+}
+
+// scan feeds src to examine as the front does, one read at a time (a
+// trusted source, no require_header), and returns the decision and, when
+// forwarded, the bytes left for the inner service.
+func scan(src io.Reader) (decision, []byte) {
+	buf := make([]byte, 0, readerSize)
+	var rerr error
+	for {
+		d := examine(buf, rerr, true, false)
+		switch d.step {
+		case stepRefuse:
+			return d, nil
+		case stepForward:
+			rest, _ := io.ReadAll(src)
+			return d, append(append([]byte{}, buf[d.n:]...), rest...)
+		}
+		if len(buf) == cap(buf) {
+			panic("examine undecided on a full buffer")
+		}
+		n, err := src.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err != nil {
+			rerr = err
 		}
 	}
 }
@@ -212,26 +234,15 @@ func FuzzSniff(f *testing.F) {
 			rest []byte
 		}
 		run := func(src io.Reader) outcome {
-			r := bufio.NewReaderSize(src, readerSize)
-			k, err := sniff(r)
-			if err != nil {
-				if len(data) != 0 {
-					t.Fatalf("sniff error %v on %d bytes", err, len(data))
+			d, rest := scan(src)
+			if d.step == stepRefuse {
+				if d.result == ResultEmpty && len(data) != 0 {
+					t.Fatalf("refused as empty on %d bytes", len(data))
 				}
-				return outcome{err: true}
+				return outcome{k: d.k, err: true}
 			}
-			o := outcome{k: k}
-			if k != kindNone {
-				h, err := readHeader(r, k)
-				if err == nil {
-					o.info, err = interpret(h)
-				}
-				if err != nil {
-					return outcome{k: k, err: true}
-				}
-			}
-			o.rest, _ = io.ReadAll(r)
-			if k == kindNone && !bytes.Equal(o.rest, data) {
+			o := outcome{k: d.k, info: d.info, rest: rest}
+			if d.k == kindNone && !bytes.Equal(o.rest, data) {
 				t.Fatalf("bytes of a non-header connection changed: %q → %q", data, o.rest)
 			}
 			if consumed := len(data) - len(o.rest); consumed > v2PrefixLen+MaxV2Length {

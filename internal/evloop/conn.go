@@ -362,8 +362,11 @@ func (c *Conn) readFirst() {
 		case rerr == unix.EAGAIN:
 			c.up.ready = false
 		case rerr != nil:
+			// Kept for Relay: the error's edge is gone, no event would
+			// report it again.
 			err = os.NewSyscallError("read", rerr)
 			c.up.ready = false
+			c.cerr = err
 		case n == 0:
 			c.up.eof = true
 			err = io.EOF
