@@ -95,7 +95,9 @@ func echoed(t *testing.T, addr, msg string) {
 
 // TestCombinedSurvivesFDExhaustion: the front with the core behind it in
 // one process, flooded through the front under a low RLIMIT_NOFILE until
-// accept fails, the flood held 2 s more with idle connections to the
+// the descriptors run out ("too many open files": at an accept, which
+// backs off, or at a dial, refused as local resources — which comes first
+// depends on how many are left), the flood held 2 s more with idle connections to the
 // metrics server; seconds after it ends a normal client is served through
 // the front again, and every line the flood causes is rate-limited. With
 // the default front.max_conns this flood wedged the process (4 of 4 runs):
@@ -113,7 +115,7 @@ func TestCombinedSurvivesFDExhaustion(t *testing.T) {
 	cfg := testbed.WriteFile(t, t.TempDir(), "origin.yaml", fmt.Sprintf(`front:
   listen: [%q]
   inner: %q
-  max_conns: 6
+  max_conns: 8
 peers_api: ""
 metrics: %q
 log:
@@ -127,10 +129,10 @@ core:
 	testbed.WaitTCP(t, front, 10*time.Second)
 	echoed(t, front, "before the flood")
 	if strings.Contains(p.Output(), "front.max_conns needs more descriptors") {
-		t.Errorf("max_conns 6 under a limit of 40 warned")
+		t.Errorf("max_conns 8 under a limit of 40 warned")
 	}
 	closeAll := testbed.Flood(t, front, 400)
-	testbed.WaitOutput(t, p, 20*time.Second, "accept failed, retrying", "too many open files")
+	testbed.WaitOutput(t, p, 20*time.Second, "too many open files")
 	for range 5 { // wait in the metrics server's queue: its accept fails too
 		if c, err := net.DialTimeout("tcp", metrics, time.Second); err == nil {
 			defer c.Close()
