@@ -456,11 +456,7 @@ func echo(t *testing.T, addr, msg string) string {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	io.WriteString(c, msg)
-	b := make([]byte, len(msg))
-	io.ReadFull(c, b)
-	return string(b)
+	return roundTrip(t, c, msg)
 }
 
 // TestIdleLoopParks: once its connections are over and their timeouts
@@ -491,4 +487,57 @@ func TestIdleLoopParks(t *testing.T) {
 	if used := cpu() - c0; used > 250*time.Millisecond {
 		t.Fatalf("the idle process used %v of CPU in 500 ms: a loop is spinning", used)
 	}
+}
+
+// TestAdoptAfterStop: once the loops are stopped, Adopt refuses a
+// connection (and closes it) instead of handing it to a loop that will
+// never run it.
+func TestAdoptAfterStop(t *testing.T) {
+	up := upstream(t, func(c net.Conn) { io.Copy(c, c) })
+	r := newRelay(up)
+	s := &Server{Handler: r, Loops: 1}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	adopt := func() (net.Conn, error) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, s.Adopt(sc, nil)
+	}
+	c, err := adopt()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := roundTrip(t, c, "one"); got != "one" {
+		t.Fatalf("adopted connection echoed %q", got)
+	}
+	c.Close()
+	result(t, r)
+	s.Stop()
+	c, err = adopt()
+	defer c.Close()
+	if !errors.Is(err, ErrStopped) {
+		t.Fatalf("Adopt after Stop: %v, want ErrStopped", err)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("the refused connection: %v, want it closed (EOF)", err)
+	}
+}
+
+func roundTrip(t *testing.T, c net.Conn, msg string) string {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, msg)
+	b := make([]byte, len(msg))
+	io.ReadFull(c, b)
+	return string(b)
 }

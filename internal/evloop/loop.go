@@ -102,6 +102,7 @@ type Server struct {
 	next      int // the loop Adopt hands the next connection to
 	listeners map[*listener]struct{}
 	closed    bool
+	stopped   bool
 	limit     *accept.Limiter
 }
 
@@ -261,10 +262,17 @@ func (s *Server) Stop() {
 	if s.start() != nil {
 		return
 	}
+	s.mu.Lock()
+	s.closed, s.stopped = true, true
+	s.mu.Unlock()
 	for _, l := range s.loops {
 		l.post(func() { l.dropListeners(); l.abortAll(); l.quit() })
 	}
 }
+
+// ErrStopped is Adopt's error after Stop: no loop would serve the
+// connection.
+var ErrStopped = errorString("evloop: server stopped")
 
 // Adopt hands a connection accepted elsewhere to a loop, which serves it
 // like one of its own (Open first, with Conn.Data set to data). c must be
@@ -296,10 +304,17 @@ func (s *Server) Adopt(c net.Conn, data any) error {
 		return os.NewSyscallError("dup", derr)
 	}
 	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		sysClose(fd)
+		return ErrStopped
+	}
 	l := s.loops[s.next%len(s.loops)]
 	s.next++
-	s.mu.Unlock()
+	// Posted under mu: Stop's quit is posted after it, so the loop runs
+	// this first.
 	l.post(func() { l.open(fd, peer, local, data) })
+	s.mu.Unlock()
 	return nil
 }
 
