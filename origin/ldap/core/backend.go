@@ -181,6 +181,7 @@ func (ss *session) dial(name string, ident bool) (*backend, error) {
 		return nil, err
 	}
 	srv.succeed(name)
+	conn = newRawSock(conn)
 	b := &backend{name: name, conn: conn, rd: wire.NewReader(conn)}
 	b.rd.SetMax(max(srv.cfg.MaxPDU, MaxBackendPDU))
 	if ident && ss.cred != nil {

@@ -6,6 +6,8 @@ import (
 	"os"
 	"sync"
 	"syscall"
+
+	"github.com/edgefleet/edgefleet/internal/splice"
 )
 
 // MaxQueued bounds what a session holds for its client and has not yet
@@ -124,11 +126,12 @@ func (o *clientOut) writeNow() bool {
 }
 
 // writeFD is nowFn: it writes o.now into fd until done or the socket is
-// full (EAGAIN), and never asks to wait.
+// full (EAGAIN), and never asks to wait. splice.WriteNow, as in rawSock:
+// the call does not wake sysmon.
 func (o *clientOut) writeFD(fd uintptr) bool {
 	o.called = true
 	for o.nowN < len(o.now) {
-		n, err := syscall.Write(int(fd), o.now[o.nowN:])
+		n, err := splice.WriteNow(int(fd), o.now[o.nowN:])
 		switch {
 		case err == syscall.EINTR:
 			continue
