@@ -40,6 +40,9 @@ type backend struct {
 	// the session's mu, like holding.
 	held    []heldOp
 	holding bool
+	// final is the last final response decoded (onBackend), reused;
+	// guarded by the session's mu.
+	final wire.Message
 }
 
 type heldOp struct {
@@ -181,6 +184,7 @@ func (ss *session) dial(name string, ident bool) (*backend, error) {
 		return nil, err
 	}
 	srv.succeed(name)
+	conn = newRawSock(conn)
 	b := &backend{name: name, conn: conn, rd: wire.NewReader(conn)}
 	b.rd.SetMax(max(srv.cfg.MaxPDU, MaxBackendPDU))
 	if ident && ss.cred != nil {
@@ -386,8 +390,8 @@ func (ss *session) onBackend(b *backend, raw []byte) {
 		ss.write(raw)
 		return
 	}
-	m, err := wire.Parse(raw)
-	if err != nil {
+	m := &b.final // used only until the next PDU: no allocation per answer
+	if err := wire.ParseInto(m, raw); err != nil {
 		ss.backendFailed(b, fmt.Errorf("malformed response: %w", err))
 		return
 	}

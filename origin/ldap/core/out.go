@@ -3,7 +3,11 @@ package core
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync"
+	"syscall"
+
+	"github.com/edgefleet/edgefleet/internal/splice"
 )
 
 // MaxQueued bounds what a session holds for its client and has not yet
@@ -24,6 +28,13 @@ var errOutClosed = errors.New("output closed")
 // clientOut is a session's output to the client: a queue that handlers
 // fill with ss.mu held, drained by the session's writer goroutine (run)
 // into the client connection, where WriteTimeout applies.
+//
+// When the writer has nothing in hand, what a handler releases is first
+// written at once from the handler's own goroutine, without waiting
+// (writeNow): on a plain connection whose socket buffer has room, as a
+// client that reads has, an answer then costs one write and no hand-off
+// to the writer. What the socket does not take at once is queued for the
+// writer as before, so a client that stops reading still blocks nobody.
 type clientOut struct {
 	ss   *session
 	mu   sync.Mutex
@@ -41,6 +52,18 @@ type clientOut struct {
 	// stop; cut: drop what is queued and close the connection.
 	closing, cut bool
 	done         chan struct{}
+
+	// rc is the plain client connection, for writeNow; nil under TLS (a
+	// record cannot be written in part) or when the connection has no
+	// file descriptor. now, nowN, nowErr and called are writeNow's, for
+	// nowFn (one closure for the session's life: no allocation per
+	// write).
+	rc     syscall.RawConn
+	now    []byte
+	nowN   int
+	nowErr error
+	called bool
+	nowFn  func(fd uintptr) bool
 }
 
 // flushAt is how much the queue holds before the writer takes it without
@@ -50,11 +73,83 @@ const flushAt = 64 << 10
 func newClientOut(ss *session) *clientOut {
 	o := &clientOut{ss: ss, w: &clientWriter{c: ss.client, d: orDefault(ss.srv.cfg.WriteTimeout)}, done: make(chan struct{})}
 	o.cond.L = &o.mu
+	if sc, ok := ss.client.(syscall.Conn); ok && !ss.isTLS {
+		if rc, err := sc.SyscallConn(); err == nil {
+			o.rc = rc
+			o.nowFn = o.writeFD
+		}
+	}
 	go o.run()
 	return o
 }
 
-// Write queues p; it never blocks on the client.
+// release hands what is queued on: written at once as far as the socket
+// takes it when the writer has nothing in hand (writeNow), the rest
+// marked for the writer. o.mu is held.
+func (o *clientOut) release() {
+	if o.rc != nil && o.mark == 0 && o.busy == 0 && !o.closing && !o.cut && o.err == nil {
+		if o.writeNow() || o.err != nil {
+			return
+		}
+	}
+	o.mark = len(o.buf)
+	o.cond.Signal()
+}
+
+// writeNow writes the queue into the client's socket without waiting and
+// drops what was written. It reports whether the queue is empty; on a
+// failed write o.err is set.
+//
+// The write needs no deadline: it never waits. It is not tried (false)
+// when the connection refuses it before any byte, e.g. once a deadline
+// the writer set has passed: the writer then writes, under a new one.
+func (o *clientOut) writeNow() bool {
+	o.now, o.nowN, o.nowErr, o.called = o.buf, 0, nil, false
+	o.rc.Write(o.nowFn)
+	n, err, called := o.nowN, o.nowErr, o.called
+	o.now, o.nowErr = nil, nil
+	if !called {
+		return false
+	}
+	if err != nil {
+		o.err = fmt.Errorf("write to the client: %w", os.NewSyscallError("write", err))
+		return false
+	}
+	if n == len(o.buf) {
+		if o.buf = o.buf[:0]; cap(o.buf) > 4*flushAt {
+			o.buf = nil // a burst's buffer is not kept for the session's life
+		}
+		return true
+	}
+	o.buf = o.buf[:copy(o.buf, o.buf[n:])]
+	return false
+}
+
+// writeFD is nowFn: it writes o.now into fd until done or the socket is
+// full (EAGAIN), and never asks to wait. splice.WriteNow, as in rawSock:
+// the call does not wake sysmon.
+func (o *clientOut) writeFD(fd uintptr) bool {
+	o.called = true
+	for o.nowN < len(o.now) {
+		n, err := splice.WriteNow(int(fd), o.now[o.nowN:])
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			return true
+		case err != nil:
+			o.nowErr = err
+			return true
+		case n <= 0:
+			return true
+		}
+		o.nowN += n
+	}
+	return true
+}
+
+// Write queues p; it never blocks on the client. Once flushAt is queued
+// it releases the queue (release).
 func (o *clientOut) Write(p []byte) (int, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -68,13 +163,12 @@ func (o *clientOut) Write(p []byte) (int, error) {
 	}
 	o.buf = append(o.buf, p...)
 	if len(o.buf) >= flushAt {
-		o.mark = len(o.buf)
-		o.cond.Signal()
+		o.release()
 	}
-	return len(p), nil
+	return len(p), o.err
 }
 
-// Flush lets the writer send what is queued; it does not wait.
+// Flush sends what is queued, at once or by the writer; it does not wait.
 func (o *clientOut) Flush() error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -82,10 +176,9 @@ func (o *clientOut) Flush() error {
 		return o.err
 	}
 	if o.mark < len(o.buf) {
-		o.mark = len(o.buf)
-		o.cond.Signal()
+		o.release()
 	}
-	return nil
+	return o.err
 }
 
 // sync flushes and waits until everything queued was written (StartTLS:
@@ -106,7 +199,7 @@ func (o *clientOut) sync() error {
 func (o *clientOut) reset(w *clientWriter) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.w = w
+	o.w, o.rc = w, nil // TLS now: records are the writer's
 }
 
 // close ends the output: what is queued is written and the client's

@@ -113,6 +113,8 @@ func newSession(srv *Server, c net.Conn, p Peer) *session {
 // run serves the session in the caller's goroutine, which reads the
 // client; it returns when the session has ended.
 func (ss *session) run() {
+	ss.client = newRawSock(ss.client)
+	ss.raw = ss.client
 	if !ss.accept() {
 		ss.client.Close()
 		return

@@ -49,41 +49,53 @@ const MaxFilterDepth = 64
 // Unknown protocolOp tags are not an error (the element is checked for
 // framing only); structure errors in known operations are *ProtocolError.
 func Parse(raw []byte) (*Message, error) {
+	m := new(Message)
+	if err := ParseInto(m, raw); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// ParseInto is Parse into a Message the caller owns (and may reuse: m is
+// overwritten whole), for a caller that needs the Message only until it
+// parses the next PDU and would rather not allocate one per PDU. After an
+// error m holds what was decoded before it.
+func ParseInto(m *Message, raw []byte) error {
+	*m = Message{Raw: raw}
 	top := &decoder{b: raw}
 	outer, err := top.expect(0x30, "LDAPMessage")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if top.more() {
-		return nil, malformed(top.pos, "%d bytes after the LDAPMessage", len(raw)-top.pos)
+		return malformed(top.pos, "%d bytes after the LDAPMessage", len(raw)-top.pos)
 	}
 	d := outer.inner()
 	idEl, err := d.expect(0x02, "messageID")
 	if err != nil {
-		return nil, err
+		return err
 	}
-	m := &Message{Raw: raw}
 	if m.ID, err = idEl.uint31("messageID"); err != nil {
-		return nil, err
+		return err
 	}
 	op, err := d.next()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	m.Op = op.tag
 	if op.tag&0xc0 != 0x40 {
-		return nil, malformed(op.off, "protocolOp tag 0x%02x is not application class", op.tag)
+		return malformed(op.off, "protocolOp tag 0x%02x is not application class", op.tag)
 	}
 	if err := m.parseOp(op); err != nil {
-		return nil, err
+		return err
 	}
 	// Controls ([0]) and anything a later LDAP version may add: framing only.
 	for d.more() {
 		if _, err := d.next(); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return m, nil
+	return nil
 }
 
 func (m *Message) parseOp(op tlv) error {

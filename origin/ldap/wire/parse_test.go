@@ -3,6 +3,7 @@ package wire_test
 import (
 	"bytes"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -392,5 +393,35 @@ func TestNames(t *testing.T) {
 		if got := wire.IsRead(m); got != want {
 			t.Errorf("IsRead(%s %s) = %v", wire.OpName(m.Op), m.ExtOID, got)
 		}
+	}
+}
+
+// ParseInto into one reused Message gives what Parse gives, whatever the
+// Message held before: nothing of an earlier PDU is left in it.
+func TestParseIntoReused(t *testing.T) {
+	pdus := [][]byte{
+		wire.BindRequest(1, "uid=alice,ou=people,dc=example,dc=org", []byte("pw")),
+		wire.ExtendedResult(2, wire.ResultProtocolError, "no", "1.3.6.1.4.1.1466.20037"),
+		wire.RootDSESearch(3),
+		wire.Result(4, wire.TagSearchResultDone, wire.ResultSuccess, "dc=example,dc=org", "done"),
+		wire.Result(5, wire.TagBindResponse, 49, "", ""),
+	}
+	var m wire.Message
+	for round := range 2 {
+		for i, raw := range pdus {
+			want, err := wire.Parse(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := wire.ParseInto(&m, raw); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(&m, want) {
+				t.Errorf("round %d, PDU %d: ParseInto gave %+v, Parse %+v", round, i, m, *want)
+			}
+		}
+	}
+	if err := wire.ParseInto(&m, []byte{0x30, 0x05, 0x02}); err == nil {
+		t.Error("a truncated PDU parsed")
 	}
 }
