@@ -234,7 +234,7 @@ func TestPeerByWholeAddress(t *testing.T) {
 		}
 		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2), Port: port}, Timeout: 5 * time.Second}
 		tc, err = d.Dial("tcp", h.addr)
-		if errors.Is(err, syscall.EADDRINUSE) && attempt < 5 {
+		if errors.Is(err, syscall.EADDRINUSE) && attempt < 20 {
 			victim.Close()
 			waitFor(t, "the victim's entry to go", func() bool {
 				_, ok := h.table.Lookup(port)
