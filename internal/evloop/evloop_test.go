@@ -523,10 +523,11 @@ func TestAdoptAfterStop(t *testing.T) {
 	result(t, r)
 	s.Stop()
 	c, err = adopt()
-	defer c.Close()
 	if !errors.Is(err, ErrStopped) {
+		c.Close()
 		t.Fatalf("Adopt after Stop: %v, want ErrStopped", err)
 	}
+	defer c.Close()
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := c.Read(make([]byte, 1)); err != io.EOF {
 		t.Fatalf("the refused connection: %v, want it closed (EOF)", err)
