@@ -208,8 +208,11 @@ func TestPeerByWholeAddress(t *testing.T) {
 
 	// The victim, through the front, with a header claiming 192.0.2.7;
 	// the thief: another loopback address, the victim's inner port. Other
-	// tests running beside this one may hold that port on 127.0.0.2 (their
-	// edges dial from it): then a new victim connection gets a new port.
+	// tests running beside this one may hold that port on the thief's
+	// address: then a new victim connection gets a new port. (127.0.0.199:
+	// edges in other packages dial from 127.0.0.2 with ports chosen by
+	// connect, which the kernel may share with the victim's inner socket,
+	// so on 127.0.0.2 every attempt could find its port taken.)
 	var tc net.Conn
 	for attempt := 0; tc == nil; attempt++ {
 		raw, err := net.Dial("tcp", front)
@@ -232,7 +235,7 @@ func TestPeerByWholeAddress(t *testing.T) {
 		if port == 0 {
 			t.Fatalf("no peer table entry for the victim: %+v", h.table.Peers())
 		}
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2), Port: port}, Timeout: 5 * time.Second}
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 199), Port: port}, Timeout: 5 * time.Second}
 		tc, err = d.Dial("tcp", h.addr)
 		if errors.Is(err, syscall.EADDRINUSE) && attempt < 20 {
 			victim.Close()
@@ -260,7 +263,7 @@ func TestPeerByWholeAddress(t *testing.T) {
 			}
 			continue
 		}
-		if l["claimed"] != "" || l["edge"] != "" || !strings.HasPrefix(l["measured"].(string), "127.0.0.2:") ||
+		if l["claimed"] != "" || l["edge"] != "" || !strings.HasPrefix(l["measured"].(string), "127.0.0.199:") ||
 			!strings.HasPrefix(l["id"].(string), "core-") {
 			t.Errorf("the thief's line carries another connection's peer: %v", l)
 		}
