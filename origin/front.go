@@ -585,13 +585,9 @@ func examine(b []byte, err error, trusted, requireHeader bool) decision {
 	case n == 0:
 		return failed(k, truncated(err), true)
 	}
-	h, perr := parseHeader(b[:n])
+	info, perr := readHeader(b[:n], k)
 	if perr != nil {
 		return failed(k, perr, true)
-	}
-	info, ierr := interpret(h)
-	if ierr != nil {
-		return failed(k, ierr, true)
 	}
 	return decision{step: stepForward, k: k, n: n, info: info}
 }
