@@ -4,9 +4,11 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"syscall"
 	"testing"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
+	"golang.org/x/sys/unix"
 )
 
 // BenchmarkShortConnection measures one short connection through the
@@ -40,7 +42,19 @@ func BenchmarkShortConnection(b *testing.B) {
 	go f.Serve(ln)
 	defer f.Shutdown(b.Context())
 	msg := append(v2Header(b, "192.0.2.10:50000", "198.51.100.1:636", "edge-ams-1", "a1b2c3d4"), 'E')
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	// IP_BIND_ADDRESS_NO_PORT leaves the port to connect, which may reuse
+	// ports in TIME_WAIT: a bind to port 0 runs out of them after a few
+	// ten thousand connections.
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)},
+		Control: func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			if err := c.Control(func(fd uintptr) {
+				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT, 1)
+			}); err != nil {
+				return err
+			}
+			return serr
+		}}
 	b.SetParallelism(8)
 	b.RunParallel(func(pb *testing.PB) {
 		var one [1]byte

@@ -10,9 +10,9 @@
 //	peer, ok := table.LookupAddr(innerRemoteAddr) // in the inner service, on accept
 //
 // Each connection's first bytes are peeked, never consumed: a PROXY v2
-// signature or "PROXY " (v1) is parsed as a header (by
-// github.com/pires/go-proxyproto's parser, with the size and time bounds
-// applied here first); anything else — a TLS ClientHello, an LDAP PDU — is
+// signature or "PROXY " (v1) is parsed as a header (v2 by the front's own
+// parser, v1 by github.com/pires/go-proxyproto's, with the size and time
+// bounds applied here first); anything else — a TLS ClientHello, an LDAP PDU — is
 // forwarded unchanged. A header is honoured only from Config.TrustedEdges;
 // from anywhere else it is a spoof attempt and the connection is closed.
 // The forwarded connection is joined to inner with splice.Prepare/Run, the

@@ -472,12 +472,7 @@ func (h *handler) Closed(c *evloop.Conn, res evloop.Result) {
 	case !forwarded: // aborted by Shutdown before forwarding
 		f.m.conns.WithLabelValues(fc.header, ResultShutdown).Inc()
 	case res.Up != 0 || res.Down != 0:
-		// Typed attributes: no value boxed into an interface.
-		f.log.LogAttrs(context.Background(), slog.LevelInfo, "connection closed",
-			slog.String("id", fc.id), slog.String("claimed", fc.claimed), slog.String("measured", fc.measured),
-			slog.String("edge", fc.edge), slog.String("header", fc.header), slog.Int("inner_port", fc.port),
-			slog.Int64("bytes_up", res.Up), slog.Int64("bytes_down", res.Down),
-			slog.Duration("duration", f.now().Sub(fc.start)), slog.String("reason", res.Reason))
+		f.logClosed(&fc.headerInfo, fc.measured, fc.port, res.Up, res.Down, fc.start, res.Reason)
 	}
 	if fc.counted {
 		f.release()
@@ -485,6 +480,31 @@ func (h *handler) Closed(c *evloop.Conn, res evloop.Result) {
 	if fc.over != nil {
 		fc.over()
 	}
+}
+
+// logClosed writes a forwarded connection's "connection closed" line.
+// It hands the record to the handler itself, as slog's LogAttrs would,
+// but without the caller's program counter (runtime.Callers, a stack
+// walk per connection for a source no handler of ours writes), and with
+// one reading of the clock for the line's time and the duration's end
+// when the clock is the real one. The attributes are typed: no value is
+// boxed into an interface.
+func (f *Front) logClosed(h *headerInfo, measured string, port int, up, down int64, start time.Time, reason string) {
+	ctx := context.Background()
+	if !f.log.Enabled(ctx, slog.LevelInfo) {
+		return
+	}
+	end := f.now()
+	at := end
+	if f.Now != nil {
+		at = time.Now()
+	}
+	r := slog.NewRecord(at, slog.LevelInfo, "connection closed", 0)
+	r.AddAttrs(slog.String("id", h.id), slog.String("claimed", h.claimed), slog.String("measured", measured),
+		slog.String("edge", h.edge), slog.String("header", h.header), slog.Int("inner_port", port),
+		slog.Int64("bytes_up", up), slog.Int64("bytes_down", down),
+		slog.Duration("duration", end.Sub(start)), slog.String("reason", reason))
+	f.log.Handler().Handle(ctx, r)
 }
 
 // forgetInner settles a dial token that was not inserted and takes the
@@ -585,13 +605,9 @@ func examine(b []byte, err error, trusted, requireHeader bool) decision {
 	case n == 0:
 		return failed(k, truncated(err), true)
 	}
-	h, perr := parseHeader(b[:n])
+	info, perr := readHeader(b[:n], k)
 	if perr != nil {
 		return failed(k, perr, true)
-	}
-	info, ierr := interpret(h)
-	if ierr != nil {
-		return failed(k, ierr, true)
 	}
 	return decision{step: stepForward, k: k, n: n, info: info}
 }
@@ -751,11 +767,7 @@ func (s *session) closed(res splice.Result, port int, token uint64) {
 	f.table.remove(port, token)
 	f.own.Closed(s.inner)
 	if res.Up != 0 || res.Down != 0 {
-		f.log.LogAttrs(context.Background(), slog.LevelInfo, "connection closed",
-			slog.String("id", s.id), slog.String("claimed", s.claimed), slog.String("measured", s.measured),
-			slog.String("edge", s.edge), slog.String("header", s.header), slog.Int("inner_port", port),
-			slog.Int64("bytes_up", res.Up), slog.Int64("bytes_down", res.Down),
-			slog.Duration("duration", f.now().Sub(s.start)), slog.String("reason", res.Reason))
+		f.logClosed(&s.headerInfo, s.measured, port, res.Up, res.Down, s.start, res.Reason)
 	}
 	s.end()
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/edgefleet/edgefleet/relay"
@@ -119,6 +120,126 @@ func truncated(err error) error {
 		return fmt.Errorf("truncated proxy header: %w", io.ErrUnexpectedEOF)
 	}
 	return err
+}
+
+// readHeader parses b, exactly one whole header of kind k (headerLen's),
+// into the Peer fields it carries. A v2 header is parsed here, without an
+// allocation beyond the strings it yields; a v1 line goes through
+// go-proxyproto. Both accept and refuse exactly what go-proxyproto's Read
+// and interpret do, with the same errors (FuzzParseV2 holds them to it).
+func readHeader(b []byte, k kind) (headerInfo, error) {
+	if k == kindV2 {
+		return parseV2(b)
+	}
+	h, err := parseHeader(b)
+	if err != nil {
+		return headerInfo{}, err
+	}
+	return interpret(h)
+}
+
+// v2 address blocks: two addresses and, for IP, two ports.
+const (
+	v2AddrLen4    = 12
+	v2AddrLen6    = 36
+	v2AddrLenUnix = 216
+)
+
+// parseV2 is go-proxyproto's parseVersion2 followed by interpret, for b a
+// whole v2 header (signature included): the checks of the command, the
+// family and the length in the same order and with the same errors; the
+// client's address from a PROXY command over TCP; the unique id and edge
+// name from the TLVs.
+func parseV2(b []byte) (headerInfo, error) {
+	cmd, fam := proxyproto.ProtocolVersionAndCommand(b[12]), proxyproto.AddressFamilyAndProtocol(b[13])
+	if cmd != proxyproto.LOCAL && cmd != proxyproto.PROXY {
+		return headerInfo{}, proxyproto.ErrUnsupportedProtocolVersionAndCommand
+	}
+	var addrLen int
+	switch fam {
+	case proxyproto.UNSPEC:
+		if cmd != proxyproto.LOCAL {
+			return headerInfo{}, proxyproto.ErrUnsupportedAddressFamilyAndProtocol
+		}
+	case proxyproto.TCPv4, proxyproto.UDPv4:
+		addrLen = v2AddrLen4
+	case proxyproto.TCPv6, proxyproto.UDPv6:
+		addrLen = v2AddrLen6
+	case proxyproto.UnixStream, proxyproto.UnixDatagram:
+		addrLen = v2AddrLenUnix
+	default:
+		return headerInfo{}, proxyproto.ErrUnsupportedAddressFamilyAndProtocol
+	}
+	length := int(binary.BigEndian.Uint16(b[14:16]))
+	info := headerInfo{header: HeaderV2}
+	if cmd == proxyproto.LOCAL {
+		info.header = HeaderLocal
+	}
+	if length < addrLen { // a LOCAL block that does not fit its family: skipped whole
+		if cmd == proxyproto.LOCAL && length <= int(proxyproto.MaxV2HeaderSize) {
+			return info, nil
+		}
+		return headerInfo{}, proxyproto.ErrInvalidLength
+	}
+	if length == 0 {
+		return info, nil
+	}
+	if length > int(proxyproto.MaxV2HeaderSize) {
+		return headerInfo{}, proxyproto.ErrInvalidLength
+	}
+	block := b[v2PrefixLen : v2PrefixLen+length]
+	if cmd == proxyproto.PROXY && fam.IsStream() && !fam.IsUnix() {
+		var ip netip.Addr
+		var port uint16
+		if fam.IsIPv4() {
+			ip, port = netip.AddrFrom4([4]byte(block[0:4])), binary.BigEndian.Uint16(block[8:10])
+		} else {
+			ip, port = netip.AddrFrom16([16]byte(block[0:16])).Unmap(), binary.BigEndian.Uint16(block[32:34])
+		}
+		info.claimed = netip.AddrPortFrom(ip, port).String()
+	}
+	tlvs := block[addrLen:]
+	// proxyproto.SplitTLVs, keeping only the two types read, last one wins.
+	var id, edge []byte
+	var haveID, haveEdge bool
+	for i := 0; i < len(tlvs); {
+		if len(tlvs)-i <= 2 {
+			return info, fmt.Errorf("proxy v2 tlvs: %w", proxyproto.ErrTruncatedTLV)
+		}
+		t, n := proxyproto.PP2Type(tlvs[i]), int(binary.BigEndian.Uint16(tlvs[i+1:i+3]))
+		i += 3
+		if i+n > len(tlvs) {
+			return info, fmt.Errorf("proxy v2 tlvs: %w", proxyproto.ErrTruncatedTLV)
+		}
+		switch t {
+		case proxyproto.PP2_TYPE_UNIQUE_ID:
+			id, haveID = tlvs[i:i+n], true
+		case relay.TLVEdgeName:
+			edge, haveEdge = tlvs[i:i+n], true
+		}
+		i += n
+	}
+	if haveID {
+		info.id = printable(id)
+	}
+	if haveEdge {
+		info.edge = edgeName(edge)
+	}
+	return info, nil
+}
+
+// lastEdge is the edge name parseV2 made a string of last: connections
+// from one edge carry the same name, which then costs no allocation.
+var lastEdge atomic.Pointer[string]
+
+// edgeName is printable(b), reusing lastEdge's string when it is b.
+func edgeName(b []byte) string {
+	if p := lastEdge.Load(); p != nil && *p == string(b) {
+		return *p
+	}
+	s := printable(b)
+	lastEdge.Store(&s)
+	return s
 }
 
 // headerInfo is what a parsed header contributes to a Peer.

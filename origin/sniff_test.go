@@ -5,6 +5,10 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"testing/iotest"
 
@@ -254,6 +258,95 @@ func FuzzSniff(f *testing.F) {
 		trickled := run(iotest.OneByteReader(bytes.NewReader(data)))
 		if whole.k != trickled.k || whole.err != trickled.err || whole.info != trickled.info || !bytes.Equal(whole.rest, trickled.rest) {
 			t.Fatalf("whole %+v != one byte at a time %+v", whole, trickled)
+		}
+	})
+}
+
+// v2Body is v2Raw with the length of body.
+func v2Body(cmd, fam byte, body ...byte) []byte {
+	return v2Raw(cmd, fam, uint16(len(body)), body)
+}
+
+// tlv is one TLV's bytes.
+func tlv(typ byte, v string) []byte {
+	return append([]byte{typ, byte(len(v) >> 8), byte(len(v))}, v...)
+}
+
+// FuzzParseV2 holds the front's own v2 parse to go-proxyproto's (Read,
+// then interpret): on every whole v2 header both accept with the same
+// Peer fields, or both refuse with the same error. The seeds are the v2
+// entries of FuzzSniff's corpus and headers of every command and family;
+// the fuzzer's bytes follow the signature.
+func FuzzParseV2(f *testing.F) {
+	files, err := filepath.Glob(filepath.Join("testdata", "fuzz", "FuzzSniff", "*"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, name := range files {
+		raw, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		for _, line := range strings.Split(string(raw), "\n") {
+			if q, ok := strings.CutPrefix(line, "[]byte("); ok {
+				s, err := strconv.Unquote(strings.TrimSuffix(q, ")"))
+				if err != nil {
+					f.Fatalf("%s: %v", name, err)
+				}
+				if rest, ok := bytes.CutPrefix([]byte(s), sigV2); ok {
+					f.Add(rest)
+				}
+			}
+		}
+	}
+	v4 := []byte{192, 0, 2, 10, 198, 51, 100, 1, 0xc3, 0x50, 0x02, 0x7c}
+	v6 := make([]byte, 36)
+	copy(v6[10:], []byte{0xff, 0xff, 192, 0, 2, 10}) // IPv4-mapped source
+	v6[32], v6[33] = 0x01, 0xbb
+	unix := make([]byte, 216)
+	copy(unix, "/run/edge.sock")
+	tlvs := append(tlv(0x05, "id-1"), tlv(byte(relay.TLVEdgeName), "edge-ams-1")...)
+	for _, h := range [][]byte{
+		v2Header(f, "192.0.2.10:50000", "198.51.100.1:636", "edge", "id"),
+		v2Header(f, "[2001:db8::1]:50000", "[2001:db8::2]:636", "edge\n", "\xff"),
+		v2Body(0x21, 0x11, append(v4, tlvs...)...),
+		v2Body(0x21, 0x12, v4...),                  // UDP: no claimed address
+		v2Body(0x21, 0x21, append(v6, tlvs...)...), // mapped: claimed as IPv4
+		v2Body(0x21, 0x31, append(unix, tlvs...)...),
+		v2Body(0x20, 0x00),                         // LOCAL, UNSPEC
+		v2Body(0x20, 0x00, tlvs...),                // LOCAL with TLVs
+		v2Body(0x20, 0x11, 1, 2, 3),                // LOCAL, block shorter than its family's
+		v2Body(0x20, 0x11, append(v4, tlvs...)...), // LOCAL with an address
+		v2Body(0x21, 0x00),                         // PROXY UNSPEC: refused
+		v2Body(0x21, 0x11, 1, 2, 3),                // too short
+		v2Body(0x22, 0x11, v4...),                  // bad command
+		v2Body(0x11, 0x11, v4...),                  // bad version
+		v2Body(0x21, 0x13, v4...),                  // bad transport
+		v2Body(0x21, 0x11, append(v4, 0x05, 0)...), // truncated TLV
+		v2Body(0x21, 0x11, append(v4, 0x05, 0, 9, 'x')...),
+		v2Body(0x21, 0x11, append(append(v4, tlv(0x04, "pad")...), tlv(0x05, "a")...)...),
+		v2Body(0x21, 0x11, append(append(v4, tlv(0x05, "a")...), tlv(0x05, "b")...)...), // last one wins
+	} {
+		f.Add(h[len(sigV2):])
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		b := append(append([]byte{}, sigV2...), data...)
+		n, err := headerLen(b, kindV2)
+		if err != nil || n == 0 {
+			return // not a whole header within MaxV2Length: never parsed
+		}
+		b = b[:n]
+		got, gerr := parseV2(b)
+		var want headerInfo
+		h, werr := parseHeader(b)
+		if werr == nil {
+			want, werr = interpret(h)
+		}
+		if (gerr == nil) != (werr == nil) || gerr != nil && gerr.Error() != werr.Error() {
+			t.Fatalf("%x: error %v, go-proxyproto's %v", b, gerr, werr)
+		}
+		if gerr == nil && got != want {
+			t.Fatalf("%x: %+v, go-proxyproto's %+v", b, got, want)
 		}
 	})
 }

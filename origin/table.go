@@ -47,9 +47,14 @@ type Peer struct {
 // insertion, Lookup of a missing port waits for the dials that were in
 // flight when it was called; it never waits for dials started later.
 type PeerTable struct {
-	mu       sync.Mutex
-	changed  *sync.Cond
-	peers    map[int]entry
+	mu      sync.Mutex
+	changed *sync.Cond
+	// peers maps a port to its entry in slots. The entries are not the
+	// map's values: a map stores a value above 128 bytes (an entry is
+	// 152) out of line, one allocation per insert.
+	peers    map[int]int32
+	slots    []entry
+	free     []int32             // indexes of unused slots
 	seq      uint64              // last token handed out (dials and entries)
 	inflight map[uint64]struct{} // dials not yet settled
 }
@@ -61,7 +66,7 @@ type entry struct {
 
 // NewPeerTable returns an empty table.
 func NewPeerTable() *PeerTable {
-	t := &PeerTable{peers: map[int]entry{}, inflight: map[uint64]struct{}{}}
+	t := &PeerTable{peers: map[int]int32{}, inflight: map[uint64]struct{}{}}
 	t.changed = sync.NewCond(&t.mu)
 	return t
 }
@@ -73,8 +78,8 @@ func (t *PeerTable) Lookup(port int) (Peer, bool) {
 	defer t.mu.Unlock()
 	limit := t.seq
 	for {
-		if e, ok := t.peers[port]; ok {
-			return e.peer, true
+		if i, ok := t.peers[port]; ok {
+			return t.slots[i].peer, true
 		}
 		if !t.dialingBefore(limit) {
 			return Peer{}, false
@@ -114,8 +119,8 @@ func (t *PeerTable) Len() int {
 func (t *PeerTable) Peers() []Peer {
 	t.mu.Lock()
 	out := make([]Peer, 0, len(t.peers))
-	for _, e := range t.peers {
-		out = append(out, e.peer)
+	for _, i := range t.peers {
+		out = append(out, t.slots[i].peer)
 	}
 	t.mu.Unlock()
 	slices.SortFunc(out, func(a, b Peer) int { return a.InnerPort - b.InnerPort })
@@ -153,7 +158,17 @@ func (t *PeerTable) endDial(token uint64) {
 // for the same port (its connection closed, not yet erased) is replaced.
 func (t *PeerTable) insert(token uint64, p Peer) {
 	t.mu.Lock()
-	t.peers[p.InnerPort] = entry{peer: p, token: token}
+	i, ok := t.peers[p.InnerPort]
+	if !ok {
+		if n := len(t.free); n > 0 {
+			i, t.free = t.free[n-1], t.free[:n-1]
+		} else {
+			i = int32(len(t.slots))
+			t.slots = append(t.slots, entry{})
+		}
+		t.peers[p.InnerPort] = i
+	}
+	t.slots[i] = entry{peer: p, token: token}
 	delete(t.inflight, token)
 	t.mu.Unlock()
 	t.changed.Broadcast()
@@ -165,8 +180,10 @@ func (t *PeerTable) insert(token uint64, p Peer) {
 func (t *PeerTable) remove(port int, token uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if e, ok := t.peers[port]; ok && e.token == token {
+	if i, ok := t.peers[port]; ok && t.slots[i].token == token {
 		delete(t.peers, port)
+		t.slots[i] = entry{} // drops the strings
+		t.free = append(t.free, i)
 	}
 }
 
