@@ -165,7 +165,7 @@ const maxFirst = headroom
 // Consume drops the first n bytes read in ReadFirst mode (a header): the
 // rest go to the upstream first when the copy starts.
 func (c *Conn) Consume(n int) {
-	c.pre = c.pre[n:]
+	c.pre = c.pre[:copy(c.pre, c.pre[n:])] // in place: the buffer stays poolable
 }
 
 // DialOptions is how Dial makes the upstream socket.
