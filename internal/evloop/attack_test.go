@@ -1,0 +1,70 @@
+package evloop
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// holder keeps the connections it is given open until the end.
+type holder struct{ conns chan *Conn }
+
+func (h *holder) Open(c *Conn)                   { h.conns <- c }
+func (h *holder) Received(*Conn, []byte, error) {}
+func (h *holder) Dialed(*Conn, error)           {}
+func (h *holder) Closed(*Conn, Result)          {}
+
+// TestPostAfterStopWritesNothing: a goroutine that comes back with
+// Conn.Post (a name lookup, accept.Own's Kill) after Stop must not write
+// to the loop's eventfd: the loop closed it when it ended, and the number
+// may belong to another file by then (it got the 8 bytes of the wake-up).
+func TestPostAfterStopWritesNothing(t *testing.T) {
+	h := &holder{conns: make(chan *Conn, 1)}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Handler: h, Loops: 1}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	c := <-h.conns
+	evfd := s.loops[0].evfd
+	s.Stop()
+	<-served
+	link := fmt.Sprintf("/proc/self/fd/%d", evfd)
+	deadline := time.Now().Add(10 * time.Second)
+	for { // the loop closes its eventfd as it ends
+		if l, err := os.Readlink(link); err != nil || !strings.Contains(l, "eventfd") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stopped loop kept its eventfd")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Another file takes the number, as the next open would.
+	var p [2]int
+	if err := syscall.Pipe2(p[:], syscall.O_NONBLOCK|syscall.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(p[0])
+	if err := syscall.Dup3(p[1], evfd, syscall.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	syscall.Close(p[1])
+	defer syscall.Close(evfd)
+	c.Post(func(*Conn) {})
+	c.Kill()
+	if n, _ := syscall.Read(p[0], make([]byte, 64)); n > 0 {
+		t.Fatalf("Post after Stop wrote %d bytes to the descriptor the loop's eventfd had", n)
+	}
+}
