@@ -13,7 +13,7 @@ import (
 // holder keeps the connections it is given open until the end.
 type holder struct{ conns chan *Conn }
 
-func (h *holder) Open(c *Conn)                   { h.conns <- c }
+func (h *holder) Open(c *Conn)                  { h.conns <- c }
 func (h *holder) Received(*Conn, []byte, error) {}
 func (h *holder) Dialed(*Conn, error)           {}
 func (h *holder) Closed(*Conn, Result)          {}
