@@ -68,3 +68,66 @@ func TestPostAfterStopWritesNothing(t *testing.T) {
 		t.Fatalf("Post after Stop wrote %d bytes to the descriptor the loop's eventfd had", n)
 	}
 }
+
+// TestResetClientWhileUpstreamFull: the upstream has stopped reading and
+// the client's bytes wait for room; the client then resets. Its error
+// must end the connection (both sockets closed, client-error), not wait
+// behind the upstream's full buffer for as long as the upstream lives.
+func TestResetClientWhileUpstreamFull(t *testing.T) {
+	hold := make(chan struct{})
+	defer close(hold)
+	up := upstream(t, func(c net.Conn) { <-hold }) // never reads
+	r := newRelay(up)
+	_, addr := serve(t, r)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1<<20)
+	c.SetWriteDeadline(time.Now().Add(2 * time.Second))
+	for { // until every buffer on the way is full
+		if _, err := c.Write(buf); err != nil {
+			break
+		}
+	}
+	c.(*net.TCPConn).SetLinger(0)
+	c.Close()
+	select {
+	case res := <-r.results:
+		if res.Reason != ReasonClientError {
+			t.Fatalf("%+v, want client-error", res)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection of a client that reset is still open 10 s later (the upstream never reads)")
+	}
+}
+
+// TestResetUpstreamWhileClientFull is the other way: the client has
+// stopped reading, the upstream fills every buffer and resets.
+func TestResetUpstreamWhileClientFull(t *testing.T) {
+	up := upstream(t, func(c net.Conn) {
+		buf := make([]byte, 1<<20)
+		c.SetWriteDeadline(time.Now().Add(2 * time.Second))
+		for {
+			if _, err := c.Write(buf); err != nil {
+				break
+			}
+		}
+		c.(*net.TCPConn).SetLinger(0)
+	})
+	r := newRelay(up)
+	_, addr := serve(t, r)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close() // never read
+	select {
+	case res := <-r.results:
+		if res.Reason != ReasonServerError {
+			t.Fatalf("%+v, want server-error", res)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection of an upstream that reset is still open 10 s later (the client never reads)")
+	}
+}

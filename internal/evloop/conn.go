@@ -339,6 +339,19 @@ func (c *Conn) event(srv bool, ev uint32) {
 		}
 	case stRelay:
 		c.pump()
+		if c.state == stRelay && ev&unix.EPOLLERR != 0 {
+			// The socket has failed (a reset), and the copy moved what it
+			// could: a direction still waiting for the other side's room
+			// would never read the error (the other side may never read
+			// again), so it ends the connection now.
+			fd, reason := c.cfd, ReasonClientError
+			if srv {
+				fd, reason = c.sfd, ReasonServerError
+			}
+			if err := sysSoError(fd); err != nil {
+				c.finish(Result{Reason: reason, Err: os.NewSyscallError("socket", err)})
+			}
+		}
 	}
 }
 
