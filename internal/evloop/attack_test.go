@@ -2,7 +2,9 @@ package evloop
 
 import (
 	"fmt"
+	"io"
 	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"syscall"
@@ -129,5 +131,78 @@ func TestResetUpstreamWhileClientFull(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the connection of an upstream that reset is still open 10 s later (the client never reads)")
+	}
+}
+
+// TestHalfClosedForeverParks: a client that half-closed and an upstream
+// that neither sends nor closes leave the connection open, and the loop
+// parked (no spin on the client's lasting RDHUP, nor on an upstream that
+// reset while the client's FIN waits).
+func TestHalfClosedForeverParks(t *testing.T) {
+	hold := make(chan struct{})
+	defer close(hold)
+	up := upstream(t, func(c net.Conn) { <-hold })
+	r := newRelay(up)
+	_, addr := serve(t, r)
+	var cs []net.Conn
+	for range 20 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Write([]byte("x"))
+		c.(*net.TCPConn).CloseWrite()
+		cs = append(cs, c)
+	}
+	time.Sleep(200 * time.Millisecond) // the FINs are through
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	c0 := cpu()
+	time.Sleep(500 * time.Millisecond)
+	if used := cpu() - c0; used > 250*time.Millisecond {
+		t.Fatalf("used %v of CPU in 500 ms with half-closed connections: a loop is spinning", used)
+	}
+	select {
+	case res := <-r.results:
+		t.Fatalf("a half-closed connection ended: %+v", res)
+	default:
+	}
+}
+
+// TestSourceBindIPv6: Dial from a source address, IPv4 and IPv6; the
+// upstream sees the connection come from it.
+func TestSourceBindIPv6(t *testing.T) {
+	for _, tc := range []struct{ listen, source string }{
+		{"127.0.0.1:0", "127.0.0.3"},
+		{"[::1]:0", "::1"},
+	} {
+		ln, err := net.Listen("tcp", tc.listen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		from := make(chan string, 1)
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			from <- c.RemoteAddr().(*net.TCPAddr).IP.String()
+			io.Copy(c, c)
+		}()
+		r := newRelay(ln.Addr().String())
+		r.opts.Source = netip.MustParseAddr(tc.source)
+		_, addr := serve(t, r)
+		if got := echo(t, addr, "hi"); got != "hi" {
+			t.Fatalf("%s: echo %q", tc.source, got)
+		}
+		if got := <-from; got != tc.source {
+			t.Fatalf("upstream saw %s, want %s", got, tc.source)
+		}
+		ln.Close()
 	}
 }
