@@ -206,3 +206,31 @@ func TestSourceBindIPv6(t *testing.T) {
 		ln.Close()
 	}
 }
+
+// TestServeRacingStop: Serve and Stop at the same time; Serve returns
+// whichever runs first. (Found by reading, not reproduced here: Serve
+// posted its listener after releasing s.mu, so a Stop in between could
+// end the loop first, and Serve would wait for ever.)
+func TestServeRacingStop(t *testing.T) {
+	for i := range 3000 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &Server{Handler: &holder{conns: make(chan *Conn, 1)}, Loops: 1}
+		s.start()
+		served := make(chan error, 1)
+		if i%2 == 0 {
+			go s.Stop()
+			go func() { served <- s.Serve(ln) }()
+		} else {
+			go func() { served <- s.Serve(ln) }()
+			go s.Stop()
+		}
+		select {
+		case <-served:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Serve did not return after Stop")
+		}
+	}
+}

@@ -219,11 +219,15 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.listeners[lst] = struct{}{}
 	lst.open = len(fds)
-	s.mu.Unlock()
+	// Posted under mu, as Adopt does: a Stop's quit is posted after, so
+	// every loop runs addListener (and gives the descriptor up) before it
+	// ends; posted after mu, a loop could end first and Serve would wait
+	// for ever.
 	for i, l := range s.loops {
 		fd := fds[i]
 		l.post(func() { l.addListener(lst, fd) })
 	}
+	s.mu.Unlock()
 	err = <-lst.done
 	s.mu.Lock()
 	delete(s.listeners, lst)
