@@ -234,3 +234,21 @@ func TestServeRacingStop(t *testing.T) {
 		}
 	}
 }
+
+// TestFirstBufferPooledAfterConsume: the front consumes a header from the
+// bytes ReadFirst buffered; the buffer still goes back to the pool when
+// the connection no longer needs it (it was dropped: each connection with
+// a header allocated a new 4 KiB buffer, and each Put a slice header).
+func TestFirstBufferPooledAfterConsume(t *testing.T) {
+	c := &Conn{}
+	cycle := func() {
+		c.takePre()
+		c.pre = c.pre[:100]
+		c.Consume(60)
+		c.putPre()
+	}
+	cycle()
+	if n := testing.AllocsPerRun(100, cycle); n != 0 {
+		t.Fatalf("%v allocations per connection for the first buffer, want 0 (pooled)", n)
+	}
+}
