@@ -6,8 +6,13 @@ import (
 	"encoding/json"
 	"io"
 	"net"
+	"os"
+	"reflect"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
 )
@@ -66,4 +71,83 @@ func TestInnerByNameReadsNoSecondHeader(t *testing.T) {
 	if got := h.inner.count(); got != 1 {
 		t.Errorf("inner accepted %d connections for one client, want 1", got)
 	}
+}
+
+// TestAttackFrontEveryStageLeavesNothing runs connections that end at
+// every stage of the front — forwarded, reset at once, reset after the
+// header, a header cut short, an oversized v2 length, a header from an
+// untrusted source, beyond max_conns — and checks that afterwards no
+// slot, peer entry, accept.Own entry or descriptor is left.
+func TestAttackFrontEveryStageLeavesNothing(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.MaxConns = 8 })
+	hdr := v2Header(t, "192.0.2.10:50000", "198.51.100.1:636", "edge-ams-1", "a1b2c3d4")
+	rst := func(c *net.TCPConn) { c.SetLinger(0); c.Close() }
+	fds := func() int {
+		ents, _ := os.ReadDir("/proc/self/fd")
+		return len(ents)
+	}
+	warm := h.dialFrom("127.0.0.2")
+	roundTrip(t, warm, hdr, []byte("warm"))
+	warm.Close()
+	h.settled()
+	runtime.GC()
+	fd0 := fds()
+	for i := range 140 {
+		switch i % 7 {
+		case 0:
+			c := h.dialFrom("127.0.0.2")
+			roundTrip(t, c, hdr, []byte("x"))
+			c.Close()
+		case 1:
+			rst(h.dialFrom("127.0.0.2"))
+		case 2:
+			c := h.dialFrom("127.0.0.2")
+			c.Write(append(append([]byte{}, hdr...), 'y'))
+			rst(c)
+		case 3:
+			c := h.dialFrom("127.0.0.2")
+			c.Write(hdr[:20])
+			c.CloseWrite()
+			expectClosed(t, c)
+			c.Close()
+		case 4:
+			c := h.dialFrom("127.0.0.2")
+			big := append([]byte{}, hdr[:16]...)
+			big[14], big[15] = 0xff, 0xff
+			c.Write(big)
+			expectClosed(t, c)
+			c.Close()
+		case 5:
+			c := h.dialFrom("127.0.0.3") // untrusted, with a header
+			c.Write(hdr)
+			expectClosed(t, c)
+			c.Close()
+		case 6:
+			var cs []*net.TCPConn
+			for range 12 {
+				cs = append(cs, h.dialFrom("127.0.0.2"))
+			}
+			for _, c := range cs {
+				rst(c)
+			}
+			h.settled()
+		}
+	}
+	h.settled()
+	eventually(t, "nothing left", func() bool {
+		runtime.GC()
+		h.front.mu.Lock()
+		active := h.front.active
+		h.front.mu.Unlock()
+		v := reflect.ValueOf(h.front.own).Elem()
+		mu := (*sync.Mutex)(unsafe.Pointer(v.FieldByName("mu").UnsafeAddr()))
+		mu.Lock()
+		out, in := v.FieldByName("out").Len(), v.FieldByName("in").Len()
+		mu.Unlock()
+		ok := active == 0 && out == 0 && in == 0 && h.table.Len() == 0 && fds() <= fd0
+		if !ok {
+			t.Logf("active %d, own out %d in %d, peers %d, descriptors %d (were %d)", active, out, in, h.table.Len(), fds(), fd0)
+		}
+		return ok
+	})
 }
