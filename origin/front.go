@@ -358,6 +358,13 @@ func (k killer) Close() error {
 func (h *handler) Received(c *evloop.Conn, b []byte, err error) {
 	f := (*Front)(h)
 	fc := c.Data.(*conn)
+	if fc.dialing {
+		// Decided already: inner's name is being looked up, and what the
+		// client sends meanwhile is payload, kept for the copy. Examined
+		// again, a PROXY line of the client's behind the edge's header
+		// would replace the edge's claim, and dial a second time.
+		return
+	}
 	d := examine(b, err, fc.trusted, f.cfg.RequireHeader)
 	switch d.step {
 	case stepWait:

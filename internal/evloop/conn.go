@@ -27,6 +27,7 @@ type Conn struct {
 	state       uint8
 	reading     bool               // ReadFirst: the client's bytes go to Received
 	pre         []byte             // bytes read from the client and not forwarded yet
+	first       *[]byte            // the pooled buffer pre was taken from (Consume reslices pre)
 	screen      func([]byte) error // Relay's check of the first client bytes
 	up, down    dir
 	cerr        error // a client read error met before Relay
@@ -339,6 +340,19 @@ func (c *Conn) event(srv bool, ev uint32) {
 		}
 	case stRelay:
 		c.pump()
+		if c.state == stRelay && ev&unix.EPOLLERR != 0 {
+			// The socket has failed (a reset), and the copy moved what it
+			// could: a direction still waiting for the other side's room
+			// would never read the error (the other side may never read
+			// again), so it ends the connection now.
+			fd, reason := c.cfd, ReasonClientError
+			if srv {
+				fd, reason = c.sfd, ReasonServerError
+			}
+			if err := sysSoError(fd); err != nil {
+				c.finish(Result{Reason: reason, Err: os.NewSyscallError("socket", err)})
+			}
+		}
 	}
 }
 
@@ -350,7 +364,7 @@ func (c *Conn) readFirst() {
 	got := false
 	for c.up.ready && !c.up.eof {
 		if c.pre == nil {
-			c.pre = (*firstBufs.Get().(*[]byte))[:0]
+			c.takePre()
 		}
 		if len(c.pre) == cap(c.pre) {
 			break // the handler decides what a full buffer means
@@ -389,10 +403,20 @@ func (c *Conn) readFirst() {
 	}
 }
 
+// takePre sets pre to an empty pooled buffer.
+func (c *Conn) takePre() {
+	if c.first == nil {
+		c.first = firstBufs.Get().(*[]byte)
+	}
+	c.pre = (*c.first)[:0]
+}
+
+// putPre gives pre's buffer back (pre may have been resliced by Consume
+// or grown past it by append: the pooled one is kept in first).
 func (c *Conn) putPre() {
-	if c.pre != nil && cap(c.pre) == maxFirst {
-		b := c.pre[:0]
-		firstBufs.Put(&b)
+	if c.first != nil {
+		firstBufs.Put(c.first)
+		c.first = nil
 	}
 	c.pre = nil
 }
@@ -445,7 +469,8 @@ func (c *Conn) Relay(prefix []byte, screen func([]byte) error) {
 		case nil:
 			screen = nil
 		case ErrMore:
-			c.pre = append((*firstBufs.Get().(*[]byte))[:0], first...)
+			c.takePre()
+			c.pre = append(c.pre, first...)
 			out, first = out[:len(prefix)], nil
 		default:
 			c.finish(Result{Reason: ReasonClientError, Err: err})
@@ -700,7 +725,7 @@ func (c *Conn) flushOut(d *dir, dst int) (wait, ok bool) {
 // forwards them once they pass. It reports false when c ended.
 func (c *Conn) screenMore(b []byte) bool {
 	if c.pre == nil {
-		c.pre = (*firstBufs.Get().(*[]byte))[:0]
+		c.takePre()
 	}
 	c.pre = append(c.pre, b...)
 	switch err := c.screen(c.pre); err {

@@ -219,11 +219,15 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.listeners[lst] = struct{}{}
 	lst.open = len(fds)
-	s.mu.Unlock()
+	// Posted under mu, as Adopt does: a Stop's quit is posted after, so
+	// every loop runs addListener (and gives the descriptor up) before it
+	// ends; posted after mu, a loop could end first and Serve would wait
+	// for ever.
 	for i, l := range s.loops {
 		fd := fds[i]
 		l.post(func() { l.addListener(lst, fd) })
 	}
+	s.mu.Unlock()
 	err = <-lst.done
 	s.mu.Lock()
 	delete(s.listeners, lst)
@@ -367,6 +371,7 @@ type loop struct {
 	more   bool // a listener has more to accept: do not park
 
 	mu     sync.Mutex
+	ended  bool // the loop has ended and closed evfd: post drops what comes
 	posted []func()
 	run2   []func() // posted, swapped out to run
 }
@@ -419,11 +424,16 @@ func newLoop(s *Server) (*loop, error) {
 	return l, nil
 }
 
-// post runs f in the loop.
+// post runs f in the loop; once the loop has ended, f is dropped. The
+// wake-up is written under mu: the loop closes evfd under mu as it ends,
+// and a write after that would land in whatever file took the number.
 func (l *loop) post(f func()) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return
+	}
 	l.posted = append(l.posted, f)
-	l.mu.Unlock()
 	one := uint64(1)
 	syscall.RawSyscall(unix.SYS_WRITE, uintptr(l.evfd), uintptr(unsafe.Pointer(&one)), 8)
 }
@@ -510,7 +520,10 @@ func (l *loop) run() {
 		l.expire()
 	}
 	l.file.Close() // the epoll descriptor
+	l.mu.Lock()
+	l.ended = true
 	unix.Close(l.evfd)
+	l.mu.Unlock()
 }
 
 // wait is the Go poller's callback: it reports true (stop waiting) once
