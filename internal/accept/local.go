@@ -11,12 +11,14 @@ import (
 
 // LocalResources reports whether err is this host running out of a
 // resource (file descriptors: EMFILE, ENFILE; buffer or kernel memory:
-// ENOBUFS, ENOMEM): a dial that failed so never left the host, and says
+// ENOBUFS, ENOMEM; ephemeral ports: EADDRNOTAVAIL from connect; room in
+// an epoll set: ENOSPC from epoll_ctl): a dial that failed so never left the host, and says
 // nothing about the server it was meant for. Such a failure must not mark
 // a server OFFLINE (issue 8: only a connect failure, a failed check or an
 // I/O failure the client could not have caused does).
 func LocalResources(err error) bool {
-	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM} {
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM,
+		syscall.EADDRNOTAVAIL, syscall.ENOSPC} {
 		if errors.Is(err, e) {
 			return true
 		}

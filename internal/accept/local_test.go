@@ -21,6 +21,8 @@ func TestLocalResources(t *testing.T) {
 		{fmt.Errorf("dial origin: %w", syscall.ENFILE), true},
 		{syscall.ENOBUFS, true},
 		{syscall.ENOMEM, true},
+		{os.NewSyscallError("connect", syscall.EADDRNOTAVAIL), true}, // no ephemeral port left
+		{os.NewSyscallError("epoll_ctl", syscall.ENOSPC), true},      // max_user_watches
 		{&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, false},
 		{syscall.ETIMEDOUT, false},
 		{nil, false},

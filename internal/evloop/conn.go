@@ -166,7 +166,7 @@ const maxFirst = headroom
 // Consume drops the first n bytes read in ReadFirst mode (a header): the
 // rest go to the upstream first when the copy starts.
 func (c *Conn) Consume(n int) {
-	c.pre = c.pre[:copy(c.pre, c.pre[n:])] // in place: the buffer stays poolable
+	c.pre = c.pre[:copy(c.pre, c.pre[n:])] // in place: room for more reads
 }
 
 // DialOptions is how Dial makes the upstream socket.
@@ -248,11 +248,11 @@ func (c *Conn) Dial(addr netip.AddrPort, o *DialOptions) {
 		return
 	}
 	// On loopback the handshake is usually over by the time connect
-	// returns: a second connect says so (EISCONN) at the price of the
+	// returns: a second connect says so (0 or EISCONN) at the price of the
 	// SO_ERROR check it replaces, and the copy starts now rather than
 	// on the next turn of the loop.
 	switch err := sysConnect(fd, &sa, n); err {
-	case unix.EISCONN:
+	case nil, unix.EISCONN: // Linux says 0 once connected
 		c.connected(nil)
 		return
 	case unix.EALREADY, unix.EINPROGRESS, unix.EINTR:
