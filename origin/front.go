@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"strconv"
 	"sync"
 	"time"
 
@@ -395,24 +394,9 @@ func (h *handler) Received(c *evloop.Conn, b []byte, err error) {
 
 // resolveInner looks up front.inner's first address.
 func (f *Front) resolveInner() (netip.AddrPort, error) {
-	host, port, err := net.SplitHostPort(f.cfg.Inner)
-	if err != nil {
-		return netip.AddrPort{}, err
-	}
-	p, err := strconv.ParseUint(port, 10, 16)
-	if err != nil {
-		return netip.AddrPort{}, err
-	}
 	ctx, cancel := context.WithTimeout(f.ctx, innerDialTimeout)
 	defer cancel()
-	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-	if err != nil {
-		return netip.AddrPort{}, err
-	}
-	if len(ips) == 0 {
-		return netip.AddrPort{}, fmt.Errorf("lookup %s: no address", host)
-	}
-	return netip.AddrPortFrom(ips[0].Unmap(), uint16(p)), nil
+	return evloop.Resolve(ctx, f.cfg.Inner)
 }
 
 // sent records the inner socket in own as soon as its connect is sent:

@@ -21,7 +21,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"strconv"
 	"sync"
 	"time"
 
@@ -266,7 +265,7 @@ func (e *Edge) dialNext(c *evloop.Conn, rc *conn) {
 	go func() {
 		ctx, cancel := context.WithTimeout(e.ctx, e.cfg.ConnectTimeout)
 		defer cancel()
-		ap, err := resolve(ctx, o.addr)
+		ap, err := evloop.Resolve(ctx, o.addr)
 		c.Post(func(c *evloop.Conn) {
 			if err != nil {
 				(*handler)(e).failed(c, rc, t0, err)
@@ -275,26 +274,6 @@ func (e *Edge) dialNext(c *evloop.Conn, rc *conn) {
 			c.Dial(ap, &e.dial)
 		})
 	}()
-}
-
-// resolve looks up a host:port origin's first address.
-func resolve(ctx context.Context, addr string) (netip.AddrPort, error) {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return netip.AddrPort{}, err
-	}
-	p, err := strconv.ParseUint(port, 10, 16)
-	if err != nil {
-		return netip.AddrPort{}, err
-	}
-	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-	if err != nil {
-		return netip.AddrPort{}, err
-	}
-	if len(ips) == 0 {
-		return netip.AddrPort{}, fmt.Errorf("lookup %s: no address", host)
-	}
-	return netip.AddrPortFrom(ips[0].Unmap(), uint16(p)), nil
 }
 
 // Received is not used: the edge reads nothing before Relay.

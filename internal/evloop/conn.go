@@ -1,9 +1,13 @@
 package evloop
 
 import (
+	"context"
+	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -790,4 +794,25 @@ func (c *Conn) finish(res Result) {
 		res.Down = c.down.n
 	}
 	l.s.Handler.Closed(c, res)
+}
+
+// Resolve looks up a host:port's first address (IPv4-mapped unmapped),
+// for a handler that dials a name: off the loop, then Post back to Dial.
+func Resolve(ctx context.Context, addr string) (netip.AddrPort, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	if len(ips) == 0 {
+		return netip.AddrPort{}, fmt.Errorf("lookup %s: no address", host)
+	}
+	return netip.AddrPortFrom(ips[0].Unmap(), uint16(p)), nil
 }
