@@ -477,14 +477,9 @@ func TestIdleLoopParks(t *testing.T) {
 		t.Fatalf("dial: %v", err)
 	}
 	result(t, r)
-	cpu := func() time.Duration {
-		var ru syscall.Rusage
-		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
-	c0 := cpu()
+	c0 := processCPU()
 	time.Sleep(500 * time.Millisecond)
-	if used := cpu() - c0; used > 250*time.Millisecond {
+	if used := processCPU() - c0; used > 250*time.Millisecond {
 		t.Fatalf("the idle process used %v of CPU in 500 ms: a loop is spinning", used)
 	}
 }
@@ -541,4 +536,11 @@ func roundTrip(t *testing.T, c net.Conn, msg string) string {
 	b := make([]byte, len(msg))
 	io.ReadFull(c, b)
 	return string(b)
+}
+
+// processCPU is the test process's user and system time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
