@@ -124,6 +124,15 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Edge, error)
 	if cfg.Source != "" {
 		e.dial.Source, _ = netip.ParseAddr(cfg.Source)
 	}
+	e.orig.mu.Lock()
+	e.orig.gauge = func(addr string, up, gone bool) {
+		if gone {
+			e.m.originUp.DeleteLabelValues(addr)
+			return
+		}
+		e.m.originUp.WithLabelValues(addr).Set(b2f(up))
+	}
+	e.orig.mu.Unlock()
 	for a := range e.orig.states() {
 		e.m.originUp.WithLabelValues(a).Set(1)
 	}
@@ -133,12 +142,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Edge, error)
 // SetOrigins replaces the origin list. Origins that stay keep their
 // OFFLINE state; connections already relayed are not touched.
 func (e *Edge) SetOrigins(origins []string) {
-	for _, a := range e.orig.set(origins) {
-		e.m.originUp.DeleteLabelValues(a)
-	}
-	for a, up := range e.orig.states() {
-		e.m.originUp.WithLabelValues(a).Set(b2f(up))
-	}
+	e.orig.set(origins) // the origin_up series follow, under the set's lock
 }
 
 // Serve accepts connections on ln and relays them on the event loops
@@ -290,8 +294,7 @@ func (h *handler) Dialed(c *evloop.Conn, err error) {
 	}
 	e.m.dial.Observe(c.Now().Sub(c.DialStarted()).Seconds())
 	o := rc.origin
-	if e.orig.ok(o) {
-		e.m.originUp.WithLabelValues(o.addr).Set(1)
+	if e.orig.ok(o) { // origin_up follows (unless SetOrigins removed it meanwhile)
 		e.log.Info("origin back", "origin", o.addr)
 	}
 	e.orig.release(rc.plan, rc.claim)
@@ -348,7 +351,6 @@ func (h *handler) failed(c *evloop.Conn, rc *conn, t0 time.Time, err error) {
 		return
 	}
 	if e.orig.fail(o, c.Now()) {
-		e.m.originUp.WithLabelValues(o.addr).Set(0)
 		e.log.Warn("origin offline", "origin", o.addr, "retry_in", e.cfg.OfflineRetry, "err", err)
 	}
 	e.dialNext(c, rc)

@@ -728,3 +728,31 @@ func (te *testEdge) retrying(addr string) bool {
 	}
 	return false
 }
+
+// TestRemovedOriginSeriesStaysGone: a dial under way when SIGHUP's
+// SetOrigins removes its origin ends after the removal; its failure (the
+// origin going OFFLINE) must not bring back the removed origin's
+// edgefleet_edge_origin_up series, which it did when the gauge was set
+// after the origin set's lock was released.
+func TestRemovedOriginSeriesStaysGone(t *testing.T) {
+	hole := testbed.BlackHole(t)
+	good := startOrigin(t, true, echo)
+	e := startEdge(t, Config{Origins: []string{hole}, ConnectTimeout: 500 * time.Millisecond})
+	c, err := net.Dial("tcp", e.addr) // its dial to the black hole is under way
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	e.waitValue(t, 1, "edgefleet_edge_connections_active")
+	e.SetOrigins([]string{good.addr})
+	if v := e.metric(t, "edgefleet_edge_origin_up", "origin", hole); v != nil {
+		t.Fatalf("origin_up for the removed origin right after SetOrigins: %v", *v)
+	}
+	e.waitValue(t, 0, "edgefleet_edge_connections_active") // the dial timed out
+	if v := e.metric(t, "edgefleet_edge_origin_up", "origin", hole); v != nil {
+		t.Fatalf("the removed origin's series came back (%v) when its dial failed", *v)
+	}
+	if v := e.metric(t, "edgefleet_edge_origin_up", "origin", good.addr); v == nil || *v != 1 {
+		t.Fatalf("origin_up for the new origin: %v", v)
+	}
+}

@@ -23,6 +23,11 @@ type origin struct {
 // and when every origin is OFFLINE the least recently failed one.
 type originSet struct {
 	retry time.Duration
+	// gauge, when set, records an origin's state (up 1 or 0) or its
+	// removal (gone); it is called under mu, so that a state change made
+	// by a dial that was under way when set removed its origin cannot
+	// bring the removed origin's series back.
+	gauge func(addr string, up, gone bool)
 
 	mu    sync.Mutex
 	list  []*origin
@@ -60,6 +65,14 @@ func (s *originSet) set(addrs []string) (removed []string) {
 		removed = append(removed, a)
 	}
 	s.list = list
+	if s.gauge != nil {
+		for _, a := range removed {
+			s.gauge(a, false, true)
+		}
+		for _, o := range list {
+			s.gauge(o.addr, !o.offline, false)
+		}
+	}
 	return removed
 }
 
@@ -122,6 +135,9 @@ func (s *originSet) fail(o *origin, now time.Time) (changed bool) {
 	defer s.mu.Unlock()
 	changed = !o.offline
 	o.offline, o.failedAt = true, now
+	if changed && s.gauge != nil && s.listed(o) {
+		s.gauge(o.addr, false, false)
+	}
 	return changed
 }
 
@@ -131,7 +147,21 @@ func (s *originSet) ok(o *origin) (changed bool) {
 	defer s.mu.Unlock()
 	changed = o.offline
 	o.offline = false
+	if changed && s.gauge != nil && s.listed(o) {
+		s.gauge(o.addr, true, false)
+	}
 	return changed
+}
+
+// listed reports whether o is still one of the configured origins (s.mu
+// held).
+func (s *originSet) listed(o *origin) bool {
+	for _, x := range s.list {
+		if x == o {
+			return true
+		}
+	}
+	return false
 }
 
 // states returns the configured addresses and whether each is up (not
