@@ -195,11 +195,50 @@ func (s *Server) Serve(pc net.PacketConn, ln net.Listener) {
 	s.Addr = pc.LocalAddr().String()
 	secret := map[string]string{s.cfg.KeyName: s.cfg.Secret}
 	s.udp = &dns.Server{PacketConn: pc, Handler: s, TsigSecret: secret, MsgAcceptFunc: acceptMsg}
-	s.tcp = &dns.Server{Listener: ln, Handler: s, TsigSecret: secret, MsgAcceptFunc: acceptMsg}
+	s.tcp = &dns.Server{Listener: limitListener(ln, maxTCPConns), Handler: s, TsigSecret: secret, MsgAcceptFunc: acceptMsg}
 	for _, srv := range []*dns.Server{s.udp, s.tcp} {
 		go srv.ActivateAndServe()
 	}
 	s.log.Info("dns server started", "addr", s.Addr, "zone", s.cfg.Zone, "serial", s.serial())
+}
+
+// maxTCPConns bounds the TCP connections the server holds at once
+// (miekg/dns runs a goroutine per connection; each is also bounded in
+// time by its read and idle timeouts). Beyond it, new connections wait in
+// the listen backlog until one ends. Tests lower it.
+var maxTCPConns = 256
+
+// limitListener accepts at most n connections at a time from ln: Accept
+// waits while n are open (as golang.org/x/net/netutil.LimitListener).
+func limitListener(ln net.Listener, n int) net.Listener {
+	return &limited{Listener: ln, sem: make(chan struct{}, n)}
+}
+
+type limited struct {
+	net.Listener
+	sem chan struct{}
+}
+
+func (l *limited) Accept() (net.Conn, error) {
+	l.sem <- struct{}{}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.sem
+		return nil, err
+	}
+	return &limitedConn{Conn: c, release: func() { <-l.sem }}, nil
+}
+
+type limitedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }
 
 // acceptMsg is miekg/dns's default filter with UPDATE let in: one zone

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -322,5 +323,47 @@ func TestPublisherReadsTruncated(t *testing.T) {
 	got, err := pub.Read(context.Background())
 	if err != nil || len(got.A) != 100 {
 		t.Fatalf("read: %d addresses, %v", len(got.A), err)
+	}
+}
+
+// TestTCPConnectionsBounded: the embedded server holds at most
+// maxTCPConns TCP connections at once; idle connections beyond it wait in
+// the backlog and cost it nothing, and dig over TCP is answered again as
+// soon as one of them closes.
+func TestTCPConnectionsBounded(t *testing.T) {
+	testbed.Need(t, "dig")
+	old := maxTCPConns
+	maxTCPConns = 3
+	defer func() { maxTCPConns = old }()
+	srv, _ := embedded(t, "", nil)
+	var idle []net.Conn
+	for range 3 {
+		c, err := net.Dial("tcp", srv.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		idle = append(idle, c)
+	}
+	dig := func() (string, error) {
+		host, port, _ := net.SplitHostPort(srv.Addr)
+		bin, _ := testbed.Path("dig")
+		out, err := exec.Command(bin, "@"+host, "-p", port, "+tcp", "+time=1", "+tries=1", "+short",
+			"SOA", "example.test").CombinedOutput()
+		return string(out), err
+	}
+	if out, err := dig(); err == nil && strings.Contains(out, "example.test") {
+		t.Fatalf("answered over TCP with %d idle connections held (limit 3): %q", len(idle), out)
+	}
+	idle[0].Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := dig()
+		if err == nil && strings.Contains(out, "example.test") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no TCP answer after a held connection closed: %q, %v", out, err)
+		}
 	}
 }
