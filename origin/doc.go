@@ -6,7 +6,7 @@
 //
 //	table := origin.NewPeerTable()
 //	front, err := origin.New(cfg, table, log, prometheus.DefaultRegisterer)
-//	go front.Serve(ln)                       // or front.HandleConn(c)
+//	go front.Serve(ln)                       // a *net.TCPListener; or front.HandleConn(c) for one *net.TCPConn
 //	peer, ok := table.LookupAddr(innerRemoteAddr) // in the inner service, on accept
 //
 // Each connection's first bytes are peeked, never consumed: a PROXY v2
@@ -15,7 +15,7 @@
 // bounds applied here first); anything else — a TLS ClientHello, an LDAP PDU — is
 // forwarded unchanged. A header is honoured only from Config.TrustedEdges;
 // from anywhere else it is a spoof attempt and the connection is closed.
-// The forwarded connection is joined to inner with splice.Prepare/Run, the
-// asynchronous form of the copy function every relay path shares: an idle
+// Connections run on the event loops of internal/evloop (accept, header
+// read, non-blocking dial to inner, read/write or splice): an idle
 // forwarded connection holds its two sockets and no goroutine.
 package origin

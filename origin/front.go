@@ -14,7 +14,6 @@ import (
 	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/internal/evloop"
 	"github.com/edgefleet/edgefleet/internal/sockopt"
-	"github.com/edgefleet/edgefleet/internal/splice"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -37,10 +36,7 @@ const (
 //
 // Its connections run on event loops (internal/evloop): the accept, the
 // header read, the non-blocking dial and the copy (read/write for small
-// bursts, splice for bulk) without a goroutine per connection. A
-// connection handed to HandleConn that is not a TCP socket (a net.Pipe in
-// a test) is served in the calling goroutine instead, with the same
-// decisions.
+// bursts, splice for bulk) without a goroutine per connection.
 type Front struct {
 	// Now is the clock for Peer.Since, durations and log rate limiting;
 	// nil means time.Now. Set it before Serve or HandleConn.
@@ -60,18 +56,13 @@ type Front struct {
 	// innerAddr is front.inner when it is an address; a name is looked
 	// up per connection off the loop.
 	innerAddr netip.AddrPort
-	// dialer is the fallback sessions' (HandleConn on a connection that
-	// is not a TCP socket).
-	dialer net.Dialer
-	ctx    context.Context // cancelled when Shutdown gives up waiting
-	cancel context.CancelFunc
+	ctx       context.Context // cancelled when Shutdown gives up waiting
+	cancel    context.CancelFunc
 
-	mu        sync.Mutex
-	closing   bool
-	active    int                       // open connections, against max_conns
-	idle      chan struct{}             // closed once closing and active is 0
-	listeners map[net.Listener]struct{} // non-TCP listeners served by accept.Loop
-	sessions  map[*session]struct{}     // fallback sessions, closed on a forced shutdown
+	mu      sync.Mutex
+	closing bool
+	active  int           // open connections, against max_conns
+	idle    chan struct{} // closed once closing and active is 0
 }
 
 // New checks cfg and returns a front that records peers in table, logs to
@@ -88,16 +79,13 @@ func New(cfg Config, table *PeerTable, log *slog.Logger, reg prometheus.Register
 		log = slog.New(slog.DiscardHandler)
 	}
 	f := &Front{
-		cfg:       cfg,
-		p:         p,
-		table:     table,
-		log:       log,
-		m:         newMetrics(table),
-		dialer:    net.Dialer{Timeout: innerDialTimeout, KeepAlive: -1},
-		listeners: map[net.Listener]struct{}{},
-		sessions:  map[*session]struct{}{},
-		idle:      make(chan struct{}),
-		own:       accept.NewOwn(),
+		cfg:   cfg,
+		p:     p,
+		table: table,
+		log:   log,
+		m:     newMetrics(table),
+		idle:  make(chan struct{}),
+		own:   accept.NewOwn(),
 	}
 	if ap, err := netip.ParseAddrPort(cfg.Inner); err == nil {
 		f.innerAddr = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
@@ -124,8 +112,8 @@ func (f *Front) now() time.Time {
 // good. Serve takes a *net.TCPListener over: it is closed at once, the
 // loops accept on descriptors of their own. Accepted sockets inherit
 // TCP_NODELAY and Go's default keepalive (both set here on the listening
-// socket): no setsockopt per connection. Another kind of listener is served by an
-// accept loop and a goroutine per connection.
+// socket): no setsockopt per connection. Another kind of listener is
+// refused (closed, with an error).
 func (f *Front) Serve(ln net.Listener) error {
 	f.mu.Lock()
 	if f.closing {
@@ -133,28 +121,10 @@ func (f *Front) Serve(ln net.Listener) error {
 		ln.Close()
 		return nil
 	}
-	if _, ok := ln.(*net.TCPListener); ok {
-		f.mu.Unlock()
-		sockopt.NoDelay(ln)
-		goKeepalive.Set(ln)
-		return f.srv.Serve(ln)
-	}
-	f.listeners[ln] = struct{}{}
 	f.mu.Unlock()
-	defer func() {
-		f.mu.Lock()
-		delete(f.listeners, ln)
-		f.mu.Unlock()
-	}()
-	loop := accept.Loop{
-		Handle:  func(c net.Conn) { go f.HandleConn(c) },
-		Closing: f.isClosing,
-		Log:     f.log,
-		Own:     f.own,
-		Looped:  func(c net.Conn) { f.looped(formatAddr(c.RemoteAddr())) },
-		Now:     f.now,
-	}
-	return loop.Serve(ln)
+	sockopt.NoDelay(ln)
+	goKeepalive.Set(ln)
+	return f.srv.Serve(ln)
 }
 
 // goKeepalive is what Go's net package sets on every accepted connection
@@ -223,9 +193,6 @@ func (f *Front) wake() {
 func (f *Front) Shutdown(ctx context.Context) error {
 	f.mu.Lock()
 	f.closing = true
-	for ln := range f.listeners {
-		ln.Close()
-	}
 	if f.active == 0 {
 		f.wake()
 	}
@@ -239,48 +206,26 @@ func (f *Front) Shutdown(ctx context.Context) error {
 	}
 	f.cancel()
 	f.srv.Abort()
-	f.mu.Lock()
-	open := make([]*session, 0, len(f.sessions))
-	for s := range f.sessions {
-		open = append(open, s)
-	}
-	f.mu.Unlock()
-	for _, s := range open { // outside f.mu: a session ending takes it
-		s.abort()
-	}
 	<-f.idle
 	return ctx.Err()
 }
 
-// HandleConn serves one connection accepted elsewhere and returns once it
-// is over. A *net.TCPConn is handed to the event loops; another kind of
-// connection is served in this goroutine (HandleConn then returns once it
-// has been refused, or once its client→inner direction has gone idle or
-// ended, forwarding going on in splice). Shutdown waits for the end of
-// every connection.
+// HandleConn serves one connection accepted elsewhere (a *net.TCPConn)
+// on the event loops and returns once it is over. Shutdown waits for the
+// end of every connection.
 func (f *Front) HandleConn(c net.Conn) {
 	if !f.reserve() {
-		f.own.Forget(c)
 		c.Close()
 		return
 	}
-	if _, ok := c.(*net.TCPConn); ok {
-		over := make(chan struct{})
-		fc := &conn{counted: true, over: func() { close(over) }}
-		if err := f.srv.Adopt(c, fc); err != nil {
-			f.release()
-			f.log.Error("connection not served", "err", err)
-			return
-		}
-		<-over
+	over := make(chan struct{})
+	fc := &conn{counted: true, over: func() { close(over) }}
+	if err := f.srv.Adopt(c, fc); err != nil {
+		f.release()
+		f.log.Error("connection not served", "err", err)
 		return
 	}
-	s := &session{f: f, c: c, start: f.now(), measured: formatAddr(c.RemoteAddr())}
-	s.header = HeaderNone
-	f.mu.Lock()
-	f.sessions[s] = struct{}{}
-	f.mu.Unlock()
-	s.run()
+	<-over
 }
 
 // conn is the front's state of one connection on the event loops
@@ -571,8 +516,7 @@ type decision struct {
 // header bounds to the first bytes b of a connection from a source
 // trusted or not. err is how reading them ended so far: nil (more may
 // come), io.EOF, a timeout (header_timeout ran out) or a read error.
-// Both the event loops and the fallback sessions decide through it, each
-// time more bytes arrive.
+// The event loops decide through it each time more bytes arrive.
 func examine(b []byte, err error, trusted, requireHeader bool) decision {
 	k, decided := sniffKind(b, err == io.EOF)
 	if !decided {
@@ -620,158 +564,4 @@ func failed(k kind, err error, gotBytes bool) decision {
 		d.result, d.msg = ResultBadHeader, "bad proxy header"
 	}
 	return d
-}
-
-// session is one connection served outside the event loops (HandleConn
-// on a connection that is not a TCP socket).
-type session struct {
-	f        *Front
-	c        net.Conn
-	start    time.Time
-	measured string
-	inner    net.Conn // the connection to inner, once dialled
-	headerInfo
-
-	mu   sync.Mutex
-	pair *splice.Pair // set once forwarding has started
-}
-
-// end releases what HandleConn took, once the connection is over.
-func (s *session) end() {
-	s.f.own.Forget(s.c)
-	s.f.mu.Lock()
-	delete(s.f.sessions, s)
-	s.f.mu.Unlock()
-	s.f.release()
-}
-
-// abort closes the session's connections for a forced shutdown.
-func (s *session) abort() {
-	s.mu.Lock()
-	p := s.pair
-	s.mu.Unlock()
-	if p != nil {
-		p.Close() // wakes a direction parked while idle
-		return
-	}
-	s.c.Close()
-}
-
-func (s *session) run() {
-	f := s.f
-	fc := &conn{measured: s.measured}
-	fc.header = HeaderNone
-	trusted := f.p.trusts(s.c.RemoteAddr())
-	if !trusted && f.cfg.Untrusted == UntrustedReject {
-		f.refuse(fc, ResultUntrusted, "untrusted source rejected", nil)
-		s.c.Close()
-		s.end()
-		return
-	}
-	pend, n, ok := s.readFirst(fc, trusted)
-	if !ok {
-		s.c.Close()
-		s.end()
-		return
-	}
-	s.headerInfo = fc.headerInfo
-	pend = pend[n:]
-
-	token := f.table.beginDial()
-	ic, err := f.dialer.DialContext(f.ctx, "tcp", f.cfg.Inner)
-	if err != nil {
-		f.table.endDial(token)
-		f.refuse(fc, ResultInnerError, "dial inner failed", err)
-		s.c.Close()
-		s.end()
-		return
-	}
-	inner := ic.(*net.TCPConn)
-	if f.own.Dialed(inner) { // inner is this front: the connection came back
-		f.table.endDial(token)
-		inner.Close()
-		f.refuse(fc, ResultLoop, "front.inner is this front", nil)
-		s.c.Close()
-		s.end()
-		return
-	}
-	s.inner = inner
-	port := inner.LocalAddr().(*net.TCPAddr).Port
-	f.table.insert(token, Peer{
-		InnerPort: port,
-		Claimed:   s.claimed,
-		Measured:  s.measured,
-		Edge:      s.edge,
-		ID:        s.id,
-		Header:    s.header,
-		Since:     s.start,
-		Inner:     inner.LocalAddr().String(),
-	})
-	f.m.ok(s.header).Inc()
-
-	var client net.Conn = s.c
-	if len(pend) > 0 {
-		client = &splice.Conn{Conn: s.c, Peeked: pend}
-	}
-	p := splice.Prepare(client, inner, func(res splice.Result) { s.closed(res, port, token) })
-	s.mu.Lock()
-	s.pair = p
-	s.mu.Unlock()
-	p.Run()
-}
-
-// readFirst reads the first bytes within header_timeout until examine
-// decides. It returns them and the header's length, or false when the
-// connection was refused (counted and logged).
-func (s *session) readFirst(fc *conn, trusted bool) ([]byte, int, bool) {
-	f := s.f
-	s.c.SetReadDeadline(time.Now().Add(f.cfg.HeaderTimeout))
-	buf := make([]byte, 0, readerSize)
-	var rerr error
-	for {
-		d := examine(buf, rerr, trusted, f.cfg.RequireHeader)
-		switch d.step {
-		case stepRefuse:
-			f.refused(fc, d)
-			return nil, 0, false
-		case stepForward:
-			fc.headerInfo = d.info
-			if err := s.c.SetReadDeadline(time.Time{}); err != nil {
-				f.refuse(fc, ResultEmpty, "", err)
-				return nil, 0, false
-			}
-			return buf, d.n, true
-		}
-		n, err := s.c.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err != nil {
-			rerr = err
-		}
-	}
-}
-
-// closed erases the peer entry of a forwarded connection once both
-// directions are done and writes its log line (none when no byte moved
-// either way: a health check).
-func (s *session) closed(res splice.Result, port int, token uint64) {
-	f := s.f
-	f.table.remove(port, token)
-	f.own.Closed(s.inner)
-	if res.Up != 0 || res.Down != 0 {
-		f.logClosed(&s.headerInfo, s.measured, port, res.Up, res.Down, s.start, res.Reason)
-	}
-	s.end()
-}
-
-// formatAddr renders a socket address as ip:port, IPv4-mapped addresses
-// as plain IPv4.
-func formatAddr(a net.Addr) string {
-	ap, ok := addrPort(a)
-	if !ok {
-		if a == nil {
-			return ""
-		}
-		return a.String()
-	}
-	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()).String()
 }

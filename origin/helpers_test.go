@@ -75,7 +75,7 @@ func newHarnessWith(t *testing.T, ip string, startInner func(*PeerTable) string,
 		h.cfg.Inner = h.inner.addr
 	}
 	h.cfg.TrustedEdges = []string{"127.0.0.2"}
-	h.cfg.HeaderTimeout = time.Minute // tests of the timeout itself use synctest
+	h.cfg.HeaderTimeout = time.Minute // the timeout's own test (TestHeaderTimeoutRealSockets) shortens it
 	if mod != nil {
 		mod(&h.cfg)
 	}
