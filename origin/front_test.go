@@ -496,7 +496,7 @@ func TestBulkBothWaysWithHalfClose(t *testing.T) {
 }
 
 // TestIdleConnectionResumesAndShutsDown: a forwarded connection left idle
-// (its directions park without a goroutine) carries data again when it
+// (it holds no goroutine; its loop parks) carries data again when it
 // comes, and a forced shutdown still closes it.
 func TestIdleConnectionResumesAndShutsDown(t *testing.T) {
 	h := newHarness(t, nil)
@@ -639,16 +639,18 @@ func TestHeaderTimeoutRealSockets(t *testing.T) {
 	}
 }
 
-// parked waits until no goroutine is running a direction of a forwarded
-// connection or a session's handler: the idle connection holds its two
-// sockets and no goroutine, the state the test is about. (Only this
-// test's connection exists: origin's tests do not run in parallel.)
+// parked waits until no goroutine runs anything of a connection: the
+// event loop that carries it is parked (in evloop's loop, waiting on its
+// epoll descriptor), and neither the front's handler nor a Conn method
+// is on any goroutine's stack. An idle forwarded connection holds its two
+// sockets and no goroutine, the state the test is about.
 func parked(t *testing.T) {
 	t.Helper()
-	eventually(t, "both directions parked without a goroutine", func() bool {
+	eventually(t, "the idle connection holds no goroutine", func() bool {
 		buf := make([]byte, 1<<20)
 		stacks := string(buf[:runtime.Stack(buf, true)])
-		return !strings.Contains(stacks, "splice.(*flow).run(") && !strings.Contains(stacks, "origin.(*session).run(")
+		return strings.Contains(stacks, "evloop.(*loop).run(") &&
+			!strings.Contains(stacks, "evloop.(*Conn).") && !strings.Contains(stacks, "origin.(*handler).")
 	})
 }
 

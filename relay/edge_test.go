@@ -428,8 +428,8 @@ func TestShutdown(t *testing.T) {
 	}{
 		{"open connection finishes", true, 30 * time.Second},
 		{"drain_timeout closes it", false, 200 * time.Millisecond},
-		// Longer than splice's idle grace: both directions are parked in
-		// splice's epoll set when drain_timeout closes them.
+		// Longer: the connection is idle and its loop parked
+		// when drain_timeout closes it.
 		{"drain_timeout closes an idle parked one", false, 600 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

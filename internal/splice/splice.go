@@ -1,26 +1,18 @@
-// Package splice is the one copy function of every relay path in edgefleet:
-// the edge, the origin front and the LDAP core's plain mode all join two
-// connections with it.
+// Package splice is the blocking copy of the LDAP core's plain mode, and
+// what the event loops of internal/evloop share with it: the pool of
+// kernel pipes, raw non-blocking reads and writes, and Conn (bytes already
+// read go first).
 //
 //	res := splice.Join(client, origin) // blocks until both directions are done
 //	log.Info("close", "bytes_up", res.Up, "bytes_down", res.Down, "reason", res.Reason)
 //
 //	c := &splice.Conn{Conn: client, Peeked: sniffed} // bytes read already go first
-//	pair := splice.Prepare(c, origin, func(res splice.Result) { … })
-//	pair.Screen(check) // optional: the client's first bytes must pass check
-//	pair.Run()         // client→origin in this goroutine until it idles; no wait
-//	pair.Close()       // e.g. at the end of a drain (Start is Prepare and Run)
 //
 // Between two *net.TCPConn it moves bytes with splice(2) through a kernel
 // pipe, so payload never enters user space. Unlike io.Copy (which holds a
 // pipe, two file descriptors, per direction for the whole life of a
 // connection), a pipe is taken from a shared pool only while data flows and
-// given back as soon as the socket has nothing more to read: an idle relayed
-// connection costs its two sockets and nothing else. With Start, a
-// direction idle for a moment also gives up its goroutine (it waits in one
-// epoll set shared by the process), for servers that hold many idle
-// connections, and a burst under 16 KiB is copied through a pooled buffer
-// (cheaper than two splices for a few bytes) while bulk data is spliced.
+// given back as soon as the socket has nothing more to read.
 //
 // Half-close is propagated: when one side finishes sending (EOF), the other
 // side's write half is shut (CloseWrite) and the copy the other way goes on.
@@ -34,8 +26,6 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-
-	"github.com/edgefleet/edgefleet/internal/workers"
 )
 
 // Conn is a connection some of whose bytes were already read (peeked, as
@@ -93,109 +83,17 @@ func Join(client, server net.Conn) Result {
 	return j.result()
 }
 
-// Start is Join without waiting: it returns at once and calls done with
-// the Result, from the goroutine that finishes last. A server that holds
-// many idle connections uses it: between two *net.TCPConn a direction
-// that has been idle for a moment holds no goroutine (it waits in a shared
-// epoll set), so an idle pair costs its two sockets and a little heap.
-// Close the pair with Pair.Close, not by closing a connection directly:
-// an idle direction would not notice.
-func Start(client, server net.Conn, done func(Result)) *Pair {
-	p := Prepare(client, server, done)
-	p.start(true)
-	return p
-}
-
-// Prepare is Start in two steps, for a caller that registers the pair
-// (to close it later) before it runs, and that lends its own goroutine:
-// nothing moves until Run.
-func Prepare(client, server net.Conn, done func(Result)) *Pair {
-	var held []byte
-	if c, ok := client.(*Conn); ok {
-		client, held = c.Conn, c.Peeked
-	}
-	j := &joint{client: client, server: server, done: done, held: held}
-	j.left.Store(2)
-	j.async = newFlows(j, done)
-	return &Pair{j: j}
-}
-
-// Pair is a pair of connections joined by Start or Prepare.
-type Pair struct {
-	j       *joint
-	started atomic.Bool
-}
-
-// Run starts a prepared pair: server→client in a new goroutine, and
-// client→server in the caller's, until that direction goes idle or ends
-// (it saves a goroutine start, and the caller's stack has usually grown
-// already). Like Start, it does not wait for the pair to finish.
-func (p *Pair) Run() { p.start(false) }
-
-// ErrMore is what a Screen function returns when the bytes so far are too
-// few to decide.
+// ErrMore is what a screen of a connection's first bytes (the edge's
+// refusal of a client's own PROXY header, on internal/evloop) returns when
+// the bytes so far are too few to decide.
 var ErrMore = errors.New("splice: more bytes needed")
-
-// Screen, called before Run, makes the client's first bytes pass check
-// before any is forwarded: check sees everything received so far and
-// returns nil to forward it (screening ends), ErrMore to wait for more, or
-// another error to refuse the client: the pair closes and that error is
-// the Result's Err (reason client-error). The check rides on the reads the
-// copy makes anyway; it costs a read more only while a client's bytes are
-// a prefix check cannot decide on.
-func (p *Pair) Screen(check func(first []byte) error) {
-	p.j.screen = check
-	if p.j.async {
-		p.j.flows[0].screen = check
-	}
-}
-
-// Close closes both connections; done is called once both directions
-// have seen it.
-func (p *Pair) Close() { p.j.closeBoth() }
-
-func (p *Pair) start(detach bool) {
-	if p.started.Swap(true) {
-		return
-	}
-	j := p.j
-	if j.async {
-		directions.Go(j.flows[1].wait)
-		if detach {
-			directions.Go(j.flows[0].wait)
-		} else {
-			j.flows[0].wait()
-		}
-		return
-	}
-	go func() {
-		j.up = j.screenCopy()
-		if j.finish() {
-			j.done(j.result())
-		}
-	}()
-	go func() {
-		j.down = j.copy(j.client, j.server)
-		if j.finish() {
-			j.done(j.result())
-		}
-	}()
-}
-
-// directions runs the directions of pairs joined by Start and Prepare.
-var directions workers.Pool
 
 // joint is one joined pair of connections.
 type joint struct {
 	client, server net.Conn
 	once           sync.Once
-	left           atomic.Int32       // directions still copying
-	up, down       half               // each written by its own goroutine before finish
-	flows          [2]*flow           // Start's directions (up, down), to resume if parked
-	async          bool               // flows are used (both connections plain TCP)
-	done           func(Result)       // Start's callback
-	screen         func([]byte) error // Pair.Screen's check, nil once passed
-	held           []byte             // the client's peeked bytes (a Conn's), forwarded first
+	left           atomic.Int32 // directions still copying
+	up, down       half         // each written by its own goroutine before finish
 }
 
 type half struct {
@@ -213,64 +111,10 @@ func (j *joint) copy(dst, src net.Conn) half {
 	return half{n, rerr, werr}
 }
 
-// screenCopy is copy(server, client) after the client's first bytes have
-// passed j.screen, for pairs that are not plain TCP (blocking copies).
-func (j *joint) screenCopy() half {
-	held := j.held
-	if j.screen == nil {
-		return j.forward(held)
-	}
-	buf := make([]byte, 4096)
-	m, err := len(held), error(nil) // peeked bytes are screened before any read
-	for {
-		if m > 0 {
-			switch serr := j.screen(held); {
-			case serr == nil:
-				return j.forward(held)
-			case serr != ErrMore:
-				j.closeBoth()
-				return half{0, serr, nil}
-			}
-		}
-		if err == io.EOF { // a prefix, then EOF: forward it and finish
-			n, werr := j.server.Write(held)
-			if werr == nil {
-				if cw, ok := j.server.(interface{ CloseWrite() error }); ok {
-					cw.CloseWrite()
-				}
-			} else {
-				j.closeBoth()
-			}
-			return half{int64(n), nil, werr}
-		}
-		if err != nil {
-			j.closeBoth()
-			return half{0, err, nil}
-		}
-		m, err = j.client.Read(buf)
-		held = append(held, buf[:m]...)
-	}
-}
-
-// forward writes held (the client's bytes read so far) to the server,
-// then copies the rest of the client.
-func (j *joint) forward(held []byte) half {
-	if len(held) > 0 {
-		if _, werr := j.server.Write(held); werr != nil {
-			j.closeBoth()
-			return half{0, nil, werr}
-		}
-	}
-	h := j.copy(j.server, j.client)
-	h.n += int64(len(held))
-	return h
-}
-
 func (j *joint) closeBoth() {
 	j.once.Do(func() {
 		j.client.Close()
 		j.server.Close()
-		j.unpark() // a parked direction would never see the close
 	})
 }
 

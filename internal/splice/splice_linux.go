@@ -145,3 +145,32 @@ func burst(dst, src syscall.RawConn) (n int64, eof bool, rerr, werr error) {
 		}
 	}
 }
+
+// drain writes the m bytes in the pipe to dst, waiting for dst to be
+// writable as needed.
+func drain(dst syscall.RawConn, p *Pipe, m int64) (n int64, err error) {
+	rem := int(m)
+	var werr error
+	err = dst.Write(func(fd uintptr) bool {
+		for rem > 0 {
+			w, e := unix.Splice(p.R, nil, int(fd), nil, rem, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+			if e == unix.EINTR {
+				continue
+			}
+			if e == unix.EAGAIN {
+				return false
+			}
+			if e != nil {
+				werr = os.NewSyscallError("splice", e)
+				return true
+			}
+			rem -= int(w)
+			n += w
+		}
+		return true
+	})
+	if err == nil {
+		err = werr
+	}
+	return n, err
+}
