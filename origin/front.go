@@ -262,7 +262,7 @@ func (h *handler) Open(c *evloop.Conn) {
 	}
 	fc.measured = c.Peer().String()
 	fc.header = HeaderNone
-	if f.own.AcceptedAddrs(c.Peer(), c.Local(), killer{c}) {
+	if f.own.Accepted(c.Peer(), c.Local(), killer{c}) {
 		f.looped(fc.measured)
 		c.Close(reasonCounted, nil)
 		return
@@ -351,7 +351,7 @@ func (f *Front) resolveInner() (netip.AddrPort, error) {
 func (f *Front) sent(c *evloop.Conn) {
 	fc := c.Data.(*conn)
 	fc.upLocal = c.UpstreamLocal()
-	if f.own.DialedAddrs(fc.upLocal, c.UpstreamPeer()) {
+	if f.own.Dialed(fc.upLocal, c.UpstreamPeer()) {
 		f.refuse(fc, ResultLoop, "front.inner is this front", nil)
 		c.Close(reasonCounted, nil)
 	}
@@ -368,7 +368,7 @@ func (h *handler) Dialed(c *evloop.Conn, err error) {
 		c.Close(reasonCounted, nil)
 		return
 	}
-	if f.own.DialedAddrs(fc.upLocal, c.UpstreamPeer()) { // a loop refused on the accepting side meanwhile
+	if f.own.Dialed(fc.upLocal, c.UpstreamPeer()) { // a loop refused on the accepting side meanwhile
 		f.refuse(fc, ResultLoop, "front.inner is this front", nil)
 		c.Close(reasonCounted, nil)
 		return
@@ -400,7 +400,7 @@ func (h *handler) Closed(c *evloop.Conn, res evloop.Result) {
 		f.table.remove(fc.port, fc.token)
 	}
 	f.forgetInner(fc)
-	f.own.ForgetAddrs(c.Peer(), c.Local(), killer{c})
+	f.own.Forget(c.Peer(), c.Local(), killer{c})
 	switch {
 	case res.Reason == reasonCounted:
 	case res.Reason == evloop.ReasonKilled: // own cut a loop from the dialling side
@@ -451,7 +451,7 @@ func (f *Front) forgetInner(fc *conn) {
 		fc.dialing = false
 	}
 	if fc.upLocal.IsValid() {
-		f.own.ClosedAddr(fc.upLocal)
+		f.own.Closed(fc.upLocal)
 		fc.upLocal = netip.AddrPort{}
 	}
 }

@@ -228,7 +228,7 @@ func (h *handler) Open(c *evloop.Conn) {
 	e.mu.Unlock()
 	rc.counted = true
 	e.m.active.Inc()
-	if e.own.AcceptedAddrs(c.Peer(), c.Local(), killer{c}) {
+	if e.own.Accepted(c.Peer(), c.Local(), killer{c}) {
 		e.looped()
 		c.Close(reasonCounted, nil)
 		return
@@ -299,7 +299,7 @@ func (h *handler) Dialed(c *evloop.Conn, err error) {
 	}
 	e.orig.release(rc.plan, rc.claim)
 	rc.plan = nil
-	if e.own.DialedAddrs(rc.upLocal, c.UpstreamPeer()) { // the origin is this edge: the connection came back
+	if e.own.Dialed(rc.upLocal, c.UpstreamPeer()) { // the origin is this edge: the connection came back
 		e.looped()
 		c.Close(reasonCounted, nil)
 		return
@@ -320,7 +320,7 @@ func (h *handler) Dialed(c *evloop.Conn, err error) {
 func (e *Edge) sent(c *evloop.Conn) {
 	rc := c.Data.(*conn)
 	rc.upLocal = c.UpstreamLocal()
-	if e.own.DialedAddrs(rc.upLocal, c.UpstreamPeer()) {
+	if e.own.Dialed(rc.upLocal, c.UpstreamPeer()) {
 		e.looped()
 		c.Close(reasonCounted, nil)
 	}
@@ -419,7 +419,7 @@ func (h *handler) Closed(c *evloop.Conn, res evloop.Result) {
 // done forgets a finished connection and wakes Shutdown when it was the
 // last one.
 func (e *Edge) done(c *evloop.Conn, rc *conn) {
-	e.own.ForgetAddrs(c.Peer(), c.Local(), killer{c})
+	e.own.Forget(c.Peer(), c.Local(), killer{c})
 	e.forgetOrigin(rc)
 	if rc.over != nil {
 		defer rc.over()
@@ -443,7 +443,7 @@ func (e *Edge) done(c *evloop.Conn, rc *conn) {
 // forgetOrigin takes rc's origin socket out of own.
 func (e *Edge) forgetOrigin(rc *conn) {
 	if rc.upLocal.IsValid() {
-		e.own.ClosedAddr(rc.upLocal)
+		e.own.Closed(rc.upLocal)
 		rc.upLocal = netip.AddrPort{}
 	}
 }

@@ -1,12 +1,13 @@
-// Package accept is the one accept loop of the edge, the origin front and
-// the LDAP core (DESIGN.md §11), and what goes with accepting: refusing
-// connections that come back from the server's own outbound sockets (a
-// relay pointed at itself), the start-time check for such a configuration,
-// and a log-line rate limiter.
+// Package accept is the LDAP core's accept loop, and what goes with
+// accepting for every server: refusing connections that come back from
+// the server's own outbound sockets (Own: a relay pointed at itself), the
+// start-time check for such a configuration (SelfTarget), which errors
+// are the host running out of something (LocalResources, Temporary), and
+// a log-line rate limiter. The edge and the front accept on
+// internal/evloop, which follows the same rules.
 //
-//	own := accept.NewOwn()            // the server records its outbound sockets here
-//	l := accept.Loop{Handle: s.handle, Closing: s.closing, Log: log, Own: own, Looped: countLoop}
-//	err := l.Serve(ln)                 // nil after Shutdown; otherwise the listener really failed
+//	l := accept.Loop{Handle: s.handle, Closing: s.closing, Log: log}
+//	err := l.Serve(ln) // nil after Shutdown; otherwise the listener really failed
 //
 // Temporary accept errors (out of file descriptors or memory, an aborted
 // connection) never end serving: the loop waits 5 ms, doubling to 1 s as
@@ -42,12 +43,6 @@ type Loop struct {
 	Closing func() bool
 	// Log receives the temporary-error lines; nil discards them.
 	Log *slog.Logger
-	// Own, when set, holds the server's outbound sockets: a connection
-	// accepted from one of them is a loop, closed at once.
-	Own *Own
-	// Looped, when set, is called after such a connection was closed
-	// (to count it).
-	Looped func(net.Conn)
 	// Now is the clock of the log rate limit; nil is time.Now.
 	Now func() time.Time
 	// Sleep waits out a backoff; nil is time.Sleep.
@@ -87,13 +82,6 @@ func (l *Loop) Serve(ln net.Listener) error {
 			continue
 		}
 		backoff = 0
-		if l.Own != nil && l.Own.Accepted(c) {
-			c.Close()
-			if l.Looped != nil {
-				l.Looped(c)
-			}
-			continue
-		}
 		l.Handle(c)
 	}
 }

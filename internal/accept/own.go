@@ -2,7 +2,6 @@ package accept
 
 import (
 	"io"
-	"net"
 	"net/netip"
 	"sync"
 )
@@ -49,17 +48,12 @@ func NewOwn() *Own {
 	return &Own{out: map[netip.AddrPort]outbound{}, in: map[netip.AddrPort]inbound{}}
 }
 
-// Accepted reports whether c comes from one of the outbound sockets (the
-// caller closes it). Otherwise a connection from this host is remembered
-// until Forget, for Dialed.
-func (o *Own) Accepted(c net.Conn) bool {
-	remote, local, ok := ends(c)
-	return ok && o.AcceptedAddrs(remote, local, c)
-}
-
-// AcceptedAddrs is Accepted for a connection known by its addresses
-// (IPv4-mapped ones unmapped) and closed through c.
-func (o *Own) AcceptedAddrs(remote, local netip.AddrPort, c io.Closer) bool {
+// Accepted reports whether the connection accepted from remote on local
+// (IPv4-mapped addresses unmapped) comes from one of the outbound sockets
+// (the caller closes it). Otherwise a connection from this host is
+// remembered until Forget, for Dialed, which closes it through c if it
+// turns out to be a loop.
+func (o *Own) Accepted(remote, local netip.AddrPort, c io.Closer) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if out, mine := o.out[remote]; mine && out.port == local.Port() {
@@ -74,14 +68,7 @@ func (o *Own) AcceptedAddrs(remote, local netip.AddrPort, c io.Closer) bool {
 }
 
 // Forget drops an accepted connection that is over.
-func (o *Own) Forget(c net.Conn) {
-	if remote, local, ok := ends(c); ok {
-		o.ForgetAddrs(remote, local, c)
-	}
-}
-
-// ForgetAddrs is Forget for a connection given to AcceptedAddrs.
-func (o *Own) ForgetAddrs(remote, local netip.AddrPort, c io.Closer) {
+func (o *Own) Forget(remote, local netip.AddrPort, c io.Closer) {
 	if !sameHost(remote, local) {
 		return
 	}
@@ -92,20 +79,14 @@ func (o *Own) ForgetAddrs(remote, local netip.AddrPort, c io.Closer) {
 	o.mu.Unlock()
 }
 
-// Dialed records the outbound connection c. When a connection accepted
-// earlier came from it, the loop is cut: that connection is closed and
-// Dialed reports true (the caller closes c).
-func (o *Own) Dialed(c net.Conn) bool {
-	remote, local, ok := ends(c)
-	return ok && o.DialedAddrs(local, remote)
-}
-
-// DialedAddrs is Dialed for an outbound socket known by its local address
-// and the address it connects to. It may be called as soon as the connect
+// Dialed records the outbound socket whose local address is local and
+// which connects to remote. When a connection accepted earlier came from
+// it, the loop is cut: that connection is closed and Dialed reports true
+// (the caller closes its socket). It may be called as soon as the connect
 // is sent (the local address is known then), before the listener can
 // accept the looped connection, and again once connected: it then also
 // reports a loop that AcceptedAddrs found and refused in between.
-func (o *Own) DialedAddrs(local, remote netip.AddrPort) bool {
+func (o *Own) Dialed(local, remote netip.AddrPort) bool {
 	o.mu.Lock()
 	if in, looped := o.in[local]; looped && in.port == remote.Port() {
 		delete(o.in, local)
@@ -121,30 +102,11 @@ func (o *Own) DialedAddrs(local, remote netip.AddrPort) bool {
 	return false
 }
 
-// Closed forgets the outbound connection c.
-func (o *Own) Closed(c net.Conn) {
-	if _, local, ok := ends(c); ok {
-		o.ClosedAddr(local)
-	}
-}
-
-// ClosedAddr forgets the outbound socket whose local address is local.
-func (o *Own) ClosedAddr(local netip.AddrPort) {
+// Closed forgets the outbound socket whose local address is local.
+func (o *Own) Closed(local netip.AddrPort) {
 	o.mu.Lock()
 	delete(o.out, local)
 	o.mu.Unlock()
-}
-
-// ends returns c's remote and local addresses, IPv4-mapped ones unmapped
-// (a dual-stack listener sees an IPv4 peer as mapped).
-func ends(c net.Conn) (remote, local netip.AddrPort, ok bool) {
-	r, ok1 := c.RemoteAddr().(*net.TCPAddr)
-	l, ok2 := c.LocalAddr().(*net.TCPAddr)
-	if !ok1 || !ok2 || r == nil || l == nil {
-		return remote, local, false
-	}
-	remote, local = r.AddrPort(), l.AddrPort()
-	return unmap(remote), unmap(local), true
 }
 
 func unmap(a netip.AddrPort) netip.AddrPort {
