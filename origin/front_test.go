@@ -363,7 +363,7 @@ func TestPeerEntryLifetime(t *testing.T) {
 }
 
 func TestInnerDown(t *testing.T) {
-	down := testbedClosedAddr(t)
+	down := testbed.FreeAddr(t, "127.0.0.1") // nothing listens there
 	h := newHarness(t, func(c *Config) { c.Inner = down })
 	c := h.dialFrom("127.0.0.2")
 	c.Write(v2Header(t, "192.0.2.1:1", "198.51.100.1:636", "", ""))
@@ -375,17 +375,6 @@ func TestInnerDown(t *testing.T) {
 	if lines := h.logs.JSONLines("dial inner failed"); len(lines) != 1 || lines[0]["level"] != "ERROR" {
 		t.Fatalf("log: %v", h.logs.String())
 	}
-}
-
-// testbedClosedAddr is a loopback address nothing listens on.
-func testbedClosedAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }
 
 func TestShutdown(t *testing.T) {

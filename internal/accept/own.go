@@ -85,7 +85,7 @@ func (o *Own) Forget(remote, local netip.AddrPort, c io.Closer) {
 // (the caller closes its socket). It may be called as soon as the connect
 // is sent (the local address is known then), before the listener can
 // accept the looped connection, and again once connected: it then also
-// reports a loop that AcceptedAddrs found and refused in between.
+// reports a loop that Accepted found and refused in between.
 func (o *Own) Dialed(local, remote netip.AddrPort) bool {
 	o.mu.Lock()
 	if in, looped := o.in[local]; looped && in.port == remote.Port() {
