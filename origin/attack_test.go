@@ -3,7 +3,6 @@ package origin
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"io"
 	"net"
 	"os"
@@ -50,15 +49,7 @@ func TestInnerByNameReadsNoSecondHeader(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // read by the loop while the lookup waits
 	close(release)
 	r := bufio.NewReader(c)
-	line, err := r.ReadBytes('\n')
-	if err != nil {
-		t.Fatalf("read peer line: %v", err)
-	}
-	var p Peer
-	if err := json.Unmarshal(line, &p); err != nil {
-		t.Fatalf("peer line %q: %v", line, err)
-	}
-	if p.Claimed != "198.51.100.7:50312" {
+	if p := readPeer(t, r); p.Claimed != "198.51.100.7:50312" {
 		t.Errorf("the inner service sees claimed %q, want the edge's 198.51.100.7:50312", p.Claimed)
 	}
 	echo := make([]byte, len(spoof))

@@ -229,6 +229,21 @@ func roundTrip(t testing.TB, c net.Conn, prefix, payload []byte) Peer {
 		t.Fatalf("write: %v", err)
 	}
 	r := bufio.NewReader(c)
+	p := readPeer(t, r)
+	echo := make([]byte, len(payload))
+	if _, err := io.ReadFull(r, echo); err != nil {
+		t.Fatalf("read echo: %v", err)
+	}
+	if !bytes.Equal(echo, payload) {
+		t.Fatalf("echo = %q, want %q", echo, payload)
+	}
+	return p
+}
+
+// readPeer reads the inner test service's first line: the Peer it found
+// in the table for the connection.
+func readPeer(t testing.TB, r *bufio.Reader) Peer {
+	t.Helper()
 	line, err := r.ReadBytes('\n')
 	if err != nil {
 		t.Fatalf("read peer line: %v", err)
@@ -236,13 +251,6 @@ func roundTrip(t testing.TB, c net.Conn, prefix, payload []byte) Peer {
 	var p Peer
 	if err := json.Unmarshal(line, &p); err != nil {
 		t.Fatalf("peer line %q: %v", line, err)
-	}
-	echo := make([]byte, len(payload))
-	if _, err := io.ReadFull(r, echo); err != nil {
-		t.Fatalf("read echo: %v", err)
-	}
-	if !bytes.Equal(echo, payload) {
-		t.Fatalf("echo = %q, want %q", echo, payload)
 	}
 	return p
 }
