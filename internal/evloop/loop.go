@@ -95,15 +95,14 @@ type Server struct {
 	// real clock.
 	Now func() time.Time
 
-	once      sync.Once
-	startErr  error
-	loops     []*loop
-	mu        sync.Mutex
-	next      int // the loop Adopt hands the next connection to
-	listeners map[*listener]struct{}
-	closed    bool
-	stopped   bool
-	limit     *accept.Limiter
+	once     sync.Once
+	startErr error
+	loops    []*loop
+	mu       sync.Mutex
+	next     int // the loop Adopt hands the next connection to
+	closed   bool
+	stopped  bool
+	limit    *accept.Limiter
 }
 
 // DefaultLoops is one loop per two CPUs the Go runtime may use
@@ -132,7 +131,6 @@ func (s *Server) start() error {
 		if s.Log == nil {
 			s.Log = slog.New(slog.DiscardHandler)
 		}
-		s.listeners = map[*listener]struct{}{}
 		s.limit = accept.NewLimiter(1, 10*time.Second, s.Now)
 		for range n {
 			l, err := newLoop(s)
@@ -217,7 +215,6 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		return nil
 	}
-	s.listeners[lst] = struct{}{}
 	lst.open = len(fds)
 	// Posted under mu, as Adopt does: a Stop's quit is posted after, so
 	// every loop runs addListener (and gives the descriptor up) before it
@@ -228,11 +225,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		l.post(func() { l.addListener(lst, fd) })
 	}
 	s.mu.Unlock()
-	err = <-lst.done
-	s.mu.Lock()
-	delete(s.listeners, lst)
-	s.mu.Unlock()
-	return err
+	return <-lst.done
 }
 
 // Close stops accepting on every listener (Serve returns nil); open
