@@ -6,7 +6,7 @@
 //
 //	table := origin.NewPeerTable()
 //	front, err := origin.New(cfg, table, log, prometheus.DefaultRegisterer)
-//	go front.Serve(ln)                       // a *net.TCPListener; or front.HandleConn(c) for one *net.TCPConn
+//	go front.Serve(ln)                       // a *net.TCPListener
 //	peer, ok := table.LookupAddr(innerRemoteAddr) // in the inner service, on accept
 //
 // Each connection's first bytes are peeked, never consumed: a PROXY v2

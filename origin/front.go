@@ -39,7 +39,7 @@ const (
 // bursts, splice for bulk) without a goroutine per connection.
 type Front struct {
 	// Now is the clock for Peer.Since, durations and log rate limiting;
-	// nil means time.Now. Set it before Serve or HandleConn.
+	// nil means time.Now. Set it before Serve.
 	Now func() time.Time
 
 	cfg      Config
@@ -142,12 +142,6 @@ func (f *Front) looped(measured string) {
 	}
 }
 
-func (f *Front) isClosing() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.closing
-}
-
 // reserve takes a slot for a new connection, or counts its refusal
 // (shutting down, max_conns) and reports false.
 func (f *Front) reserve() bool {
@@ -210,24 +204,6 @@ func (f *Front) Shutdown(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// HandleConn serves one connection accepted elsewhere (a *net.TCPConn)
-// on the event loops and returns once it is over. Shutdown waits for the
-// end of every connection.
-func (f *Front) HandleConn(c net.Conn) {
-	if !f.reserve() {
-		c.Close()
-		return
-	}
-	over := make(chan struct{})
-	fc := &conn{counted: true, over: func() { close(over) }}
-	if err := f.srv.Adopt(c, fc); err != nil {
-		f.release()
-		f.log.Error("connection not served", "err", err)
-		return
-	}
-	<-over
-}
-
 // conn is the front's state of one connection on the event loops
 // (evloop.Conn.Data).
 type conn struct {
@@ -240,7 +216,6 @@ type conn struct {
 	port    int            // the inner connection's local port once inserted
 	upLocal netip.AddrPort // the inner socket's local address while recorded in own
 	counted bool           // holds a slot (Front.active)
-	over    func()         // HandleConn's
 }
 
 // handler is the Front as the event loops see it.
@@ -255,11 +230,8 @@ const reasonCounted = "counted"
 // bytes are read within header_timeout.
 func (h *handler) Open(c *evloop.Conn) {
 	f := (*Front)(h)
-	fc, _ := c.Data.(*conn)
-	if fc == nil {
-		fc = &conn{}
-		c.Data = fc
-	}
+	fc := &conn{}
+	c.Data = fc
 	fc.measured = c.Peer().String()
 	fc.header = HeaderNone
 	if f.own.Accepted(c.Peer(), c.Local(), killer{c}) {
@@ -267,17 +239,11 @@ func (h *handler) Open(c *evloop.Conn) {
 		c.Close(reasonCounted, nil)
 		return
 	}
-	if !fc.counted {
-		if !f.reserve() {
-			c.Close(reasonCounted, nil)
-			return
-		}
-		fc.counted = true
-	} else if f.isClosing() { // adopted, and Shutdown aborted the others already
-		f.m.conns.WithLabelValues(HeaderNone, ResultShutdown).Inc()
+	if !f.reserve() {
 		c.Close(reasonCounted, nil)
 		return
 	}
+	fc.counted = true
 	fc.start = c.Now()
 	fc.trusted = f.p.trustsAddr(c.Peer().Addr())
 	if !fc.trusted && f.cfg.Untrusted == UntrustedReject {
@@ -412,9 +378,6 @@ func (h *handler) Closed(c *evloop.Conn, res evloop.Result) {
 	}
 	if fc.counted {
 		f.release()
-	}
-	if fc.over != nil {
-		fc.over()
 	}
 }
 
