@@ -93,8 +93,8 @@ func TestDemo(t *testing.T) {
 
 	// The agent moved: the watcher's event, and the next search measured
 	// from the new edge.
-	from := match(t, story, `better-edge: (127\.0\.0\.\d+):`+edgePort+` \(`)
-	to := match(t, story, `better-edge: 127\.0\.0\.\d+:`+edgePort+` \([^)]*\) -> (127\.0\.0\.\d+):`+edgePort)
+	from := match(t, story, `(?:better-edge|edge-left): (127\.0\.0\.\d+):`+edgePort+` \(`)
+	to := match(t, story, `(?:better-edge|edge-left): 127\.0\.0\.\d+:`+edgePort+` \([^)]*\) -> (127\.0\.0\.\d+):`+edgePort)
 	now := match(t, story, `measured is now (127\.0\.0\.\d+):\d+ \(was `)
 	if from != first || to == first || to == "127.0.0.4" || now != to {
 		t.Errorf("moved from %s to %s, next search measured %s: want from %s to a live edge, measured there", from, to, now, first)

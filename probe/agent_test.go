@@ -27,7 +27,7 @@ func TestExampleAgent(t *testing.T) {
 	w := &probe.Watcher{Dialer: d}
 	watched := make(chan error, 1)
 	go func() { watched <- w.Run(ctx, events) }()
-	a := &agent{dialer: d, events: events, keepalive: 50 * time.Millisecond,
+	a := &agent{dialer: d, events: events, keepalive: 50 * time.Millisecond, dialTimeout: 30 * time.Second,
 		backoff: backoff{base: 20 * time.Millisecond, max: time.Second},
 		bind:    func(l *ldap.Conn) error { return l.Bind(testbed.User("alice"), "alice-pw") }}
 	done := make(chan error, 1)

@@ -17,9 +17,16 @@ type Config struct {
 	// State is the state file: the last ranking, the set it was measured
 	// on and the chosen edge. Empty keeps nothing: every start measures.
 	State string `mapstructure:"state"`
-	// Budget bounds one probe of one address; probes run in parallel, so
-	// a ranking costs one budget however many addresses there are.
+	// Budget bounds one probe of one address, and the agent's dial of one
+	// edge. Probes run in parallel, at most MaxParallel at a time, so a
+	// ranking of up to MaxParallel addresses costs one budget however
+	// many are black holes (n addresses: at most ⌈n/MaxParallel⌉ budgets).
 	Budget time.Duration `mapstructure:"budget"`
+	// ConnectTimeout bounds the dial of the name itself, the path
+	// without a choice (TCP connect and TLS handshake together, over
+	// every address Go's dialer walks): a silent first address must not
+	// hang the agent.
+	ConnectTimeout time.Duration `mapstructure:"connect_timeout"`
 	// Interval is the upper bound of the watcher's period: each round
 	// waits a uniformly random time in [0, Interval] (full jitter).
 	Interval time.Duration `mapstructure:"interval"`
@@ -37,20 +44,58 @@ type Config struct {
 	Source string `mapstructure:"source"`
 }
 
-// DefaultConfig holds the numbers of DESIGN.md §6 (port 636, LDAPS).
+// DefaultConnectTimeout is ConnectTimeout's default: several budgets, so
+// that Go's walk of the name's addresses (it gives each the time left
+// divided by the addresses left, but at least 2 s) still reaches a
+// working address behind one or two black holes.
+const DefaultConnectTimeout = 10 * time.Second
+
+// DefaultConfig holds the numbers docs/probe.md gives a reason for (port
+// 636, LDAPS).
 func DefaultConfig() Config {
 	return Config{
-		Port:         636,
-		Budget:       DefaultBudget,
-		Interval:     5 * time.Minute,
-		Stale:        time.Hour,
-		Streak:       2,
-		MinGain:      20 * time.Millisecond,
-		MinGainRatio: 0.25,
+		Port:           636,
+		Budget:         DefaultBudget,
+		ConnectTimeout: DefaultConnectTimeout,
+		Interval:       5 * time.Minute,
+		Stale:          time.Hour,
+		Streak:         2,
+		MinGain:        20 * time.Millisecond,
+		MinGainRatio:   0.25,
 	}
 }
 
-// Validate names the first bad value by its key.
+// withDefaults is c with every zero field that has no meaning as zero
+// (port, budget, connect_timeout, interval, stale, streak) set to its
+// default: what the constructors check. A zero min_gain or
+// min_gain_ratio is kept, it means no such threshold.
+func (c Config) withDefaults() Config {
+	def := DefaultConfig()
+	if c.Port == 0 {
+		c.Port = def.Port
+	}
+	if c.Budget == 0 {
+		c.Budget = def.Budget
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = def.ConnectTimeout
+	}
+	if c.Interval == 0 {
+		c.Interval = def.Interval
+	}
+	if c.Stale == 0 {
+		c.Stale = def.Stale
+	}
+	if c.Streak == 0 {
+		c.Streak = def.Streak
+	}
+	return c
+}
+
+// Validate names the first bad value by its key. It takes c as given:
+// a zero budget, interval… written in a file is an error here, while the
+// constructors (NewDialer, NewWatcher, NewMonitor) give a zero field its
+// default first.
 func (c Config) Validate() error {
 	switch {
 	case c.Name == "":
@@ -59,6 +104,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("port: %d is not a TCP port", c.Port)
 	case c.Budget <= 0:
 		return fmt.Errorf("budget: %v must be positive", c.Budget)
+	case c.ConnectTimeout <= 0:
+		return fmt.Errorf("connect_timeout: %v must be positive", c.ConnectTimeout)
 	case c.Interval <= 0:
 		return fmt.Errorf("interval: %v must be positive", c.Interval)
 	case c.Stale <= 0:

@@ -16,8 +16,11 @@ import (
 // Dialer is the library form of edge selection for agents: DialContext
 // returns a TLS connection to the best reachable edge, walking the
 // ranking, then dials the plain hostname, exactly as the agent would
-// without edgefleet. Set the fields before the first call.
+// without edgefleet. Make one with NewDialer; set the optional fields
+// before the first call.
 type Dialer struct {
+	// Config is the selection configuration; NewDialer (or the first
+	// call) gives its zero fields their defaults and checks it.
 	Config Config
 	// TLS is the agent's client config (ClientTLS); ServerName defaults
 	// to Config.Name. Every address is verified against that name.
@@ -35,8 +38,36 @@ type Dialer struct {
 	// Config.Budget. Unit tests of the selection logic replace it.
 	Probe ProbeFunc
 
+	once   sync.Once
+	badCfg error // Config's error, set once by ready
+
 	mu  sync.Mutex
-	cur Ranking // the ranking in use; Chosen is the current edge
+	cur Ranking // the ranking in use; Chosen is the edge new connections use
+	gen uint64  // counts the changes of cur, so a watcher round can tell it was replaced
+}
+
+// NewDialer returns a Dialer for cfg with the agent's TLS config conf:
+// the zero fields of cfg take their defaults (budget 2 s, interval 5 min…)
+// and the result is checked, so a mistake is an error here rather than
+// a busy loop or an edge dial that fails at once.
+func NewDialer(cfg Config, conf *tls.Config) (*Dialer, error) {
+	d := &Dialer{Config: cfg, TLS: conf}
+	if err := d.ready(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// ready defaults and checks Config once, for a Dialer built without
+// NewDialer as well.
+func (d *Dialer) ready() error {
+	d.once.Do(func() {
+		d.Config = d.Config.withDefaults()
+		if err := d.Config.Validate(); err != nil {
+			d.badCfg = fmt.Errorf("probe config: %w", err)
+		}
+	})
+	return d.badCfg
 }
 
 func (d *Dialer) now() time.Time {
@@ -78,18 +109,27 @@ func (d *Dialer) probe(ctx context.Context, addr string) Result {
 // Current is the ranking in use (the zero Ranking before the first
 // Select, Rank or DialContext), a copy.
 func (d *Dialer) Current() Ranking {
+	r, _ := d.current()
+	return r
+}
+
+// current is Current and the generation it belongs to.
+func (d *Dialer) current() (Ranking, uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	r := d.cur
 	r.Addresses, r.Ranking = slices.Clone(r.Addresses), slices.Clone(r.Ranking)
-	return r
+	return r, d.gen
 }
 
 // Rank resolves the name, probes every address and writes the ranking to
 // the state file: a fresh measurement whatever the state holds. Every
 // failure ends in a Ranking without a choice (NoChoice says why).
 func (d *Dialer) Rank(ctx context.Context) Ranking {
-	addrs, r, ok := d.resolve(ctx)
+	if err := d.ready(); err != nil {
+		return noChoice(d.Config.Name, nil, d.now(), err.Error())
+	}
+	addrs, r, ok, _ := d.resolve(ctx)
 	if ok {
 		r = d.measure(ctx, addrs)
 	}
@@ -102,15 +142,26 @@ func (d *Dialer) Rank(ctx context.Context) Ranking {
 // measures; an unreadable or corrupt one means no choice, because
 // selection must never become a new failure mode.
 func (d *Dialer) Select(ctx context.Context) Ranking {
-	addrs, r, ok := d.resolve(ctx)
+	if err := d.ready(); err != nil {
+		return noChoice(d.Config.Name, nil, d.now(), err.Error())
+	}
+	r, _ := d.sel(ctx)
+	return r
+}
+
+// sel is Select; it also returns the resolver's error when the name did
+// not resolve, which DialContext returns as the plain dial would have
+// instead of asking the resolver a second time.
+func (d *Dialer) sel(ctx context.Context) (Ranking, error) {
+	addrs, r, ok, lookupErr := d.resolve(ctx)
 	if !ok {
-		return d.use(r)
+		return d.use(r), lookupErr
 	}
 	if cur := d.Current(); cur.sameSet(d.Config.Name, d.Config.Port, addrs) && cur.Chosen != "" && d.fresh(cur) {
-		return cur
+		return cur, nil
 	}
 	if d.Config.State == "" {
-		return d.use(d.measure(ctx, addrs))
+		return d.use(d.measure(ctx, addrs)), nil
 	}
 	st, err := LoadState(d.Config.State)
 	switch {
@@ -118,7 +169,7 @@ func (d *Dialer) Select(ctx context.Context) Ranking {
 		d.log().Info("no state file: measuring", "target", d.Config.State)
 	case err != nil:
 		d.log().Warn("state file unusable: no choice", "err", err)
-		return d.use(noChoice(d.Config.Name, addrs, d.now(), err.Error()))
+		return d.use(noChoice(d.Config.Name, addrs, d.now(), err.Error())), nil
 	case !st.sameSet(d.Config.Name, d.Config.Port, addrs):
 		d.log().Info("address set or port changed: measuring", "target", d.Config.Name)
 	case !d.fresh(st):
@@ -126,9 +177,9 @@ func (d *Dialer) Select(ctx context.Context) Ranking {
 	case st.Chosen == "":
 		d.log().Info("state holds no choice: measuring", "target", d.Config.Name)
 	default:
-		return d.use(st)
+		return d.use(st), nil
 	}
-	return d.use(d.measure(ctx, addrs))
+	return d.use(d.measure(ctx, addrs)), nil
 }
 
 func (d *Dialer) fresh(r Ranking) bool {
@@ -137,21 +188,22 @@ func (d *Dialer) fresh(r Ranking) bool {
 }
 
 // resolve returns the address set, or a no-choice Ranking and false when
-// there is nothing to choose from.
-func (d *Dialer) resolve(ctx context.Context) ([]string, Ranking, bool) {
+// there is nothing to choose from; err is the resolver's error, if that
+// is why.
+func (d *Dialer) resolve(ctx context.Context) (addrs []string, none Ranking, ok bool, err error) {
 	lookup := d.Lookup
 	if lookup == nil {
 		lookup = func(ctx context.Context, name string) ([]string, error) { return Resolve(ctx, d.Resolver, name) }
 	}
-	addrs, err := lookup(ctx, d.Config.Name)
+	addrs, err = lookup(ctx, d.Config.Name)
 	if err != nil {
-		return nil, noChoice(d.Config.Name, nil, d.now(), err.Error()), false
+		return nil, noChoice(d.Config.Name, nil, d.now(), err.Error()), false, err
 	}
 	if len(addrs) < 2 {
 		// Development: the name resolves to one address. Skip everything.
-		return addrs, noChoice(d.Config.Name, addrs, d.now(), fmt.Sprintf("%d address(es): nothing to choose", len(addrs))), false
+		return addrs, noChoice(d.Config.Name, addrs, d.now(), fmt.Sprintf("%d address(es): nothing to choose", len(addrs))), false, nil
 	}
-	return addrs, Ranking{}, true
+	return addrs, Ranking{}, true, nil
 }
 
 // measure probes the set and saves the ranking; a ranking nobody answered
@@ -191,27 +243,51 @@ func (d *Dialer) save(r Ranking) error {
 	return SaveState(d.Config.State, r)
 }
 
+// set makes r the ranking in use; d.mu is held.
+func (d *Dialer) set(r Ranking) {
+	d.cur = r
+	d.gen++
+}
+
 func (d *Dialer) use(r Ranking) Ranking {
 	d.mu.Lock()
-	d.cur = r
+	d.set(r)
 	d.mu.Unlock()
 	return r
 }
 
-// choose makes addr the current edge and saves that, so the choice (a
-// failover, a switch back) survives a restart. When the state file cannot
-// be written the choice is kept in memory only if keep is set (the agent
-// is already connected there); otherwise nothing changes.
-func (d *Dialer) choose(addr string, keep bool) error {
+// useIf is use only if the ranking in use is still generation gen.
+func (d *Dialer) useIf(gen uint64, r Ranking) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.gen != gen {
+		return false
+	}
+	d.set(r)
+	return true
+}
+
+// errReplaced is a watcher's decision about a ranking that is no longer
+// the one in use: a dial or another measurement replaced it meanwhile.
+var errReplaced = errors.New("the ranking in use changed during the round")
+
+// chooseIf makes addr, an entry of the ranking in use, the choice and
+// saves that, so a switch back survives a restart; only if the ranking
+// in use is still generation gen, the one the decision was made on. When
+// the state file cannot be written nothing changes.
+func (d *Dialer) chooseIf(gen uint64, addr string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.gen != gen {
+		return errReplaced
+	}
 	r := d.cur
 	r.Chosen = addr
-	err := d.save(r)
-	if err == nil || keep {
-		d.cur = r
+	if err := d.save(r); err != nil {
+		return err
 	}
-	return err
+	d.set(r)
+	return nil
 }
 
 // commit saves r and makes it the ranking in use; saves are serialised
@@ -222,7 +298,21 @@ func (d *Dialer) commit(r Ranking) error {
 	if err := d.save(r); err != nil {
 		return err
 	}
-	d.cur = r
+	d.set(r)
+	return nil
+}
+
+// commitIf is commit only if the ranking in use is still generation gen.
+func (d *Dialer) commitIf(gen uint64, r Ranking) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.gen != gen {
+		return errReplaced
+	}
+	if err := d.save(r); err != nil {
+		return err
+	}
+	d.set(r)
 	return nil
 }
 
@@ -231,9 +321,29 @@ func (d *Dialer) commit(r Ranking) error {
 // TLS connection (handshake done, verified against the name). Moving to
 // another edge is a failover: it is written to the state file, so a
 // restart does not go back to the address that just failed.
+//
+// The walk follows the ranking in use, which a watcher round may replace
+// while an edge is being dialed: an edge is kept only if the ranking in
+// use at that moment ranks it next, so the choice written down is always
+// one of its entries (and an edge that has just left the set is not kept).
+//
+// When the name does not resolve, the resolver's error is returned as
+// the plain dial would return it: the resolver is asked once, not once
+// for the ranking and again for the name.
 func (d *Dialer) DialContext(ctx context.Context) (net.Conn, error) {
-	r := d.Select(ctx)
-	for _, addr := range walk(r) {
+	if err := d.ready(); err != nil {
+		return nil, err
+	}
+	if _, err := d.sel(ctx); err != nil {
+		return nil, d.nameErr(err)
+	}
+	tried := map[string]bool{}
+	for {
+		addr, ok := d.nextEdge(tried)
+		if !ok {
+			break
+		}
+		tried[addr] = true
 		c, err := d.dialEdge(ctx, addr)
 		if err != nil {
 			d.log().Warn("edge unreachable", "edge", addr, "err", err)
@@ -242,15 +352,59 @@ func (d *Dialer) DialContext(ctx context.Context) (net.Conn, error) {
 			}
 			continue
 		}
-		if addr != r.Chosen {
-			d.log().Info("failover", "edge", addr, "target", r.Chosen)
-			if err := d.choose(addr, true); err != nil {
-				d.log().Warn("cannot write the state file", "err", err)
-			}
+		if d.keep(addr, tried) {
+			return c, nil
 		}
-		return c, nil
+		c.Close()
 	}
 	return d.dialName(ctx)
+}
+
+// nextEdge is the first address of walk(ranking in use) not tried yet.
+func (d *Dialer) nextEdge(tried map[string]bool) (string, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, a := range walk(d.cur) {
+		if !tried[a] {
+			return a, true
+		}
+	}
+	return "", false
+}
+
+// keep reports whether the connection to addr is the one the ranking in
+// use asks for now: addr is one of its entries, it has a choice, and
+// every address its walk puts before addr was tried. A connection to an
+// address other than the choice is a failover, written down (in memory
+// as well when the state file cannot be written: the agent is connected
+// there).
+func (d *Dialer) keep(addr string, tried map[string]bool) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, _, in := d.cur.Entry(addr); !in || d.cur.Chosen == "" {
+		d.log().Info("edge no longer in the ranking in use: dialing on", "edge", addr, "target", d.Config.Name)
+		return false
+	}
+	for _, a := range walk(d.cur) {
+		if a == addr {
+			break
+		}
+		if !tried[a] {
+			d.log().Info("the ranking in use changed: dialing its next edge", "edge", addr, "target", a)
+			return false
+		}
+	}
+	if addr == d.cur.Chosen {
+		return true
+	}
+	d.log().Info("failover", "edge", addr, "target", d.cur.Chosen)
+	r := d.cur
+	r.Chosen = addr
+	if err := d.save(r); err != nil {
+		d.log().Warn("cannot write the state file", "err", err)
+	}
+	d.set(r)
+	return true
 }
 
 // walk is the order DialContext tries: the chosen edge, then the others
@@ -276,16 +430,34 @@ func (d *Dialer) dialEdge(ctx context.Context, addr string) (net.Conn, error) {
 	return td.DialContext(ctx, "tcp", addr)
 }
 
+// nameAddr is the name and port the agent dials without a choice.
+func (d *Dialer) nameAddr() string {
+	return net.JoinHostPort(d.Config.Name, strconv.Itoa(d.Config.Port))
+}
+
 // dialName is the connection without edgefleet: the name, through the
-// same resolver, with Go's own walk of its addresses.
+// same resolver, with Go's own walk of its addresses, within
+// ConnectTimeout (handshake included).
 func (d *Dialer) dialName(ctx context.Context) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, d.Config.ConnectTimeout)
+	defer cancel()
 	nd := d.Config.dialer()
 	nd.Resolver = d.Resolver
 	td := tls.Dialer{NetDialer: nd, Config: d.tlsConfig()}
-	addr := net.JoinHostPort(d.Config.Name, strconv.Itoa(d.Config.Port))
-	c, err := td.DialContext(ctx, "tcp", addr)
+	c, err := td.DialContext(ctx, "tcp", d.nameAddr())
 	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", addr, err)
+		return nil, fmt.Errorf("dial %s: %w", d.nameAddr(), err)
 	}
 	return c, nil
+}
+
+// nameErr is the error dialName would return for the resolver's err: Go's
+// dialer reports a failed lookup as a dial error holding the
+// *net.DNSError.
+func (d *Dialer) nameErr(err error) error {
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		err = dnsErr
+	}
+	return fmt.Errorf("dial %s: %w", d.nameAddr(), &net.OpError{Op: "dial", Net: "tcp", Err: err})
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"log"
+	"os"
+	"os/signal"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/edgefleet/edgefleet/probe"
@@ -13,9 +16,15 @@ import (
 
 // An agent keeps one LDAP session through the best edge. It dials with a
 // probe.Dialer (the best reachable edge, else the plain hostname), runs a
-// probe.Watcher beside the session, and on a better-edge event closes the
-// session cleanly and reconnects at once: an event is a planned end, not
-// an error, so it never feeds the reconnect backoff. Only errors do.
+// probe.Watcher beside the session, and on the watcher's event
+// (better-edge, edge-left) closes the session cleanly and reconnects at
+// once: an event is a planned end, not an error, so it never feeds the
+// reconnect backoff. Only errors do.
+//
+// Every wait is bounded: the agent runs until SIGINT or SIGTERM ends its
+// context; one dial costs at most a budget per edge and then the
+// Dialer's connect timeout for the name, and each dial has its own
+// deadline besides (dialTimeout), so a silent edge never hangs the agent.
 func Example_agent() {
 	conf, err := probe.ClientTLS("ca.pem", "agent.pem", "agent.key", "ldap.example.com")
 	if err != nil {
@@ -24,34 +33,47 @@ func Example_agent() {
 	cfg := probe.DefaultConfig()
 	cfg.Name = "ldap.example.com"
 	cfg.State = "agent-edges.json"
-	d := &probe.Dialer{Config: cfg, TLS: conf}
+	d, err := probe.NewDialer(cfg, conf)
+	if err != nil {
+		log.Fatal(err)
+	}
+	w, err := probe.NewWatcher(d)
+	if err != nil {
+		log.Fatal(err)
+	}
 
-	ctx := context.Background()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	events := make(chan probe.Event)
-	go (&probe.Watcher{Dialer: d}).Run(ctx, events)
+	go w.Run(ctx, events)
 
-	a := &agent{dialer: d, events: events, keepalive: 30 * time.Second,
+	a := &agent{dialer: d, events: events, keepalive: 30 * time.Second, dialTimeout: time.Minute,
 		bind: func(l *ldap.Conn) error { return l.ExternalBind() }}
-	log.Fatal(a.run(ctx))
+	if err := a.run(ctx); !errors.Is(err, context.Canceled) {
+		log.Fatal(err)
+	}
 }
 
 // agent is the example's session loop.
 type agent struct {
-	dialer    *probe.Dialer
-	events    <-chan probe.Event
-	bind      func(*ldap.Conn) error
-	keepalive time.Duration // how often the session proves it is alive
-	backoff   backoff
+	dialer      *probe.Dialer
+	events      <-chan probe.Event
+	bind        func(*ldap.Conn) error
+	keepalive   time.Duration // how often the session proves it is alive
+	dialTimeout time.Duration // bound of one DialContext
+	backoff     backoff
 
 	// For the test: each session's edge, and each backoff wait.
 	mu       sync.Mutex
 	sessions []string
-	ends     []string // "better-edge" or the error
+	ends     []string // the event's reason, or the error
 	waits    []time.Duration
 }
 
-// errBetterEdge ends a session on a watcher event.
-var errBetterEdge = errors.New(probe.ReasonBetterEdge)
+// planned ends a session on a watcher event; its text is the reason.
+type planned struct{ reason string }
+
+func (p planned) Error() string { return p.reason }
 
 func (a *agent) run(ctx context.Context) error {
 	for {
@@ -62,16 +84,18 @@ func (a *agent) run(ctx context.Context) error {
 		a.mu.Lock()
 		a.ends = append(a.ends, err.Error())
 		a.mu.Unlock()
-		if errors.Is(err, errBetterEdge) {
+		if errors.As(err, new(planned)) {
 			continue // a clean reconnect: no wait, the backoff untouched
 		}
 		wait := a.backoff.next()
 		a.mu.Lock()
 		a.waits = append(a.waits, wait)
 		a.mu.Unlock()
+		t := time.NewTimer(wait)
 		select {
-		case <-time.After(wait):
+		case <-t.C:
 		case <-ctx.Done():
+			t.Stop()
 			return ctx.Err()
 		}
 	}
@@ -79,7 +103,9 @@ func (a *agent) run(ctx context.Context) error {
 
 // session dials, binds and keeps the session until an error or an event.
 func (a *agent) session(ctx context.Context) error {
-	c, err := a.dialer.DialContext(ctx)
+	dctx, cancel := context.WithTimeout(ctx, a.dialTimeout)
+	c, err := a.dialer.DialContext(dctx)
+	cancel()
 	if err != nil {
 		return err
 	}
@@ -98,9 +124,12 @@ func (a *agent) session(ctx context.Context) error {
 	for {
 		select {
 		case ev := <-a.events:
-			if ev.Reason == probe.ReasonBetterEdge && ev.To != c.RemoteAddr().String() {
+			// Any event moves the agent, unless it names this very edge
+			// (a failover already brought the agent there); To "" is the
+			// name.
+			if ev.To != c.RemoteAddr().String() {
 				l.Unbind()
-				return errBetterEdge
+				return planned{ev.Reason}
 			}
 		case <-tick.C:
 			if _, err := l.WhoAmI(nil); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -36,14 +37,17 @@ type Monitor struct {
 	mu     sync.Mutex
 	status Status
 	seen   map[string]bool // addresses with series
+	last   []string        // the last address set the name resolved to
 }
 
 // Status is the monitor's last round: GET /status, and `--once`.
 type Status struct {
-	Name       string       `json:"name"`
-	MeasuredAt time.Time    `json:"measured_at"`
-	Error      string       `json:"error,omitempty"` // resolution failed
-	Edges      []EdgeStatus `json:"edges"`
+	Name       string    `json:"name"`
+	MeasuredAt time.Time `json:"measured_at"`
+	Error      string    `json:"error,omitempty"` // resolution failed
+	// Edges is the set the name resolved to; when it did not resolve,
+	// the last set it resolved to, probed again, none of them up.
+	Edges []EdgeStatus `json:"edges"`
 }
 
 // EdgeStatus is one address of a monitor round.
@@ -56,14 +60,20 @@ type EdgeStatus struct {
 }
 
 type monitorMetrics struct {
-	tcp, tls, up *prometheus.GaugeVec
+	tcp, tls, up, resolve *prometheus.GaugeVec
 }
 
-// NewMonitor checks cfg and registers the monitor's metrics with reg
-// (nil: not registered).
+// errUnresolved is the status error of an edge whose handshake completed
+// while the name did not resolve.
+var errUnresolved = errors.New("up, but the name does not resolve: no agent can find it")
+
+// NewMonitor checks cfg, its zero fields given their defaults as
+// NewDialer does, and registers the monitor's metrics with reg (nil: not
+// registered).
 func NewMonitor(cfg Config, conf *tls.Config, reg prometheus.Registerer) (*Monitor, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("probe config: %w", err)
 	}
 	m := &Monitor{Config: cfg, TLS: conf, seen: map[string]bool{}, m: &monitorMetrics{
 		tcp: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "edgefleet_probe_tcp_connect_seconds",
@@ -71,10 +81,12 @@ func NewMonitor(cfg Config, conf *tls.Config, reg prometheus.Registerer) (*Monit
 		tls: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "edgefleet_probe_tls_handshake_seconds",
 			Help: "Full TLS handshake time through the edge to the origin, same socket as the connect."}, []string{"addr"}),
 		up: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "edgefleet_probe_edge_up",
-			Help: "1 when the TLS handshake through the edge completed in the last round."}, []string{"addr"}),
+			Help: "1 when the name resolved to the edge and the TLS handshake through it completed in the last round."}, []string{"addr"}),
+		resolve: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "edgefleet_probe_resolve_up",
+			Help: "1 when the name resolved in the last round, 0 when the resolver failed."}, []string{"name"}),
 	}}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.m.tcp, m.m.tls, m.m.up} {
+		for _, c := range []prometheus.Collector{m.m.tcp, m.m.tls, m.m.up, m.m.resolve} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("probe: register metrics: %w", err)
 			}
@@ -91,13 +103,27 @@ func (m *Monitor) now() time.Time {
 }
 
 // Round measures every address once, updates the metrics and the status,
-// and returns it.
+// and returns it. When the name does not resolve the monitor does not go
+// blind: it says so (log, edgefleet_probe_resolve_up 0, Status.Error) and
+// probes the last set it resolved to again, so the times and errors still
+// tell which edges answer, but edge_up is 0 for all of them: no agent
+// can find an edge through a name that does not resolve.
 func (m *Monitor) Round(ctx context.Context) Status {
 	st := Status{Name: m.Config.Name, MeasuredAt: m.now(), Edges: []EdgeStatus{}}
 	addrs, err := Resolve(ctx, m.Resolver, m.Config.Name)
+	m.mu.Lock()
 	if err != nil {
 		st.Error = err.Error()
+		addrs = m.last
+		if ctx.Err() == nil {
+			m.log().Warn("name does not resolve: no edge is up", "target", m.Config.Name, "err", err)
+		}
+	} else {
+		m.last = addrs
 	}
+	m.m.resolve.WithLabelValues(m.Config.Name).Set(b2f(err == nil))
+	m.mu.Unlock()
+
 	conf := verifyAs(m.TLS, m.Config.Name)
 	results := make([]Result, len(addrs))
 	parallel(len(addrs), func(i int) {
@@ -110,24 +136,26 @@ func (m *Monitor) Round(ctx context.Context) Status {
 	now := map[string]bool{}
 	for _, r := range results {
 		now[r.Addr] = true
-		st.Edges = append(st.Edges, EdgeStatus{Addr: r.Addr, Up: r.OK, TCPConnectMS: r.TCPConnectMS, TLSHandshakeMS: r.TLSHandshakeMS, Error: r.Error})
-		m.m.up.WithLabelValues(r.Addr).Set(b2f(r.OK))
+		e := EdgeStatus{Addr: r.Addr, Up: r.OK && err == nil, TCPConnectMS: r.TCPConnectMS, TLSHandshakeMS: r.TLSHandshakeMS, Error: r.Error}
+		if r.OK && err != nil {
+			e.Error = errUnresolved.Error()
+		}
+		st.Edges = append(st.Edges, e)
+		m.m.up.WithLabelValues(r.Addr).Set(b2f(e.Up))
 		m.set(m.m.tcp, r.Addr, r.TCPConnectMS)
 		m.set(m.m.tls, r.Addr, r.TLSHandshakeMS)
 		if !r.OK {
 			m.log().Warn("edge down", "edge", r.Addr, "target", m.Config.Name, "err", r.Error)
 		}
 	}
-	if err == nil { // a failed resolution keeps the last known series
-		for a := range m.seen {
-			if !now[a] {
-				m.m.up.DeleteLabelValues(a)
-				m.m.tcp.DeleteLabelValues(a)
-				m.m.tls.DeleteLabelValues(a)
-			}
+	for a := range m.seen {
+		if !now[a] {
+			m.m.up.DeleteLabelValues(a)
+			m.m.tcp.DeleteLabelValues(a)
+			m.m.tls.DeleteLabelValues(a)
 		}
-		m.seen = now
 	}
+	m.seen = now
 	m.status = st
 	return st
 }

@@ -3,6 +3,7 @@ package probe_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -99,4 +100,68 @@ func TestMonitor(t *testing.T) {
 func metric(t *testing.T, reg *prometheus.Registry, name, addr string) (float64, bool) {
 	t.Helper()
 	return testbed.Metric(t, reg, name, map[string]string{"addr": addr})
+}
+
+// TestMonitorUnresolvable: the name stops resolving (both records
+// removed from the real named) while one of its two edges is stopped.
+// The monitor does not go blind: it logs it, resolve_up says so, and it
+// probes the last set again, so the stopped edge is down with its error
+// and the live one shows its handshake, but neither is up: no agent can
+// find an edge through a name that does not resolve.
+func TestMonitorUnresolvable(t *testing.T) {
+	f := newFleet(t, kindEdge, kindEdge)
+	stopped, live := f.addrs[0], f.addrs[1]
+	reg := prometheus.NewRegistry()
+	cfg := f.config(t)
+	m, err := probe.NewMonitor(cfg, f.o.AgentTLS(), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs testbed.Buffer
+	m.Resolver = probe.DNSResolver(f.named.Addr)
+	m.Log = slog.New(slog.NewJSONHandler(&logs, nil))
+	resolveUp := func() float64 {
+		t.Helper()
+		v, ok := testbed.Metric(t, reg, "edgefleet_probe_resolve_up", map[string]string{"name": cfg.Name})
+		if !ok {
+			t.Fatal("no edgefleet_probe_resolve_up series")
+		}
+		return v
+	}
+	if st := m.Round(context.Background()); st.Error != "" || len(st.Edges) != 2 || !st.Edges[0].Up || !st.Edges[1].Up || resolveUp() != 1 {
+		t.Fatalf("first round %+v, resolve_up %v", st, resolveUp())
+	}
+
+	f.edges[stopped].Stop()
+	f.Unpublish(t, stopped)
+	f.Unpublish(t, live)
+	st := m.Round(context.Background())
+	if !strings.Contains(st.Error, "resolve "+cfg.Name) || len(st.Edges) != 2 {
+		t.Fatalf("unresolvable round %+v, want the error and the last two edges", st)
+	}
+	by := map[string]probe.EdgeStatus{}
+	for _, e := range st.Edges {
+		by[e.Addr] = e
+	}
+	if e := by[stopped]; e.Up || !strings.Contains(e.Error, "refused") {
+		t.Errorf("stopped edge %+v, want down with its refusal", e)
+	}
+	if e := by[live]; e.Up || e.TLSHandshakeMS <= 0 || !strings.Contains(e.Error, "does not resolve") {
+		t.Errorf("live edge %+v, want probed (a handshake time) but not up", e)
+	}
+	for _, addr := range []string{stopped, live} {
+		if v, ok := metric(t, reg, "edgefleet_probe_edge_up", addr); !ok || v != 0 {
+			t.Errorf("edgefleet_probe_edge_up{addr=%q} = %v (%v), want 0", addr, v, ok)
+		}
+	}
+	if _, ok := metric(t, reg, "edgefleet_probe_tls_handshake_seconds", live); !ok {
+		t.Error("the live edge lost its handshake series: the monitor stopped probing it")
+	}
+	if resolveUp() != 0 {
+		t.Error("edgefleet_probe_resolve_up still 1")
+	}
+	lines := logs.JSONLines("name does not resolve: no edge is up")
+	if len(lines) != 1 || lines[0]["target"] != cfg.Name || !strings.Contains(lines[0]["err"].(string), cfg.Name) {
+		t.Fatalf("log lines %v, want one naming the target and the error", lines)
+	}
 }

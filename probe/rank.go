@@ -48,6 +48,12 @@ func (r Ranking) Entry(addr string) (Result, int, bool) {
 	return Result{}, -1, false
 }
 
+// onAddrs reports whether addr ("ip:port") is on one of the IPs addrs.
+func onAddrs(addr string, addrs []string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	return err == nil && slices.Contains(addrs, host)
+}
+
 // sameSet reports whether addrs (sorted) on port is the set r was
 // measured on. A changed port invalidates r like a changed address set:
 // its entries (ip:port) and Chosen would send the agent to the old port.

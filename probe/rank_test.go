@@ -114,8 +114,8 @@ func TestRankFewerThanTwo(t *testing.T) {
 
 // TestWatcherRotation: the chosen edge is removed from the A set in the
 // real named (what fleet rotate does): the next watcher round moves the
-// agent to the remaining edge with a better-edge event, and the state
-// file records the new set and choice.
+// agent to a remaining edge with an edge-left event, and the state file
+// records the new set and choice.
 func TestWatcherRotation(t *testing.T) {
 	f := newFleet(t, kindEdge, kindEdge, kindEdge)
 	cfg := f.config(t)
@@ -130,8 +130,8 @@ func TestWatcherRotation(t *testing.T) {
 	}
 	f.Unpublish(t, r.Chosen)
 	ev, ok := w.Round(context.Background())
-	if !ok || ev.Reason != probe.ReasonBetterEdge || ev.From != r.Chosen || ev.To == r.Chosen || ev.To == "" {
-		t.Fatalf("after the chosen edge left the set: %+v %v", ev, ok)
+	if !ok || ev.Reason != probe.ReasonEdgeLeft || ev.From != r.Chosen || ev.To == r.Chosen || ev.To == "" || ev.FromMS != 0 {
+		t.Fatalf("after the chosen edge left the set: %+v %v, want edge-left to another edge", ev, ok)
 	}
 	st, err := probe.LoadState(cfg.State)
 	if err != nil || st.Chosen != ev.To || len(st.Addresses) != 2 {

@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 )
 
 // errNoState is a state file that does not exist yet: the first start,
@@ -86,9 +88,16 @@ func ParseState(data []byte) (Ranking, error) {
 	return r, nil
 }
 
+// staleTemp is the age after which a temp file of the state file is a
+// crash's leftover: a save takes milliseconds, so one that old belongs to
+// no save in flight, in this process or another.
+const staleTemp = 10 * time.Minute
+
 // SaveState writes r to path atomically: a temp file in the same
 // directory, fsync, rename over path, fsync of the directory. A crash
-// leaves the old file or the new one, never half of one.
+// leaves the old file or the new one, never half of one; the temp files
+// crashes leave are removed by the next save. A ranking LoadState would
+// reject is not written: the file always stays readable.
 func SaveState(path string, r Ranking) (err error) {
 	r.NoChoice = ""
 	data, err := json.MarshalIndent(r, "", "  ")
@@ -96,8 +105,12 @@ func SaveState(path string, r Ranking) (err error) {
 		return err
 	}
 	data = append(data, '\n')
+	if _, err := ParseState(data); err != nil {
+		return fmt.Errorf("write state %s: not a valid state: %w", path, err)
+	}
 	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
+	removeStaleTemps(dir, filepath.Base(path))
+	f, err := os.CreateTemp(dir, tempPrefix(filepath.Base(path))+"*")
 	if err != nil {
 		return fmt.Errorf("write state %s: %w", path, err)
 	}
@@ -126,4 +139,29 @@ func SaveState(path string, r Ranking) (err error) {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// tempPrefix is what every temp file of the state file base starts with;
+// os.CreateTemp appends digits.
+func tempPrefix(base string) string { return "." + base + "." }
+
+// removeStaleTemps removes the temp files of base in dir (tempPrefix and
+// digits) older than staleTemp: what a crash between CreateTemp and
+// Rename leaves. Errors are ignored: cleaning is best effort and must
+// not stop the save.
+func removeStaleTemps(dir, base string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	prefix := tempPrefix(base)
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), prefix)
+		if !ok || rest == "" || strings.Trim(rest, "0123456789") != "" || !e.Type().IsRegular() {
+			continue
+		}
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > staleTemp {
+			os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/edgefleet/edgefleet/probe"
 )
 
@@ -250,5 +251,59 @@ func TestStatePortChange(t *testing.T) {
 	saved, err := probe.LoadState(cfg.State)
 	if err != nil || !slices.Contains(f.addrs, saved.Chosen) {
 		t.Fatalf("state file after the port change: %+v, %v", saved, err)
+	}
+}
+
+// TestSaveStateRefusesInvalid: a ranking LoadState would reject (here a
+// chosen edge that is not one of its entries, what a failover racing a
+// watcher round once wrote) is not written: the file keeps the last
+// valid ranking, readable.
+func TestSaveStateRefusesInvalid(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	good := sampleRanking()
+	if err := probe.SaveState(path, good); err != nil {
+		t.Fatal(err)
+	}
+	bad := good
+	bad.Chosen = "192.0.2.9:636"
+	if err := probe.SaveState(path, bad); err == nil || !strings.Contains(err.Error(), "not a ranking entry") {
+		t.Fatalf("saving a chosen edge outside the ranking: %v, want refused", err)
+	}
+	if got, err := probe.LoadState(path); err != nil || got.Chosen != good.Chosen {
+		t.Fatalf("after the refused save: %+v %v, want the last valid ranking", got, err)
+	}
+}
+
+// TestSaveStateRemovesCrashTemps: a crash between the temp file and the
+// rename leaves .state.json.<digits>; the next save removes such files
+// once they are older than any save in flight could be, and leaves a
+// fresh one (another process's save in flight) and unrelated files.
+func TestSaveStateRemovesCrashTemps(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.json")
+	old := time.Now().Add(-time.Hour)
+	for name, age := range map[string]*time.Time{
+		".state.json.123456789": &old, // a crash's leftover
+		".state.json.42":        nil,  // a save in flight
+		".state.json.bak":       &old, // not ours
+		".other.json.123":       &old, // another file's
+	} {
+		p := testbed.WriteFile(t, dir, name, "{")
+		if age != nil {
+			if err := os.Chtimes(p, *age, *age); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := probe.SaveState(path, sampleRanking()); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		left = append(left, e.Name())
+	}
+	if want := []string{".other.json.123", ".state.json.42", ".state.json.bak", "state.json"}; !slices.Equal(left, want) {
+		t.Fatalf("files after the save: %v, want %v", left, want)
 	}
 }

@@ -2,7 +2,11 @@ package probe
 
 import (
 	"context"
+	"net/netip"
+	"slices"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -67,6 +71,15 @@ func newFakeDialer(t *testing.T, a, b float64) (*Dialer, *fakeNet, *testbed.Cloc
 	return d, f, clock
 }
 
+// failover is DialContext's failover from the chosen edge from, which
+// failed, to to: the ranking in use keeps to and writes it down.
+func failover(t *testing.T, d *Dialer, from, to string) {
+	t.Helper()
+	if !d.keep(to, map[string]bool{from: true, to: true}) || d.Current().Chosen != to {
+		t.Fatalf("failover %s → %s not kept: %+v", from, to, d.Current())
+	}
+}
+
 // TestWatcherStreak: after a failover from A to B, one successful probe
 // of A does not switch back (an edge that just finished restarting); two
 // in a row do; a failure in between starts the streak again.
@@ -75,7 +88,7 @@ func TestWatcherStreak(t *testing.T) {
 	if d.Current().Chosen != edgeA {
 		t.Fatalf("chosen %q, want A", d.Current().Chosen)
 	}
-	d.choose(edgeB, true) // the failover
+	failover(t, d, edgeA, edgeB)
 	w := &Watcher{Dialer: d}
 	round := func() (Event, bool) { clock.Advance(time.Minute); return w.Round(context.Background()) }
 
@@ -99,11 +112,14 @@ func TestWatcherStreak(t *testing.T) {
 	if err != nil || st.Chosen != edgeA || d.Current().Chosen != edgeA {
 		t.Fatalf("after the switch the state holds %q (%v), the dialer %q; want A", st.Chosen, err, d.Current().Chosen)
 	}
+	// The ranking probed B once, and each of the 4 rounds probed it
+	// beside A (the gain is measured on fresh probes of both); on A, the
+	// best edge, a round probes nothing: nothing ranks above it.
 	if _, ok := round(); ok {
 		t.Fatal("a switch on the best edge")
 	}
-	if f.probes[edgeB] != 1 { // only the ranking probed B: nothing above A to retry
-		t.Fatalf("B probed %d times", f.probes[edgeB])
+	if f.probes[edgeB] != 5 {
+		t.Fatalf("B probed %d times, want 1 + 4 rounds", f.probes[edgeB])
 	}
 }
 
@@ -259,7 +275,7 @@ func TestWatcherRunJitter(t *testing.T) {
 // made (no choice, as for the dialer): no event, the session stays.
 func TestWatcherUnwritableState(t *testing.T) {
 	d, f, clock := newFakeDialer(t, 10, 100)
-	d.choose(edgeB, true)
+	failover(t, d, edgeA, edgeB)
 	w := &Watcher{Dialer: d}
 	f.set(edgeA, 10, true)
 	clock.Advance(time.Minute)
@@ -327,4 +343,219 @@ func TestWatcherFlappingSet(t *testing.T) {
 			t.Fatalf("flap=%v: no switch after %d rounds of a faster edge: %+v %v", flap, d.Config.Streak, ev, ok)
 		}
 	}
+}
+
+// TestFailoverKeptOnlyIfRanked: DialContext keeps a connection only if
+// the ranking in use at that moment ranks its edge next. A watcher round
+// replaced the ranking while B, the failover target, was being dialed,
+// with one of the set {A, C}: B is not kept and not written down (a
+// chosen edge outside the ranking is a state file LoadState rejects),
+// C is; and in a ranking A, B, C an edge is not kept while one ranked
+// before it is still untried.
+func TestFailoverKeptOnlyIfRanked(t *testing.T) {
+	d, f, clock := newFakeDialer(t, 10, 100)
+	f.mu.Lock()
+	f.addrs, f.ms[edgeC] = []string{"192.0.2.1", "192.0.2.3"}, 50
+	f.mu.Unlock()
+	clock.Advance(time.Minute)
+	(&Watcher{Dialer: d}).Round(context.Background()) // re-measures {A, C}, keeps A
+	if cur := d.Current(); cur.Chosen != edgeA || len(cur.Ranking) != 2 {
+		t.Fatalf("after the round: %+v, want {A, C}, A chosen", cur)
+	}
+	if d.keep(edgeB, map[string]bool{edgeA: true, edgeB: true}) {
+		t.Fatal("kept B, which left the ranking in use")
+	}
+	st, err := LoadState(d.Config.State)
+	if err != nil || st.Chosen != edgeA {
+		t.Fatalf("state after B was refused: %+v %v, want readable, A chosen", st, err)
+	}
+	if !d.keep(edgeC, map[string]bool{edgeA: true, edgeB: true, edgeC: true}) {
+		t.Fatal("C, next in the ranking in use, not kept")
+	}
+	if st, err := LoadState(d.Config.State); err != nil || st.Chosen != edgeC || d.Current().Chosen != edgeC {
+		t.Fatalf("state after the failover to C: %+v %v, want C chosen", st, err)
+	}
+
+	d, f, _ = newFakeDialer(t, 10, 20)
+	f.mu.Lock()
+	f.addrs, f.ms[edgeC] = []string{"192.0.2.1", "192.0.2.2", "192.0.2.3"}, 30
+	f.mu.Unlock()
+	d.Rank(context.Background()) // A, B, C
+	if d.keep(edgeC, map[string]bool{edgeA: true, edgeC: true}) {
+		t.Fatal("kept C while B, ranked before it, was never tried")
+	}
+}
+
+// TestWatcherChosenLeavesTwoSet: in a set of two, the chosen edge leaves
+// (one address is left: nothing to choose). The round moves the agent at
+// once, cleanly, with edge-left to the name, instead of keeping it on an
+// edge whose drain will cut the session as an error; the ranking in use
+// has no choice, so the reconnect dials the name.
+func TestWatcherChosenLeavesTwoSet(t *testing.T) {
+	d, f, clock := newFakeDialer(t, 10, 100)
+	w := &Watcher{Dialer: d}
+	f.mu.Lock()
+	f.addrs = []string{"192.0.2.2"} // A rotated out
+	f.mu.Unlock()
+	clock.Advance(time.Minute)
+	ev, ok := w.Round(context.Background())
+	if !ok || ev.Reason != ReasonEdgeLeft || ev.From != edgeA || ev.To != "" {
+		t.Fatalf("the chosen edge left a set of two: %+v %v, want edge-left A → the name", ev, ok)
+	}
+	if cur := d.Current(); cur.Chosen != "" || cur.NoChoice == "" {
+		t.Fatalf("ranking in use %+v, want no choice", cur)
+	}
+	clock.Advance(time.Minute)
+	if ev, ok := w.Round(context.Background()); ok {
+		t.Fatalf("a second event with one address: %+v", ev)
+	}
+
+	// The other edge left instead: the agent's edge is the one left, it
+	// stays.
+	d, f, clock = newFakeDialer(t, 10, 100)
+	f.mu.Lock()
+	f.addrs = []string{"192.0.2.1"}
+	f.mu.Unlock()
+	clock.Advance(time.Minute)
+	if ev, ok := (&Watcher{Dialer: d}).Round(context.Background()); ok {
+		t.Fatalf("an event though the agent's edge is the one left: %+v", ev)
+	}
+}
+
+// TestWatcherSwitchBackFresh: after a failover to B, B's ranking figure
+// (100 ms) is old; B now answers in 12 ms, A in 10. A switch back
+// compares fresh probes of both sides, so two good rounds of A make no
+// move (2 ms is no gain); compared with B's old figure they made one
+// needless reconnect. When B really is slow, the move happens.
+func TestWatcherSwitchBackFresh(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		bNow  float64
+		moves bool
+	}{
+		{"current edge fast again", 12, false},
+		{"current edge still slow", 100, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, f, clock := newFakeDialer(t, 10, 100)
+			failover(t, d, edgeA, edgeB)
+			f.set(edgeB, tc.bNow, true)
+			w := &Watcher{Dialer: d}
+			var ev Event
+			var ok bool
+			for range 4 {
+				clock.Advance(time.Minute)
+				if ev, ok = w.Round(context.Background()); ok {
+					break
+				}
+			}
+			if ok != tc.moves {
+				t.Fatalf("B now %v ms, A 10 ms: switch %v (%+v), want %v", tc.bNow, ok, ev, tc.moves)
+			}
+			if ok && (ev.From != edgeB || ev.To != edgeA || ev.FromMS != tc.bNow) {
+				t.Fatalf("event %+v, want B (fresh %v ms) → A", ev, tc.bNow)
+			}
+		})
+	}
+}
+
+// TestWatcherFailedCurrentNotChosen: the stale re-measure finds the
+// current edge failing while its session lives. The session is kept (no
+// event), but the choice moves to the best edge that answered, in memory
+// and in the state file, so a reconnect or a restart does not try the
+// failing edge first (a budget lost on every restart).
+func TestWatcherFailedCurrentNotChosen(t *testing.T) {
+	d, f, clock := newFakeDialer(t, 10, 100)
+	f.set(edgeA, 0, false)
+	clock.Advance(2 * time.Hour)
+	if ev, ok := (&Watcher{Dialer: d}).Round(context.Background()); ok {
+		t.Fatalf("an event for a failed re-measure: %+v", ev)
+	}
+	if cur := d.Current(); cur.Chosen != edgeB || cur.Ranking[0].Addr != edgeB {
+		t.Fatalf("ranking in use %+v, want B first and chosen", cur)
+	}
+	st, err := LoadState(d.Config.State)
+	if err != nil || st.Chosen != edgeB {
+		t.Fatalf("state %+v %v, want B chosen", st, err)
+	}
+	restarted := &Dialer{Config: d.Config, Lookup: f.lookup, Probe: f.probe, Now: clock.Now}
+	before := f.probes[edgeA]
+	if r := restarted.Select(context.Background()); r.Chosen != edgeB || f.probes[edgeA] != before {
+		t.Fatalf("a restart selected %+v, probing A %d more times; want the state's B, no probe", r, f.probes[edgeA]-before)
+	}
+}
+
+// TestRetryAboveBoundsParallel: the watcher's retry of the addresses
+// ranked above the current one, here all of a set larger than
+// MaxParallel, holds at most MaxParallel probes (sockets) at once. In a
+// synctest bubble every probe sleeps until all others are blocked, so
+// the peak is exactly the bound.
+func TestRetryAboveBoundsParallel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := 3*MaxParallel + 7
+		f := &fakeNet{ms: map[string]float64{}, probes: map[string]int{}}
+		for i := range n {
+			ip := "10.0." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256)
+			f.addrs = append(f.addrs, ip)
+			f.ms[ip+":636"] = float64(i + 1) // the address order is the ranking order
+		}
+		slices.SortFunc(f.addrs, func(a, b string) int { return netip.MustParseAddr(a).Compare(netip.MustParseAddr(b)) })
+		var inFlight, peak atomic.Int64
+		probe := func(ctx context.Context, addr string) Result {
+			cur := inFlight.Add(1)
+			for p := peak.Load(); cur > p && !peak.CompareAndSwap(p, cur); p = peak.Load() {
+			}
+			time.Sleep(time.Millisecond)
+			inFlight.Add(-1)
+			return f.probe(ctx, addr)
+		}
+		cfg := DefaultConfig()
+		cfg.Name = "ldap.example.test"
+		d := &Dialer{Config: cfg, Lookup: f.lookup, Probe: probe}
+		r := d.Rank(context.Background())
+		last := r.Ranking[n-1].Addr
+		tried := map[string]bool{}
+		for _, e := range r.Ranking {
+			tried[e.Addr] = true
+		}
+		if !d.keep(last, tried) { // a failover to the last edge: every other one ranks above it
+			t.Fatal("failover to the last edge not kept")
+		}
+		peak.Store(0)
+		(&Watcher{Dialer: d}).Round(context.Background())
+		if got := peak.Load(); got != MaxParallel {
+			t.Fatalf("%d probes in flight at once retrying %d addresses, want MaxParallel (%d)", got, n-1, MaxParallel)
+		}
+	})
+}
+
+// TestWatcherZeroInterval: a Watcher on a Dialer built without
+// NewDialer, its interval left 0, waits the default interval (full
+// jitter, 5 min at most) between rounds, not none: in one hour of the
+// bubble's clock it runs about 24 rounds, not thousands.
+func TestWatcherZeroInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		f := &fakeNet{addrs: []string{"192.0.2.1", "192.0.2.2"}, ms: map[string]float64{edgeA: 1, edgeB: 2}, probes: map[string]int{}}
+		var lookups atomic.Int64
+		d := &Dialer{Config: Config{Name: "ldap.example.test"}, Probe: f.probe, Lookup: func(ctx context.Context, n string) ([]string, error) {
+			if lookups.Add(1) > 1000 {
+				cancel() // a busy loop: stop it, the test fails below
+			}
+			return f.lookup(ctx, n)
+		}}
+		d.Rank(ctx)
+		done := make(chan error, 1)
+		go func() { done <- (&Watcher{Dialer: d}).Run(ctx, make(chan Event)) }()
+		time.Sleep(time.Hour)
+		cancel()
+		<-done
+		if n := lookups.Load(); n > 100 || n < 2 {
+			t.Fatalf("%d lookups in one hour with interval 0: want the default 5 min interval's dozen or two", n)
+		}
+		if d.Config.Interval != 5*time.Minute || d.Config.Budget != DefaultBudget || d.Config.Stale != time.Hour {
+			t.Fatalf("config after the first call: %+v, want the defaults", d.Config)
+		}
+	})
 }

@@ -304,10 +304,10 @@ grep -n 'edge-d' fleet.yaml | sed 's/^/fleet.yaml:/'
 
 say "the agent moves: probe watch's event"
 for _ in $(seq 1 100); do
-	grep -q 'better-edge' watch.log && break
+	grep -qE 'better-edge|edge-left' watch.log && break
 	sleep 0.1
 done
-grep 'better-edge' watch.log || { echo "demo: the watcher saw no move" >&2; cat watch.log watch.err >&2; exit 1; }
+grep -E 'better-edge|edge-left' watch.log || { echo "demo: the watcher saw no move" >&2; cat watch.log watch.err >&2; exit 1; }
 NEXT=$(chosen)
 echo "the agent's choice now: $NEXT (was $BEST)"
 

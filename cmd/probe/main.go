@@ -2,7 +2,7 @@
 // monitor (docs/probe.md):
 //
 //	probe rank --name ldap.example.com --port 636 --ca ca.pem --cert agent.pem --key agent.key --state edges.json
-//	probe watch --name ldap.example.com … # ranks, then prints better-edge events as they happen
+//	probe watch --name ldap.example.com … # ranks, then prints better-edge and edge-left events as they happen
 //	probe monitor --name ldap.example.com --ca ca.pem --once   # one round as a table
 //	probe monitor --name ldap.example.com --metrics 127.0.0.1:9104   # /metrics and /status
 //
@@ -114,6 +114,7 @@ func main() {
 	pf.String("server-name", "", "name the certificate is verified against (default: --name)")
 	pf.String("state", "", "state file: the ranking, its address set and the choice")
 	pf.Duration("budget", 0, "bound of one probe of one address (budget, default 2s)")
+	pf.Duration("connect-timeout", 0, "bound of the dial of the name itself, without a choice (connect_timeout, default 10s)")
 	pf.String("source", "", "local IP the probes and connections leave from (source; default: the kernel picks)")
 	pf.String("format", "", "table or json")
 	root.AddCommand(rankCommand(), watchCommand(), monitorCommand())
@@ -137,7 +138,11 @@ there is no choice (why is printed on stderr): the agent then dials the name.`,
 			if err != nil {
 				return err
 			}
-			d := &probe.Dialer{Config: cfg.Config, TLS: conf, Resolver: resolver, Log: log}
+			d, err := probe.NewDialer(cfg.Config, conf)
+			if err != nil {
+				return err
+			}
+			d.Resolver, d.Log = resolver, log
 			return printRanking(cmd, cfg.Format, d.Rank(cmd.Context()))
 		},
 	}
@@ -162,13 +167,15 @@ func printRanking(cmd *cobra.Command, format string, r probe.Ranking) error {
 func watchCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "watch",
-		Short: "select an edge as an agent would, then print better-edge events as the watcher finds them",
+		Short: "select an edge as an agent would, then print the watcher's events (better-edge, edge-left) as they happen",
 		Long: `watch selects the edge an agent would use (the state file when it holds a
 fresh ranking of the same address set, else a new ranking), prints that
 ranking, and then runs the watcher until interrupted: every interval with
 full jitter it retries the addresses ranked above the current one, and it
-measures the whole set again when the ranking is older than stale. Each switch
-is printed as one event (a JSON line with --format json).`,
+measures the whole set again when the ranking is older than stale or the
+address set changed. Each move is printed as one event (a JSON line with
+--format json): better-edge for a faster edge, edge-left when the agent's
+edge left the set.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, conf, resolver, log, err := setup(cmd)
@@ -177,14 +184,22 @@ is printed as one event (a JSON line with --format json).`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			d := &probe.Dialer{Config: cfg.Config, TLS: conf, Resolver: resolver, Log: log}
+			d, err := probe.NewDialer(cfg.Config, conf)
+			if err != nil {
+				return err
+			}
+			d.Resolver, d.Log = resolver, log
+			w, err := probe.NewWatcher(d)
+			if err != nil {
+				return err
+			}
 			out := cmd.OutOrStdout()
 			if err := printRanking(cmd, cfg.Format, d.Select(ctx)); err != nil {
 				return err
 			}
 			events := make(chan probe.Event)
 			done := make(chan error, 1)
-			go func() { done <- (&probe.Watcher{Dialer: d}).Run(ctx, events) }()
+			go func() { done <- w.Run(ctx, events) }()
 			for {
 				select {
 				case ev := <-events:
@@ -200,16 +215,28 @@ is printed as one event (a JSON line with --format json).`,
 	return cmd
 }
 
+// printEvent prints ev: one JSON line, or "time reason: from (its time)
+// -> to (its time)", where an edge that left the set has no time (it was
+// not probed) and "" is the name (no choice).
 func printEvent(w io.Writer, format string, ev probe.Event) {
 	if format == "json" {
 		json.NewEncoder(w).Encode(ev)
 		return
 	}
-	from := ev.From
-	if from == "" {
-		from = "(the name)"
+	side := func(addr string, msec float64, why string) string {
+		switch {
+		case addr == "":
+			return "(the name)"
+		case why != "":
+			return addr + " (" + why + ")"
+		}
+		return fmt.Sprintf("%s (%.3f ms)", addr, msec)
 	}
-	fmt.Fprintf(w, "%s %s: %s (%.3f ms) -> %s (%.3f ms)\n", ev.At.UTC().Format(time.RFC3339), ev.Reason, from, ev.FromMS, ev.To, ev.ToMS)
+	fromWhy := ""
+	if ev.Reason == probe.ReasonEdgeLeft {
+		fromWhy = "left the set"
+	}
+	fmt.Fprintf(w, "%s %s: %s -> %s\n", ev.At.UTC().Format(time.RFC3339), ev.Reason, side(ev.From, ev.FromMS, fromWhy), side(ev.To, ev.ToMS, ""))
 }
 
 func monitorCommand() *cobra.Command {

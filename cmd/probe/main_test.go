@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -202,6 +203,7 @@ func TestBadConfiguration(t *testing.T) {
 		{[]string{"rank", "--name", "n", "--ca", filepath.Join(dir, "missing.pem")}, "read ca"},
 		{[]string{"rank", "--name", "n", "--cert", "a.pem"}, "give both cert and key"},
 		{[]string{"watch", "--name", "n", "--interval", "-1s"}, "interval: -1s must be positive"},
+		{[]string{"rank", "--name", "n", "--connect-timeout", "0s"}, "connect_timeout: 0s must be positive"},
 		{[]string{"monitor", "--name", "n", "--metrics", "9104"}, `metrics: "9104" is not host:port`},
 		{[]string{"monitor", "--config", testbed.WriteFile(t, dir, "mon.yaml", "name: n\nmonitor_interval: 0s\n")}, "monitor_interval: 0s must be positive"},
 		{[]string{"rank", "--config", cfgFile}, `unknown key "budgit"`},
@@ -255,5 +257,66 @@ func TestMonitorMetrics(t *testing.T) {
 	}
 	if !strings.Contains(string(body), `edgefleet_probe_edge_up{addr="`+f.Addrs[1]+`"} 0`) {
 		t.Errorf("/metrics does not say the orphan edge is down:\n%s", body)
+	}
+}
+
+// TestPrintEvent: a better-edge event shows both fresh times; an
+// edge-left event says the edge left the set (it was not probed, so it
+// has no time), and a move to no choice says the name.
+func TestPrintEvent(t *testing.T) {
+	at := time.Date(2026, 12, 1, 7, 12, 28, 0, time.UTC)
+	for _, tc := range []struct {
+		ev   probe.Event
+		want string
+	}{
+		{probe.Event{Reason: probe.ReasonBetterEdge, From: "127.0.0.3:23008", To: "127.0.0.2:23008", FromMS: 86.477, ToMS: 2.83, At: at},
+			"2026-12-01T07:12:28Z better-edge: 127.0.0.3:23008 (86.477 ms) -> 127.0.0.2:23008 (2.830 ms)\n"},
+		{probe.Event{Reason: probe.ReasonEdgeLeft, From: "127.0.0.3:23008", To: "127.0.0.2:23008", ToMS: 2.83, At: at},
+			"2026-12-01T07:12:28Z edge-left: 127.0.0.3:23008 (left the set) -> 127.0.0.2:23008 (2.830 ms)\n"},
+		{probe.Event{Reason: probe.ReasonEdgeLeft, From: "127.0.0.3:23008", At: at},
+			"2026-12-01T07:12:28Z edge-left: 127.0.0.3:23008 (left the set) -> (the name)\n"},
+		{probe.Event{Reason: probe.ReasonBetterEdge, To: "127.0.0.2:23008", ToMS: 2.83, At: at},
+			"2026-12-01T07:12:28Z better-edge: (the name) -> 127.0.0.2:23008 (2.830 ms)\n"},
+	} {
+		var b strings.Builder
+		printEvent(&b, "table", tc.ev)
+		if b.String() != tc.want {
+			t.Errorf("printEvent(%+v):\n%q, want\n%q", tc.ev, b.String(), tc.want)
+		}
+	}
+}
+
+// TestWatchEdgeLeft: `probe watch` on three edges; the chosen one is
+// removed from the real named (what fleet rotate does). The event it
+// prints has its own reason, edge-left, and names a remaining edge; the
+// state file records that edge.
+func TestWatchEdgeLeft(t *testing.T) {
+	bin := buildProbe(t)
+	f := stack.NewFleet(t, stack.KindEdge, stack.KindEdge, stack.KindEdge)
+	state := filepath.Join(t.TempDir(), "edges.json")
+	p := testbed.StartCmd(t, exec.Command(bin, append(fleetArgs(f), "watch", "--state", state, "--interval", "200ms")...))
+	var chosen string
+	for deadline := time.Now().Add(20 * time.Second); chosen == ""; time.Sleep(50 * time.Millisecond) {
+		if st, err := probe.LoadState(state); err == nil {
+			chosen = st.Chosen
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no choice in the state file after 20 s:\n%s", p.Output())
+		}
+	}
+	f.Unpublish(t, chosen)
+	line := regexp.MustCompile(`(?m)^\S+ edge-left: ` + regexp.QuoteMeta(chosen) + ` \(left the set\) -> (\S+) \([0-9.]+ ms\)$`)
+	var m []string
+	for deadline := time.Now().Add(20 * time.Second); m == nil; time.Sleep(50 * time.Millisecond) {
+		m = line.FindStringSubmatch(p.Output())
+		if time.Now().After(deadline) {
+			t.Fatalf("no edge-left event for %s after 20 s:\n%s", chosen, p.Output())
+		}
+	}
+	if m[1] == chosen || !slices.Contains(f.Addrs, m[1]) || strings.Contains(p.Output(), probe.ReasonBetterEdge) {
+		t.Fatalf("edge-left to %s:\n%s", m[1], p.Output())
+	}
+	if st, err := probe.LoadState(state); err != nil || st.Chosen != m[1] || len(st.Addresses) != 2 {
+		t.Fatalf("state after the move: %+v %v, want %s in a set of two", st, err, m[1])
 	}
 }

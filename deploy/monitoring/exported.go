@@ -49,6 +49,7 @@ var Exported = map[string]map[string]string{
 		"edgefleet_probe_edge_up":               "gauge",
 		"edgefleet_probe_tcp_connect_seconds":   "gauge",
 		"edgefleet_probe_tls_handshake_seconds": "gauge",
+		"edgefleet_probe_resolve_up":            "gauge", // per name: did it resolve
 	},
 	// fleet exporter, job edgefleet-fleet (cmd/fleet TestExporter),
 	// labels name and (but for dns_up) family="ipv4"|"ipv6": the
