@@ -381,7 +381,11 @@ func (d *Dialer) nextEdge(tried map[string]bool) (string, bool) {
 func (d *Dialer) keep(addr string, tried map[string]bool) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if _, _, in := d.cur.Entry(addr); !in || d.cur.Chosen == "" {
+	if d.cur.Chosen == "" {
+		d.log().Info("the ranking in use has no choice now: dialing the name", "edge", addr, "target", d.Config.Name)
+		return false
+	}
+	if _, _, in := d.cur.Entry(addr); !in {
 		d.log().Info("edge no longer in the ranking in use: dialing on", "edge", addr, "target", d.Config.Name)
 		return false
 	}

@@ -5,8 +5,12 @@
 // a live session, and — on the platform side — monitors every edge.
 //
 //	conf, err := probe.ClientTLS("ca.pem", "agent.pem", "agent-key.pem", "ldap.example.com")
-//	r := probe.Probe(ctx, "192.0.2.10:636", conf, 2*time.Second)
-//	fmt.Println(r.OK, r.TCPConnectMS, r.TLSHandshakeMS, r.AppRTTMS, r.Error)
+//	cfg := probe.DefaultConfig()
+//	cfg.Name, cfg.State = "ldap.example.com", "/var/lib/agent/edges.json"
+//	d, err := probe.NewDialer(cfg, conf)
+//	conn, err := d.DialContext(ctx) // the best reachable edge, else the name
+//	w, err := probe.NewWatcher(d)
+//	go w.Run(ctx, events) // better-edge, edge-left: reconnect, no backoff
 //
 // Selection is never a new failure mode: whenever it cannot choose (DNS
 // error, fewer than two addresses, nobody answers, a state file that

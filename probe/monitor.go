@@ -65,7 +65,7 @@ type monitorMetrics struct {
 
 // errUnresolved is the status error of an edge whose handshake completed
 // while the name did not resolve.
-var errUnresolved = errors.New("up, but the name does not resolve: no agent can find it")
+var errUnresolved = errors.New("handshake completed, but the name does not resolve: no agent can find this edge")
 
 // NewMonitor checks cfg, its zero fields given their defaults as
 // NewDialer does, and registers the monitor's metrics with reg (nil: not

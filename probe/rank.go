@@ -15,8 +15,9 @@ import (
 // Ranking is one measurement of a name's address set: what `probe rank`
 // prints and what the state file holds. Ranking lists every address,
 // successes fastest first, failures last with their error. Chosen is the
-// edge the agent uses ("" when there is no choice: it dials the name);
-// after a failover it is no longer the first entry.
+// edge the agent's connections go to first ("" when there is no choice:
+// it dials the name), always one of the entries; after a failover it is
+// no longer the first entry.
 type Ranking struct {
 	Name       string    `json:"name"`
 	Addresses  []string  `json:"addresses"` // the set it was measured on: IPs, sorted

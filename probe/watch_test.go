@@ -369,6 +369,9 @@ func TestFailoverKeptOnlyIfRanked(t *testing.T) {
 	if err != nil || st.Chosen != edgeA {
 		t.Fatalf("state after B was refused: %+v %v, want readable, A chosen", st, err)
 	}
+	if d.keep(edgeB, map[string]bool{edgeA: true, edgeB: true, edgeC: true}) {
+		t.Fatal("kept B, which left the ranking in use, once every edge of it was tried")
+	}
 	if !d.keep(edgeC, map[string]bool{edgeA: true, edgeB: true, edgeC: true}) {
 		t.Fatal("C, next in the ranking in use, not kept")
 	}
@@ -558,4 +561,36 @@ func TestWatcherZeroInterval(t *testing.T) {
 			t.Fatalf("config after the first call: %+v, want the defaults", d.Config)
 		}
 	})
+}
+
+// TestWatcherRoundReplaced: a failover (A to B) happens while a watcher
+// round re-measures a changed set. The round, decided on the ranking it
+// started from, changes nothing: the failover stays the choice, in memory
+// and in the state file, and the next round starts from it.
+func TestWatcherRoundReplaced(t *testing.T) {
+	d, f, clock := newFakeDialer(t, 10, 100)
+	f.mu.Lock()
+	f.addrs, f.ms[edgeC] = []string{"192.0.2.1", "192.0.2.2", "192.0.2.3"}, 50
+	f.mu.Unlock()
+	var once sync.Once
+	d.Probe = func(ctx context.Context, addr string) Result {
+		if addr == edgeC {
+			once.Do(func() { failover(t, d, edgeA, edgeB) })
+		}
+		return f.probe(ctx, addr)
+	}
+	clock.Advance(time.Minute)
+	w := &Watcher{Dialer: d}
+	if ev, ok := w.Round(context.Background()); ok {
+		t.Fatalf("a round replaced under it proposed %+v", ev)
+	}
+	st, err := LoadState(d.Config.State)
+	if cur := d.Current(); cur.Chosen != edgeB || len(cur.Addresses) != 2 || err != nil || st.Chosen != edgeB {
+		t.Fatalf("in use %+v, state %+v (%v): want the failover to B kept", cur, st, err)
+	}
+	clock.Advance(time.Minute) // the next round measures the new set
+	w.Round(context.Background())
+	if cur := d.Current(); len(cur.Addresses) != 3 {
+		t.Fatalf("the next round did not measure the new set: %+v", cur)
+	}
 }
