@@ -134,9 +134,10 @@ func parallel(n int, fn func(i int)) {
 
 // Measure probes every address in parallel (at most MaxParallel at a
 // time), each with its own budget inside probe, and returns the results
-// ordered: successes fastest first, then failures in address order. It
-// costs the slowest probe, so one budget however many addresses are black
-// holes.
+// ordered: successes fastest first, then failures in address order. Up
+// to MaxParallel addresses it costs the slowest probe, so one budget
+// however many are black holes; n addresses cost at most
+// ⌈n/MaxParallel⌉ budgets.
 func Measure(ctx context.Context, addrs []string, port int, probe ProbeFunc) []Result {
 	out := make([]Result, len(addrs))
 	parallel(len(addrs), func(i int) { out[i] = probe(ctx, net.JoinHostPort(addrs[i], strconv.Itoa(port))) })
