@@ -147,8 +147,9 @@ func tempPrefix(base string) string { return "." + base + "." }
 
 // removeStaleTemps removes the temp files of base in dir (tempPrefix and
 // digits) older than staleTemp: what a crash between CreateTemp and
-// Rename leaves. Errors are ignored: cleaning is best effort and must
-// not stop the save.
+// Rename leaves. File times are the kernel's clock, so the age is taken
+// with time.Now, not an injected clock. Errors are ignored: cleaning is
+// best effort and must not stop the save.
 func removeStaleTemps(dir, base string) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
