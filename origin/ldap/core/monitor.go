@@ -103,6 +103,7 @@ func (m *monitor) record(name string, err error, took time.Duration) {
 	}
 	if err != nil {
 		h.CheckFailed(name)
+		s.balancers.Failed(name)
 		if !wasDown {
 			s.log.Warn("server down", "target", name, "duration", took, "err", err)
 		}

@@ -324,7 +324,7 @@ func (s *Server) backendTLS(host string) *tls.Config {
 }
 
 // fail marks a server OFFLINE for every connection after a connect or I/O
-// failure. A local resource error (out of file descriptors or memory:
+// failure, and tells the balancers (a failover balancer moves off it). A local resource error (out of file descriptors or memory:
 // accept.LocalResources) is this host's, not the server's: it marks
 // nothing and logs at most one line per 10 s.
 func (s *Server) fail(name string, err error) {
@@ -333,6 +333,7 @@ func (s *Server) fail(name string, err error) {
 		return
 	}
 	s.health.Fail(name)
+	s.balancers.Failed(name)
 	s.log.Warn("server offline", "target", name, "err", err)
 }
 

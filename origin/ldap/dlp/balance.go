@@ -163,6 +163,56 @@ func (b *balance) failover(up []*Route, op Op) []*Route {
 	return order
 }
 
+// Failed tells the balancers that server failed: a connect or I/O failure
+// marked it OFFLINE, or the monitor's check found it down. A failover
+// balancer without switchback moves every operation type that server
+// carries to the type's next priority at once, so that the type stays
+// there when the server comes back (seed 003: "Even when Server 1 is up
+// again, Server 2 continues to handle incoming Add requests"). The core
+// calls it whenever it marks a server OFFLINE, including in the middle of
+// the connect walk that fails an operation over: the Select that started
+// the walk still named the failed server first.
+func (bs *Balancers) Failed(server string) {
+	for _, b := range bs.lbs {
+		if b.cfg.Algorithm != "failover" || b.cfg.Switchback {
+			continue
+		}
+		b.mu.Lock()
+		b.failed(server, bs.h)
+		b.mu.Unlock()
+	}
+}
+
+// failed moves b's operation types off server (b.mu held).
+func (b *balance) failed(server string, h *Health) {
+	var was, up []*Route // the routes before the failure, and those left
+	for _, r := range b.cfg.Routes {
+		switch {
+		case r.Server == server:
+			was = append(was, r)
+		case !h.Offline(r.Server):
+			was, up = append(was, r), append(up, r)
+		}
+	}
+	if len(was) == len(up) {
+		return // not one of b's routes
+	}
+	for _, op := range oprTypes {
+		cur, ok := b.active[op]
+		if !ok {
+			cur = byPriority(was, op)[0].Server
+		}
+		if cur != server {
+			continue
+		}
+		if next := byPriority(up, op); len(next) > 0 {
+			b.active[op] = next[0].Server
+		} else {
+			delete(b.active, op) // nothing left: the next Select picks among what is up then
+		}
+	}
+}
+
 // optimal: the least saturated route; the route in use keeps the traffic
 // until another is lower by more than the precision.
 func (b *balance) optimal(up []*Route, sat func(string) float64) []*Route {
