@@ -409,8 +409,13 @@ func (ss *session) onBackend(b *backend, raw []byte) {
 
 // bound records the identity a bind established on b.
 func (ss *session) bound(o *op, b *backend, code int) {
-	switch code {
-	case wire.ResultSuccess:
+	switch {
+	case code == wire.ResultSuccess && anonymousBind(o.m):
+		// Anonymous (or unauthenticated, RFC 4513 §5.1.2) stays
+		// anonymous: the pre-bind caps stay, nothing to re-bind with.
+		ss.anonymous()
+		b.gen = 0
+	case code == wire.ResultSuccess:
 		prev, prevGen := ss.cred, ss.gen
 		ss.cred, ss.credOK = o.m.Raw, ss.sasl == nil
 		ss.user, ss.norm = o.m.BindName, dlp.NormalizeDN(o.m.BindName)
@@ -418,7 +423,7 @@ func (ss *session) bound(o *op, b *backend, code int) {
 		b.gen, ss.sasl = ss.gen, nil
 		ss.sameIdentity(prev, prevGen)
 		ss.max.Store(int64(ss.srv.cfg.MaxPDU))
-	case wire.ResultSaslBindInProgress:
+	case code == wire.ResultSaslBindInProgress:
 		ss.sasl = b
 		return
 	default: // a failed bind leaves the connection anonymous (RFC 4511 §4.2.1)
@@ -437,10 +442,20 @@ func (ss *session) bound(o *op, b *backend, code int) {
 	}
 }
 
-// anonymous makes the connection anonymous after a failed bind.
+// anonymous makes the connection anonymous after a failed bind or an
+// anonymous one, with the caps of a client that has not bound.
 func (ss *session) anonymous() {
 	ss.cred, ss.user, ss.norm, ss.sasl = nil, "", "", nil
 	ss.gen++
+	ss.max.Store(PreBindMaxPDU)
+}
+
+// anonymousBind reports whether m, a bind request, asks for no identity:
+// a simple bind without a password (anonymous, or unauthenticated with a
+// name, RFC 4513 §5.1), which grants a client nothing more than not
+// binding does.
+func anonymousBind(m *wire.Message) bool {
+	return m.BindSimple && len(m.BindPassword) == 0
 }
 
 func (ss *session) busy(b *backend) bool {
