@@ -53,6 +53,7 @@ type session struct {
 	user, norm string
 	cred       []byte
 	credOK     bool   // cred can be replayed (simple or one-step SASL bind)
+	credWhy    string // when !credOK and not a SASL identity: why (passwd.go)
 	gen        uint64 // identity generation; backend.gen records which one a connection carries
 	sasl       *backend
 
