@@ -151,4 +151,3 @@ func TestStalledReadersBusyServerNotDown(t *testing.T) {
 		t.Errorf("an innocent client after the stall: %v", err)
 	}
 }
-

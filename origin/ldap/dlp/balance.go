@@ -282,29 +282,49 @@ func (b *balance) saturated(up []*Route, op Op, sat func(string) float64) []*Rou
 
 // searchfilter: a search goes to the best-priority route whose allowed
 // attributes its filter mentions (one at least) and whose prohibited ones
-// it does not, then to the pass-through routes (no lists); any other
-// operation goes by priority.
+// it does not reach under any name (attrs.go), then to the pass-through
+// routes (no lists); any other operation goes by priority. Routes of
+// equal priority keep file order (seed 003: "any route can process the
+// request"; the first one written does, every time).
 func (b *balance) searchfilter(up []*Route, op Op) []*Route {
 	order := byPriority(up, op.Type)
 	if op.Type != "search" {
 		return order
+	}
+	attrs := make([]string, len(op.FilterAttrs))
+	for i, a := range op.FilterAttrs {
+		attrs[i] = CanonicalAttr(a)
 	}
 	var match, pass []*Route
 	for _, r := range order {
 		switch {
 		case len(r.Allowed) == 0:
 			pass = append(pass, r)
-		case mentions(op.FilterAttrs, r.Allowed) && !mentions(op.FilterAttrs, r.Prohibited):
+		case mentions(attrs, r.Allowed) && !reachesAny(attrs, r.Prohibited):
 			match = append(match, r)
 		}
 	}
 	return append(match, pass...)
 }
 
+// mentions reports whether attrs (canonical) names an attribute of list.
 func mentions(attrs, list []string) bool {
 	for _, a := range list {
 		if slices.Contains(attrs, a) {
 			return true
+		}
+	}
+	return false
+}
+
+// reachesAny reports whether a filter on attrs (canonical) tests the
+// values of an attribute of list.
+func reachesAny(attrs, list []string) bool {
+	for _, p := range list {
+		for _, a := range attrs {
+			if reaches(a, p) {
+				return true
+			}
 		}
 	}
 	return false
