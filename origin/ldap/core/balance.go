@@ -85,8 +85,9 @@ func (ss *session) sameIdentity(prev []byte, prevGen uint64) {
 }
 
 // pend records o as pending on b. A client that reuses the id of an
-// operation still pending (RFC 4511 forbids it) replaces that operation:
-// it no longer counts as in flight.
+// operation still pending is disconnected before this (onClient); should
+// another operation hold the id all the same, o replaces it, and it no
+// longer counts as in flight.
 func (ss *session) pend(o *op, b *backend) {
 	if old := ss.pending[o.m.ID]; old != nil && old != o {
 		ss.track(old, nil)

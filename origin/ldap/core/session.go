@@ -351,6 +351,14 @@ func (ss *session) onClient(m *wire.Message) {
 	case m.Op == wire.TagAbandonRequest:
 		ss.abandon(o)
 		return
+	case ss.pending[m.ID] != nil:
+		// RFC 4511 §4.1.1.1: an id must differ from that of every request
+		// in progress. Answers could not be told apart (nor told to the
+		// server: both operations would be in flight under one id), and
+		// such requests would escape max_pending; slapd answers both, and
+		// closes the connection once they exceed its own cap.
+		ss.protocolError(fmt.Sprintf("message id %d is in use by a request in progress", m.ID))
+		return
 	case len(ss.pending) >= ss.maxPending():
 		ss.reply(o, wire.ResultBusy, fmt.Sprintf("more than %d operations outstanding on this connection", ss.maxPending()))
 		return
