@@ -468,6 +468,8 @@ func (ss *session) onBackend(b *backend, raw []byte) {
 	}
 	if o.m.Op == wire.TagBindRequest {
 		ss.bound(o, b, m.ResultCode)
+	} else if m.ResultCode == wire.ResultSuccess && (o.m.Op == wire.TagModifyRequest || o.m.Op == wire.TagExtendedRequest) {
+		ss.passwordChanged(o, b, raw)
 	}
 	if o.paged != nil && tag == wire.TagSearchResultDone {
 		ss.pagedDone(o, b, raw)
