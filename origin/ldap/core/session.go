@@ -398,6 +398,15 @@ func (ss *session) maxPending() int {
 // bind re-selects the targets for the new identity, except for the next
 // step of a multi-step SASL exchange, which stays on its backend.
 func (ss *session) bind(o *op) {
+	if !o.m.BindSimple && strings.EqualFold(o.m.SASLMech, "EXTERNAL") {
+		// The server would judge the core's connection, not the
+		// client's certificate or socket: at best it refuses, at worst
+		// (a client certificate of the core's own towards ssl:1
+		// servers) every client would wear the core's identity.
+		ss.reply(o, wire.ResultAuthMethodNotSupported, "SASL EXTERNAL does not work through the LDAP core: the directory sees the core's connection, "+
+			"not the client's certificate; use a simple bind or SASL PLAIN over TLS")
+		return
+	}
 	if ss.sasl != nil && !o.m.BindSimple && !ss.sasl.closed {
 		ss.send(o, ss.sasl)
 		return
