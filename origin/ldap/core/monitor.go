@@ -106,6 +106,7 @@ func (m *monitor) record(name string, err error, took time.Duration) {
 		m.mu.Lock()
 		m.last[name] = checkResult{at: s.now(), err: err, duration: took}
 		m.mu.Unlock()
+		s.balancers.Observe()
 		return
 	}
 	if err != nil {

@@ -34,7 +34,7 @@ func (ss *session) noReplay() string {
 // success (raw, the response): when it changed the bound user's own
 // password, the saved bind is replaced or marked stale.
 func (ss *session) passwordChanged(o *op, b *backend, raw []byte) {
-	if ss.cred == nil || ss.norm == "" || !ss.credOK {
+	if ss.cred == nil || !ss.credOK && ss.credWhy == "" { // anonymous, or a multi-step SASL identity
 		return
 	}
 	var pw []byte
@@ -42,8 +42,8 @@ func (ss *session) passwordChanged(o *op, b *backend, raw []byte) {
 	switch {
 	case o.m.Op == wire.TagExtendedRequest && o.m.ExtOID == wire.OIDPasswdModify:
 		pm, err := wire.ParsePasswdModify(o.m.Raw)
-		if err == nil && pm.HasUser && dlp.NormalizeDN(strings.TrimPrefix(pm.User, "dn:")) != ss.norm {
-			return // someone else's password
+		if err == nil && pm.HasUser && (ss.norm == "" || dlp.NormalizeDN(strings.TrimPrefix(pm.User, "dn:")) != ss.norm) {
+			return // someone else's password (as far as the core can tell)
 		}
 		switch {
 		case err != nil:
@@ -52,7 +52,7 @@ func (ss *session) passwordChanged(o *op, b *backend, raw []byte) {
 		default:
 			pw, known = wire.GeneratedPasswd(raw)
 		}
-	case o.m.Op == wire.TagModifyRequest && dlp.NormalizeDN(o.m.EntryDN) == ss.norm:
+	case o.m.Op == wire.TagModifyRequest && ss.norm != "" && dlp.NormalizeDN(o.m.EntryDN) == ss.norm:
 		changes, err := wire.ModifyChanges(o.m.Raw)
 		touched := err != nil
 		for _, c := range changes {
@@ -85,7 +85,7 @@ func (ss *session) passwordChanged(o *op, b *backend, raw []byte) {
 	case !known || hashed(pw):
 		ss.staleCred(how, "the core does not know the new password")
 	default:
-		ss.cred = wire.BindRequest(bind.ID, bind.BindName, bytes.Clone(pw))
+		ss.cred, ss.credOK, ss.credWhy = wire.BindRequest(bind.ID, bind.BindName, bytes.Clone(pw)), true, ""
 		ss.srv.log.Info("password changed: re-binds use the new one", ss.who("op", o.name, "target", b.name)...)
 	}
 }
