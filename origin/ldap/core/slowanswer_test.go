@@ -130,16 +130,15 @@ func TestSlowRebindBlamesNoServer(t *testing.T) {
 }
 
 // Eight anonymous clients pipeline large searches and never read, with
-// ConnectTimeout and the monitor's interval at one second: slapd's worker
-// threads are busy streaming their results (to the core, which reads
-// them at once), so the monitor's check and the first answers of new
-// sessions can take longer than a second — but the server is sending all
-// along, so it is busy, not frozen: no server is marked down or OFFLINE,
-// and an innocent client is served throughout (before the fix both were
-// down in two of three runs).
+// the monitor's interval (and so its checks' bound) at one second:
+// slapd's worker threads are busy streaming their results (to the core,
+// which reads them at once), so a check can take longer than that — but
+// the server is sending all along, so it is busy, not frozen: no server
+// is marked down or OFFLINE, and an innocent client is served throughout
+// (before the fix both were down in two of three runs).
 func TestStalledReadersBusyServerNotDown(t *testing.T) {
 	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{LDIF: testbed.DirectoryLDIF(3000)})
-	h := newHarness(t, lbDLP(1, 60, 1, named(sl),
+	h := newHarness(t, lbDLP(3, 60, 1, named(sl),
 		rule("ALL", "(user=*)", []string{"L1", "L2"}, `"failover": 1`),
 		proxy([]string{"ALL"}, nil)), func(c *core.Config) { c.Now = time.Now })
 	waitWithin(t, 20*time.Second, "the monitor's first check", func() bool { return h.backend(t, "L1").LastCheck != "" })
