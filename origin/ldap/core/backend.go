@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -33,6 +34,10 @@ type backend struct {
 	// clears both.
 	firstBy time.Time
 	probe   bool
+	// heard is the server's count of PDUs received (progress.go); mark
+	// is its value when the first-answer bound was last set.
+	heard *atomic.Uint64
+	mark  uint64
 	// held are the client's operations sent while the core's own search
 	// is unanswered, and the bytes for each: they go out once it is
 	// (release), so that no answer to a client operation can be taken
@@ -185,33 +190,38 @@ func (ss *session) dial(name string, ident bool) (*backend, error) {
 	}
 	srv.succeed(name)
 	conn = newRawSock(conn)
-	b := &backend{name: name, conn: conn, rd: wire.NewReader(conn)}
+	// Registered for abort at once: a re-bind may wait long (below).
+	if !ss.addLine(conn) {
+		return nil, errors.New("session ending")
+	}
+	drop := func() {
+		ss.dropLine(conn)
+		conn.Close()
+	}
+	b := &backend{name: name, conn: conn, rd: wire.NewReader(conn), heard: srv.heard.of(name)}
 	b.rd.SetMax(max(srv.cfg.MaxPDU, MaxBackendPDU))
 	if ident && ss.cred != nil {
 		if !ss.credOK {
-			conn.Close()
-			return nil, fmt.Errorf("%w: the SASL identity of %q cannot be re-established on another server", errIdentity, ss.user)
+			drop()
+			return nil, fmt.Errorf("%w: %s", errIdentity, ss.noReplay())
 		}
 		code, err := ss.rebind(b, ss.cred)
 		if err != nil {
-			conn.Close()
-			if srv.serverFailed(name, err) {
+			drop()
+			if !errors.Is(err, errIdentity) && !ss.isAborted() && srv.serverFailed(name, err) {
 				srv.fail(name, err)
 			}
 			return nil, err
 		}
 		if code != wire.ResultSuccess {
-			conn.Close()
+			drop()
 			return nil, fmt.Errorf("%w as %q refused: %s", errIdentity, ss.user, wire.ResultName(code))
 		}
 		b.gen = ss.gen
-	} else if err := ss.firstAnswer(b, ident); err != nil {
-		conn.Close()
+	} else if err := ss.firstAnswer(b); err != nil {
+		drop()
 		srv.fail(name, err)
 		return nil, err
-	}
-	if !ss.addLine(conn) {
-		return nil, errors.New("session ending")
 	}
 	ss.conns = append(ss.conns, b)
 	go ss.readBackend(b)
@@ -219,39 +229,97 @@ func (ss *session) dial(name string, ident bool) (*backend, error) {
 }
 
 // rebind binds a fresh backend connection with cred (the saved
-// credentials, or the core's anonymous bind of firstAnswer) and swallows
-// the answer. Being the core's own step of connecting, it is
-// bounded by ConnectTimeout: a server that accepts connections but does not
-// answer fails here, like one that does not accept, and failover goes on.
+// credentials) and swallows the answer. The server is first asked for the
+// root DSE (probe), bounded like a first answer: a server that accepts
+// connections but does not answer fails there, like one that does not
+// accept, and failover goes on. The bind itself costs what the client's
+// password costs (a hash may take seconds): it is bounded by
+// rebindTimeout only so that a session cannot hang here, and a server
+// that exceeds it is not marked OFFLINE — it answered the probe.
 func (ss *session) rebind(b *backend, cred []byte) (int, error) {
 	req, err := wire.WithID(cred, rebindID)
 	if err != nil {
 		return 0, err
 	}
-	b.conn.SetDeadline(time.Now().Add(ss.srv.file.Defaults.ConnectTimeout))
+	if err := ss.probeNow(b); err != nil {
+		return 0, err
+	}
+	b.conn.SetDeadline(time.Now().Add(rebindTimeout))
 	defer b.conn.SetDeadline(time.Time{})
 	if _, err := b.conn.Write(req); err != nil {
 		return 0, err
 	}
 	for {
-		raw, err := b.rd.Next()
-		if err != nil {
-			return 0, err
+		m, err := b.nextOwn()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return 0, fmt.Errorf("%w as %q: no answer within %v (%s answered the core's search: not marked OFFLINE)", errIdentity, ss.user, rebindTimeout, b.name)
 		}
-		m, err := wire.Parse(raw)
 		if err != nil {
-			return 0, err
-		}
-		if m.ID == 0 {
-			if m.ResultCode == wire.ResultProtocolError {
-				return 0, fmt.Errorf("re-bind: %w: %s", errProtocolNotice, m.Diagnostic)
-			}
-			return 0, errors.New("notice of disconnection during re-bind")
+			return 0, fmt.Errorf("re-bind: %w", err)
 		}
 		if m.ID == rebindID && m.Op == wire.TagBindResponse {
 			return m.ResultCode, nil
 		}
 	}
+}
+
+// rebindTimeout bounds a re-bind once the server has answered the probe
+// ahead of it: far above any password hash, so that only a server stuck
+// inside the bind reaches it.
+const rebindTimeout = 30 * time.Second
+
+// probeNow sends the core's root DSE search on b and waits for its
+// answer, bounded as a first answer is (firstAnswer, answered).
+func (ss *session) probeNow(b *backend) error {
+	limit := ss.srv.file.Defaults.ConnectTimeout
+	b.probe = true
+	b.boundFirst(limit)
+	if _, err := b.conn.Write(wire.RootDSESearch(rebindID)); err != nil {
+		return err
+	}
+	for b.probe {
+		raw, err := b.rd.Next()
+		skip, err := b.answered(raw, err, limit)
+		switch {
+		case errors.Is(err, errStillBusy):
+			continue
+		case err != nil:
+			return err
+		case !skip:
+			if _, err := b.own(raw); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// nextOwn reads the next PDU of a connection no client operation has used
+// yet (during a re-bind); a Notice of Disconnection is an error.
+func (b *backend) nextOwn() (*wire.Message, error) {
+	raw, err := b.rd.Next()
+	if err != nil {
+		return nil, err
+	}
+	b.heard.Add(1)
+	return b.own(raw)
+}
+
+// own parses a PDU the server sent the core itself; a Notice of
+// Disconnection is an error (errProtocolNotice when the server could not
+// decode what it got).
+func (b *backend) own(raw []byte) (*wire.Message, error) {
+	m, err := wire.Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	if m.ID == 0 {
+		if m.ResultCode == wire.ResultProtocolError {
+			return nil, fmt.Errorf("%w: %s", errProtocolNotice, m.Diagnostic)
+		}
+		return nil, errors.New("notice of disconnection")
+	}
+	return m, nil
 }
 
 // readBackend frames the PDUs of one backend connection and handles
@@ -261,6 +329,9 @@ func (ss *session) readBackend(b *backend) {
 	for {
 		raw, err := b.rd.Next()
 		skip, err := b.answered(raw, err, ss.srv.file.Defaults.ConnectTimeout)
+		if errors.Is(err, errStillBusy) {
+			continue
+		}
 		if err != nil {
 			b.err = err
 			b.broken.Store(true)
@@ -397,6 +468,8 @@ func (ss *session) onBackend(b *backend, raw []byte) {
 	}
 	if o.m.Op == wire.TagBindRequest {
 		ss.bound(o, b, m.ResultCode)
+	} else if m.ResultCode == wire.ResultSuccess && (o.m.Op == wire.TagModifyRequest || o.m.Op == wire.TagExtendedRequest) {
+		ss.passwordChanged(o, b, raw)
 	}
 	if o.paged != nil && tag == wire.TagSearchResultDone {
 		ss.pagedDone(o, b, raw)
@@ -409,16 +482,21 @@ func (ss *session) onBackend(b *backend, raw []byte) {
 
 // bound records the identity a bind established on b.
 func (ss *session) bound(o *op, b *backend, code int) {
-	switch code {
-	case wire.ResultSuccess:
+	switch {
+	case code == wire.ResultSuccess && anonymousBind(o.m):
+		// Anonymous (or unauthenticated, RFC 4513 §5.1.2) stays
+		// anonymous: the pre-bind caps stay, nothing to re-bind with.
+		ss.anonymous()
+		b.gen = 0
+	case code == wire.ResultSuccess:
 		prev, prevGen := ss.cred, ss.gen
-		ss.cred, ss.credOK = o.m.Raw, ss.sasl == nil
+		ss.cred, ss.credOK, ss.credWhy = o.m.Raw, ss.sasl == nil, ""
 		ss.user, ss.norm = o.m.BindName, dlp.NormalizeDN(o.m.BindName)
 		ss.gen++
 		b.gen, ss.sasl = ss.gen, nil
 		ss.sameIdentity(prev, prevGen)
 		ss.max.Store(int64(ss.srv.cfg.MaxPDU))
-	case wire.ResultSaslBindInProgress:
+	case code == wire.ResultSaslBindInProgress:
 		ss.sasl = b
 		return
 	default: // a failed bind leaves the connection anonymous (RFC 4511 §4.2.1)
@@ -437,10 +515,20 @@ func (ss *session) bound(o *op, b *backend, code int) {
 	}
 }
 
-// anonymous makes the connection anonymous after a failed bind.
+// anonymous makes the connection anonymous after a failed bind or an
+// anonymous one, with the caps of a client that has not bound.
 func (ss *session) anonymous() {
-	ss.cred, ss.user, ss.norm, ss.sasl = nil, "", "", nil
+	ss.cred, ss.credWhy, ss.user, ss.norm, ss.sasl = nil, "", "", "", nil
 	ss.gen++
+	ss.max.Store(PreBindMaxPDU)
+}
+
+// anonymousBind reports whether m, a bind request, asks for no identity:
+// a simple bind without a password (anonymous, or unauthenticated with a
+// name, RFC 4513 §5.1), which grants a client nothing more than not
+// binding does.
+func anonymousBind(m *wire.Message) bool {
+	return m.BindSimple && len(m.BindPassword) == 0
 }
 
 func (ss *session) busy(b *backend) bool {

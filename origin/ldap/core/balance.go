@@ -85,8 +85,9 @@ func (ss *session) sameIdentity(prev []byte, prevGen uint64) {
 }
 
 // pend records o as pending on b. A client that reuses the id of an
-// operation still pending (RFC 4511 forbids it) replaces that operation:
-// it no longer counts as in flight.
+// operation still pending is disconnected before this (onClient); should
+// another operation hold the id all the same, o replaces it, and it no
+// longer counts as in flight.
 func (ss *session) pend(o *op, b *backend) {
 	if old := ss.pending[o.m.ID]; old != nil && old != o {
 		ss.track(old, nil)
@@ -119,43 +120,61 @@ func (ss *session) track(o *op, b *backend) {
 // answer by ConnectTimeout: a server whose process is frozen (SIGSTOP, or
 // hung) still completes the TCP handshake in the kernel, and without a
 // bound a session whose first server it is would wait for ever. A
-// connection that carries the client's identity was re-bound under that
-// bound already; on any other the reader gives up after ConnectTimeout
+// connection that carries the client's identity was probed before its
+// re-bind (rebind); on any other the reader gives up after ConnectTimeout
 // without a PDU from the server (answered), which counts as a connect
 // failure: the server is OFFLINE and the operation fails over (a write
-// has an unknown outcome, as after any failure once sent).
+// has an unknown outcome, as after any failure once sent). The bound is
+// renewed while the server sends on other connections (progress.go): a
+// busy server is not a frozen one.
 //
-// For a bind, the client's bind is the first request. For an anonymous
-// client's other operation, which may rightly take long before its first
-// PDU (a search), the core sends a root DSE search of its own ahead of it
-// and swallows the answer: a live server answers that at once. Nothing
-// here waits with the session's lock held, so a client that gives up
-// still ends its session at once. The search uses the re-binds' message
-// id (2147483647), which a client may use too: the client's operations
-// for the connection are held until the search is answered (send,
-// release), so no answer of the server's can belong to both.
-func (ss *session) firstAnswer(b *backend, ident bool) error {
-	b.firstBy = time.Now().Add(ss.srv.file.Defaults.ConnectTimeout)
-	if err := b.conn.SetReadDeadline(b.firstBy); err != nil {
+// The bound applies to the core's own request only: a root DSE search
+// sent ahead of the client's first one, which a live server answers at
+// once, and whose answer is swallowed. The client's request — a bind
+// whose password hash takes seconds, a search that takes long before its
+// first entry — is never bounded. Nothing here waits with the session's
+// lock held, so a client that gives up still ends its session at once.
+// The search uses the re-binds' message id (2147483647), which a client
+// may use too: the client's operations for the connection are held until
+// the search is answered (send, release), so no answer of the server's
+// can belong to both.
+func (ss *session) firstAnswer(b *backend) error {
+	b.probe, b.holding = true, true
+	if err := b.boundFirst(ss.srv.file.Defaults.ConnectTimeout); err != nil {
 		return err
 	}
-	if !ident {
-		return nil
-	}
-	b.probe, b.holding = true, true
 	_, err := b.conn.Write(wire.RootDSESearch(rebindID))
 	return err
 }
 
+// boundFirst sets the first-answer bound: limit from now, and the mark
+// of the server's progress it is judged by.
+func (b *backend) boundFirst(limit time.Duration) error {
+	b.mark = b.heard.Load()
+	b.firstBy = time.Now().Add(limit)
+	return b.conn.SetReadDeadline(b.firstBy)
+}
+
 // answered lifts the first-answer bound once the server has sent a PDU,
-// names it when it expired, and tells the reader to skip the answers to
-// the core's own search. Only the backend's reader calls it.
+// names it when it expired (errStillBusy when the server was heard from
+// on other connections meanwhile: the bound is renewed), and tells the
+// reader to skip the answers to the core's own search. Only the
+// backend's reader calls it, for every PDU.
 func (b *backend) answered(raw []byte, err error, limit time.Duration) (skip bool, _ error) {
+	if err == nil {
+		b.heard.Add(1)
+	}
 	switch {
 	case b.firstBy.IsZero() && !b.probe:
 		return false, err
 	case err != nil && errors.Is(err, os.ErrDeadlineExceeded) && !b.firstBy.IsZero():
-		return false, fmt.Errorf("no answer to the first request within ConnectTimeout (%v): %w", limit, err)
+		if b.heard.Load() != b.mark {
+			if err := b.boundFirst(limit); err != nil {
+				return false, err
+			}
+			return false, errStillBusy
+		}
+		return false, fmt.Errorf("no answer to the core's root DSE search within ConnectTimeout (%v), and nothing from the server on any other connection: %w", limit, err)
 	case err != nil:
 		return false, err
 	}

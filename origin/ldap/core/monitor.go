@@ -101,8 +101,17 @@ func (m *monitor) record(name string, err error, took time.Duration) {
 		s.starving(name, err)
 		return
 	}
+	if errors.Is(err, errServerBusy) { // inconclusive: the server is alive, its state stays
+		s.log.Debug("server slow to answer the check", "target", name, "duration", took, "err", err)
+		m.mu.Lock()
+		m.last[name] = checkResult{at: s.now(), err: err, duration: took}
+		m.mu.Unlock()
+		s.balancers.Observe()
+		return
+	}
 	if err != nil {
 		h.CheckFailed(name)
+		s.balancers.Failed(name)
 		if !wasDown {
 			s.log.Warn("server down", "target", name, "duration", took, "err", err)
 		}
@@ -148,14 +157,20 @@ func (s *Server) checkServer(ctx context.Context, name string) error {
 	}
 	rd := wire.NewReader(conn)
 	rd.SetMax(MaxBackendPDU)
+	heard := s.heard.of(name)
+	mark := heard.Load()
 	for {
 		raw, err := rd.Next()
 		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if heard.Load() != mark {
+				return fmt.Errorf("root DSE search within %v: %w", limit, errServerBusy)
+			}
 			return fmt.Errorf("root DSE search: no answer within %v", limit)
 		}
 		if err != nil {
 			return fmt.Errorf("root DSE search: %w", err)
 		}
+		heard.Add(1)
 		msg, err := wire.Parse(raw)
 		switch {
 		case err != nil:

@@ -111,7 +111,7 @@ func TestFrozenFirstServer(t *testing.T) {
 		t.Error("the frozen L1 is not OFFLINE")
 	}
 	off := h.logs.JSONLines("server offline")
-	if len(off) != 1 || !strings.Contains(fmt.Sprint(off[0]["err"]), "no answer to the first request within ConnectTimeout (1s)") {
+	if len(off) != 1 || !strings.Contains(fmt.Sprint(off[0]["err"]), "no answer to the core's root DSE search within ConnectTimeout (1s)") {
 		t.Errorf("offline lines %v", off)
 	}
 	h.srv.Health().Succeed("L1") // selectable again, still frozen

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -50,6 +51,7 @@ type Server struct {
 	proxy  *dlp.Proxy
 	router *dlp.Router
 	health *dlp.Health
+	heard  heard // PDUs received from each server (progress.go)
 	// Load balancing and the backend monitor (balance.go, monitor.go).
 	load      *dlp.Load
 	balancers *dlp.Balancers
@@ -112,6 +114,7 @@ func New(cfg Config, file *dlp.File, peers PeerLookup, log *slog.Logger, reg pro
 			return nil, errs
 		}
 		s.health = dlp.NewHealth(file.Defaults.OfflineRetryTimeout, s.now)
+		s.heard = newHeard(file.ServerOrder)
 		s.router = dlp.NewRouter(file, s.proxy, s.health)
 	}
 	if cfg.TLSMode != TLSOff {
@@ -324,7 +327,7 @@ func (s *Server) backendTLS(host string) *tls.Config {
 }
 
 // fail marks a server OFFLINE for every connection after a connect or I/O
-// failure. A local resource error (out of file descriptors or memory:
+// failure, and tells the balancers (a failover balancer moves off it). A local resource error (out of file descriptors or memory:
 // accept.LocalResources) is this host's, not the server's: it marks
 // nothing and logs at most one line per 10 s.
 func (s *Server) fail(name string, err error) {
@@ -333,6 +336,7 @@ func (s *Server) fail(name string, err error) {
 		return
 	}
 	s.health.Fail(name)
+	s.balancers.Failed(name)
 	s.log.Warn("server offline", "target", name, "err", err)
 }
 
@@ -364,12 +368,15 @@ func (s *Server) connect(ctx context.Context, name string) (net.Conn, error) {
 // connection within ConnectTimeout. It tells a server that ended one
 // connection on purpose from one that failed: a dying process may still
 // complete a TCP handshake, but not answer. When it does not answer, that
-// is a failed check (the caller marks the server OFFLINE).
+// is a failed check (the caller marks the server OFFLINE) — unless it was
+// sending on other connections meanwhile: busy, and so alive
+// (progress.go).
 func (s *Server) answers(name string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), s.file.Defaults.ConnectTimeout)
 	defer cancel()
 	err := s.checkServer(ctx, name)
-	return err == nil || accept.LocalResources(err) // no check could be made: not the server's failure
+	// A local resource error: no check could be made, not the server's failure.
+	return err == nil || accept.LocalResources(err) || errors.Is(err, errServerBusy)
 }
 
 func (s *Server) succeed(name string) {

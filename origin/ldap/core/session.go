@@ -53,6 +53,7 @@ type session struct {
 	user, norm string
 	cred       []byte
 	credOK     bool   // cred can be replayed (simple or one-step SASL bind)
+	credWhy    string // when !credOK and not a SASL identity: why (passwd.go)
 	gen        uint64 // identity generation; backend.gen records which one a connection carries
 	sasl       *backend
 
@@ -350,6 +351,14 @@ func (ss *session) onClient(m *wire.Message) {
 	case m.Op == wire.TagAbandonRequest:
 		ss.abandon(o)
 		return
+	case ss.pending[m.ID] != nil:
+		// RFC 4511 §4.1.1.1: an id must differ from that of every request
+		// in progress. Answers could not be told apart (nor told to the
+		// server: both operations would be in flight under one id), and
+		// such requests would escape max_pending; slapd answers both, and
+		// closes the connection once they exceed its own cap.
+		ss.protocolError(fmt.Sprintf("message id %d is in use by a request in progress", m.ID))
+		return
 	case len(ss.pending) >= ss.maxPending():
 		ss.reply(o, wire.ResultBusy, fmt.Sprintf("more than %d operations outstanding on this connection", ss.maxPending()))
 		return
@@ -389,6 +398,15 @@ func (ss *session) maxPending() int {
 // bind re-selects the targets for the new identity, except for the next
 // step of a multi-step SASL exchange, which stays on its backend.
 func (ss *session) bind(o *op) {
+	if !o.m.BindSimple && strings.EqualFold(o.m.SASLMech, "EXTERNAL") {
+		// The server would judge the core's connection, not the
+		// client's certificate or socket: at best it refuses, at worst
+		// (a client certificate of the core's own towards ssl:1
+		// servers) every client would wear the core's identity.
+		ss.reply(o, wire.ResultAuthMethodNotSupported, "SASL EXTERNAL does not work through the LDAP core: the directory sees the core's connection, "+
+			"not the client's certificate; use a simple bind or SASL PLAIN over TLS")
+		return
+	}
 	if ss.sasl != nil && !o.m.BindSimple && !ss.sasl.closed {
 		ss.send(o, ss.sasl)
 		return

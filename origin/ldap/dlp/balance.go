@@ -163,6 +163,56 @@ func (b *balance) failover(up []*Route, op Op) []*Route {
 	return order
 }
 
+// Failed tells the balancers that server failed: a connect or I/O failure
+// marked it OFFLINE, or the monitor's check found it down. A failover
+// balancer without switchback moves every operation type that server
+// carries to the type's next priority at once, so that the type stays
+// there when the server comes back (seed 003: "Even when Server 1 is up
+// again, Server 2 continues to handle incoming Add requests"). The core
+// calls it whenever it marks a server OFFLINE, including in the middle of
+// the connect walk that fails an operation over: the Select that started
+// the walk still named the failed server first.
+func (bs *Balancers) Failed(server string) {
+	for _, b := range bs.lbs {
+		if b.cfg.Algorithm != "failover" || b.cfg.Switchback {
+			continue
+		}
+		b.mu.Lock()
+		b.failed(server, bs.h)
+		b.mu.Unlock()
+	}
+}
+
+// failed moves b's operation types off server (b.mu held).
+func (b *balance) failed(server string, h *Health) {
+	var was, up []*Route // the routes before the failure, and those left
+	for _, r := range b.cfg.Routes {
+		switch {
+		case r.Server == server:
+			was = append(was, r)
+		case !h.Offline(r.Server):
+			was, up = append(was, r), append(up, r)
+		}
+	}
+	if len(was) == len(up) {
+		return // not one of b's routes
+	}
+	for _, op := range oprTypes {
+		cur, ok := b.active[op]
+		if !ok {
+			cur = byPriority(was, op)[0].Server
+		}
+		if cur != server {
+			continue
+		}
+		if next := byPriority(up, op); len(next) > 0 {
+			b.active[op] = next[0].Server
+		} else {
+			delete(b.active, op) // nothing left: the next Select picks among what is up then
+		}
+	}
+}
+
 // optimal: the least saturated route; the route in use keeps the traffic
 // until another is lower by more than the precision.
 func (b *balance) optimal(up []*Route, sat func(string) float64) []*Route {
@@ -232,29 +282,49 @@ func (b *balance) saturated(up []*Route, op Op, sat func(string) float64) []*Rou
 
 // searchfilter: a search goes to the best-priority route whose allowed
 // attributes its filter mentions (one at least) and whose prohibited ones
-// it does not, then to the pass-through routes (no lists); any other
-// operation goes by priority.
+// it does not reach under any name (attrs.go), then to the pass-through
+// routes (no lists); any other operation goes by priority. Routes of
+// equal priority keep file order (seed 003: "any route can process the
+// request"; the first one written does, every time).
 func (b *balance) searchfilter(up []*Route, op Op) []*Route {
 	order := byPriority(up, op.Type)
 	if op.Type != "search" {
 		return order
+	}
+	attrs := make([]string, len(op.FilterAttrs))
+	for i, a := range op.FilterAttrs {
+		attrs[i] = CanonicalAttr(a)
 	}
 	var match, pass []*Route
 	for _, r := range order {
 		switch {
 		case len(r.Allowed) == 0:
 			pass = append(pass, r)
-		case mentions(op.FilterAttrs, r.Allowed) && !mentions(op.FilterAttrs, r.Prohibited):
+		case mentions(attrs, r.Allowed) && !reachesAny(attrs, r.Prohibited):
 			match = append(match, r)
 		}
 	}
 	return append(match, pass...)
 }
 
+// mentions reports whether attrs (canonical) names an attribute of list.
 func mentions(attrs, list []string) bool {
 	for _, a := range list {
 		if slices.Contains(attrs, a) {
 			return true
+		}
+	}
+	return false
+}
+
+// reachesAny reports whether a filter on attrs (canonical) tests the
+// values of an attribute of list.
+func reachesAny(attrs, list []string) bool {
+	for _, p := range list {
+		for _, a := range attrs {
+			if reaches(a, p) {
+				return true
+			}
 		}
 	}
 	return false

@@ -272,9 +272,13 @@ func (o *obj) attrs(n *node, key string) []string {
 			o.b.errAt(e.pos, o.where, key, "must be an array of attribute names, found %s", show(e))
 			continue
 		}
-		a := strings.ToLower(e.str)
+		a := CanonicalAttr(e.str)
 		if slices.Contains(out, a) {
-			o.b.errAt(e.pos, o.where, key, "%q is listed twice", e.str)
+			as := ""
+			if a != strings.ToLower(e.str) {
+				as = " (as " + a + ")"
+			}
+			o.b.errAt(e.pos, o.where, key, "%q is listed twice%s", e.str, as)
 			continue
 		}
 		out = append(out, a)

@@ -125,7 +125,8 @@ type Route struct {
 	Priority map[string]int // lower is preferred
 	Weight   map[string]int // proportional; 0 = never
 	Capacity int            // operations in flight that make 100 % saturation (64)
-	// Allowed and Prohibited are lower-case attribute names (searchfilter).
+	// Allowed and Prohibited are attribute names as CanonicalAttr gives
+	// them (searchfilter).
 	Allowed, Prohibited []string
 }
 

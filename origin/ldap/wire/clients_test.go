@@ -200,7 +200,7 @@ changetype: delete
 				if s.BaseObject != "ou=People,o=pqr" {
 					t.Errorf("base = %q", s.BaseObject)
 				}
-				want := []string{"objectclass", "cn", "uid", "mail", "sn"}
+				want := []string{"objectclass", "cn", "uid", "mail", "sn", ""} // "": the extensible match without a type
 				if !slices.Equal(s.FilterAttrs, want) {
 					t.Errorf("filter attrs = %q, want %q", s.FilterAttrs, want)
 				}

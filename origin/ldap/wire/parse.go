@@ -17,7 +17,8 @@ type Message struct {
 	SASLCreds    []byte
 
 	// Search request: the base and the attribute names the filter mentions,
-	// lower-cased, each once, in order of appearance.
+	// lower-cased, each once, in order of appearance; "" stands for an
+	// extensible match without a type, which tests every attribute.
 	BaseObject  string
 	FilterAttrs []string
 
@@ -255,6 +256,7 @@ func (m *Message) walkFilter(f tlv, depth int) error {
 		return nil
 	case 0xa9: // extensibleMatch: type [2] is optional
 		d := f.inner()
+		typed := false
 		for d.more() {
 			e, err := d.next()
 			if err != nil {
@@ -262,7 +264,11 @@ func (m *Message) walkFilter(f tlv, depth int) error {
 			}
 			if e.tag == 0x82 {
 				m.addFilterAttr(e.value)
+				typed = true
 			}
+		}
+		if !typed {
+			m.addFilterAttr(nil) // "": every attribute the matching rule applies to
 		}
 		return nil
 	}

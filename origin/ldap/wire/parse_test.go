@@ -106,7 +106,7 @@ func TestParse(t *testing.T) {
 		{"max message id", msg(0x7fffffff, appPrim(2, "")),
 			wire.Message{ID: 0x7fffffff, Op: wire.TagUnbindRequest}},
 		{"search", search(t, 5, "ou=People,o=pqr", "(&(objectClass=person)(|(CN=J*)(!(uid=x))(mail>=a)(sn<=b)(cn~=c)(description=*)(sn:caseExactMatch:=Y)(:dn:2.5.13.5:=z)))"),
-			wire.Message{ID: 5, Op: wire.TagSearchRequest, BaseObject: "ou=People,o=pqr", FilterAttrs: []string{"objectclass", "cn", "uid", "mail", "sn", "description"}}},
+			wire.Message{ID: 5, Op: wire.TagSearchRequest, BaseObject: "ou=People,o=pqr", FilterAttrs: []string{"objectclass", "cn", "uid", "mail", "sn", "description", ""}}},
 		{"search with paging control", msg(6, app(3, octets("o=pqr"), enum(2), enum(0), integer(0), integer(0),
 			ber.NewBoolean(ber.ClassUniversal, ber.TypePrimitive, ber.TagBoolean, false, ""), filter(t, "(uid=a)"), seq()),
 			ctxCons(0, paging)),

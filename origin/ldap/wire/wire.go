@@ -54,15 +54,16 @@ const (
 
 // LDAP result codes the core produces itself (RFC 4511 §4.1.9).
 const (
-	ResultSuccess            = 0
-	ResultOperationsError    = 1
-	ResultProtocolError      = 2
-	ResultSaslBindInProgress = 14
-	ResultInvalidCredentials = 49
-	ResultBusy               = 51
-	ResultUnavailable        = 52
-	ResultUnwillingToPerform = 53
-	ResultOther              = 80
+	ResultSuccess                = 0
+	ResultOperationsError        = 1
+	ResultProtocolError          = 2
+	ResultAuthMethodNotSupported = 7
+	ResultSaslBindInProgress     = 14
+	ResultInvalidCredentials     = 49
+	ResultBusy                   = 51
+	ResultUnavailable            = 52
+	ResultUnwillingToPerform     = 53
+	ResultOther                  = 80
 )
 
 // OpName is the operation name used in logs, metrics and the DLP condition

@@ -1,0 +1,86 @@
+package core_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/edgefleet/edgefleet/internal/testbed"
+	"github.com/go-ldap/ldap/v3"
+)
+
+// A session whose user changed their own password fails over with the
+// new one. The two slapds are independent, so the test applies each
+// change to L2 directly, as replication would; then L1 is killed and the
+// session's next search goes to L2, re-bound with the new password
+// (before the fix: the old one, invalidCredentials, unavailable). A
+// change to a value the core cannot know (a hash) ends in unavailable
+// saying so.
+func TestPasswordChangeFailsOver(t *testing.T) {
+	change := map[string]func(t *testing.T, c *ldap.Conn, pw string) string{
+		"password modify": func(t *testing.T, c *ldap.Conn, pw string) string {
+			if _, err := c.PasswordModify(ldap.NewPasswordModifyRequest("", "alice-pw", pw)); err != nil {
+				t.Fatalf("password modify: %v", err)
+			}
+			return pw
+		},
+		"password modify generated": func(t *testing.T, c *ldap.Conn, _ string) string {
+			res, err := c.PasswordModify(ldap.NewPasswordModifyRequest(alice, "", ""))
+			if err != nil || res.GeneratedPassword == "" {
+				t.Fatalf("password modify: %v %+v", err, res)
+			}
+			return res.GeneratedPassword
+		},
+		"modify replace": func(t *testing.T, c *ldap.Conn, pw string) string {
+			m := ldap.NewModifyRequest("UID=alice, ou=people,"+testbed.Suffix, nil)
+			m.Replace("userPassword", []string{pw})
+			if err := c.Modify(m); err != nil {
+				t.Fatalf("modify: %v", err)
+			}
+			return pw
+		},
+		"modify hashed": func(t *testing.T, c *ldap.Conn, _ string) string {
+			m := ldap.NewModifyRequest(alice, nil)
+			// A hashed value: its cleartext is the user's secret.
+			m.Replace("userPassword", []string{"{SSHA}Ud7t2sDcBw5xNz/8m3rW5QZx3I2u2X8k"})
+			if err := c.Modify(m); err != nil {
+				t.Fatalf("modify: %v", err)
+			}
+			return ""
+		},
+	}
+	for name, do := range change {
+		t.Run(name, func(t *testing.T) {
+			sl, h := twoServers(t, testbed.SlapdConfig{}, nil)
+			c := boundClient(t, h)
+			pw := do(t, c, "alice-new")
+			if pw != "" { // replicate the change to L2
+				direct, err := ldap.DialURL(sl[1].URL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer direct.Close()
+				if err := direct.Bind(alice, "alice-pw"); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := direct.PasswordModify(ldap.NewPasswordModifyRequest("", "alice-pw", pw)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sl[0].Kill()
+			_, err := c.Search(ldap.NewSearchRequest(alice, ldap.ScopeBaseObject, ldap.NeverDerefAliases, 0, 0, false,
+				"(objectClass=*)", []string{"cn"}, nil))
+			if pw == "" {
+				if !ldap.IsErrorWithCode(err, ldap.LDAPResultUnavailable) || !strings.Contains(err.Error(), "password") {
+					t.Errorf("search after L1 died: %v, want unavailable naming the password change", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("search after L1 died: %v", err)
+			}
+			if got := h.targets("search"); strings.Join(got, ",") != "L2" {
+				t.Errorf("the search went to %v, want L2", got)
+			}
+		})
+	}
+}

@@ -1,0 +1,53 @@
+package core_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/edgefleet/edgefleet/internal/testbed"
+	"github.com/go-ldap/ldap/v3"
+)
+
+// A searchfilter route that prohibits cn cannot be reached by naming cn
+// another way: its long name, its OID, with an option, through its
+// supertype name, or by an extensible match without a type — each of
+// which slapd evaluates against cn (the entry is found either way) — and
+// an allowed uid is recognised as userid, by its OID and with an option.
+// Before the fix each of the aliases went to L1.
+func TestSearchFilterAttributeAliases(t *testing.T) {
+	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{})
+	h := newHarness(t, lbDLP(3, 60, 3600, named(sl),
+		`{"object": "LoadBalancer", "name": "SF", "algorithm": "searchfilter", "routes": [
+    {"server": "L1", "priority": 1, "allowed": ["uid"], "prohibited": ["cn"]},
+    {"server": "L2", "priority": 2}]}`,
+		balanceTo("UserRouting", "ALL", "(user=*)", "SF"),
+		proxy([]string{"ALL"}, nil)), nil)
+	c := boundClient(t, h)
+	for _, tc := range []struct{ filter, want string }{
+		{"(uid=alice)", "L1"},
+		{"(userid=alice)", "L1"},
+		{"(0.9.2342.19200300.100.1.1=alice)", "L1"},
+		{"(uid;x-tag=alice)", "L1"},
+		{"(&(uid=alice)(cn=alice))", "L2"},
+		{"(&(uid=alice)(commonName=alice))", "L2"},
+		{"(&(uid=alice)(CommonName=alice))", "L2"},
+		{"(&(uid=alice)(2.5.4.3=alice))", "L2"},
+		{"(&(uid=alice)(cn;lang-en=alice))", "L2"},
+		{"(&(uid=alice)(name=alice))", "L2"},
+		{"(&(uid=alice)(:caseIgnoreMatch:=alice))", "L2"},
+	} {
+		before := len(h.targets("search"))
+		res, err := c.Search(ldap.NewSearchRequest("ou=people,"+testbed.Suffix, ldap.ScopeWholeSubtree, ldap.NeverDerefAliases,
+			0, 0, false, tc.filter, []string{"cn"}, nil))
+		if err != nil && !strings.Contains(tc.filter, ";x-tag") {
+			t.Errorf("search %s: %v", tc.filter, err)
+			continue
+		}
+		if err == nil && !strings.Contains(tc.filter, ";") && len(res.Entries) != 1 {
+			t.Errorf("search %s: %d entries, want alice's", tc.filter, len(res.Entries))
+		}
+		if got := h.targets("search"); len(got) != before+1 || got[before] != tc.want {
+			t.Errorf("search %s went to %v, want %s", tc.filter, got[before:], tc.want)
+		}
+	}
+}
