@@ -181,21 +181,7 @@ fleet.yaml already edited and resumes.`,
 }
 
 // parseIn reads NAME=IPV4[,IPV6] (either address may be the IPv6 one).
-func parseIn(s string) (deploy.Edge, error) {
-	name, addrs, ok := strings.Cut(s, "=")
-	if !ok || name == "" || addrs == "" {
-		return deploy.Edge{}, fmt.Errorf("--in %q: want NAME=IPV4[,IPV6]", s)
-	}
-	e := deploy.Edge{Name: name}
-	for _, a := range strings.Split(addrs, ",") {
-		if strings.Contains(a, ":") {
-			e.IPv6 = a
-		} else {
-			e.IPv4 = a
-		}
-	}
-	return e, nil
-}
+func parseIn(s string) (deploy.Edge, error) { return deploy.ParseIn(s) }
 
 // rotateInventory writes fleet.yaml with out replaced by in (unless that
 // is already done: a resumed rotation) and returns the new inventory,
@@ -207,7 +193,17 @@ func rotateInventory(cmd *cobra.Command, p fleetParts, out string, in deploy.Edg
 	readdress := out == in.Name // the same edge on new addresses
 	switch {
 	case hasIn && cur.IPv4 == in.IPv4 && cur.IPv6 == in.IPv6 && (!hasOld || readdress):
-		fmt.Fprintf(cmd.OutOrStdout(), "fleet.yaml already lists %s instead of %s: resuming\n", in, out)
+		st, err := deploy.LoadState(statePath(p.f.path))
+		switch {
+		case err != nil:
+			return cfg, cli.Exit(1, err)
+		case deploy.RotationLeft(st, out, in):
+			fmt.Fprintf(cmd.OutOrStdout(), "fleet.yaml already lists %s instead of %s: resuming\n", in, out)
+		case readdress:
+			fmt.Fprintf(cmd.OutOrStdout(), "fleet.yaml already lists %s: nothing to rotate\n", in)
+		default:
+			fmt.Fprintf(cmd.OutOrStdout(), "fleet.yaml already lists %s instead of %s, and the rotation is done: nothing to rotate\n", in, out)
+		}
 		return cfg, nil
 	case !hasOld:
 		return cfg, fmt.Errorf("--out %s: no such edge in fleet.yaml", out)
@@ -216,6 +212,9 @@ func rotateInventory(cmd *cobra.Command, p fleetParts, out string, in deploy.Edg
 	}
 	if p.f.path == "" {
 		return cfg, errors.New("rotate edits fleet.yaml: give --config or run beside fleet.yaml")
+	}
+	if err := deploy.CheckIn(cfg, out, in); err != nil {
+		return cfg, err
 	}
 	next := cfg
 	next.Edges = nil
