@@ -127,6 +127,9 @@ nothing.`,
 			if err != nil {
 				return err
 			}
+			if err := needEdges(p.f); err != nil {
+				return err
+			}
 			return converge(cmd, p, p.f.Config, fl, false)
 		},
 	}

@@ -106,6 +106,9 @@ func dnsPlanned(cmd *cobra.Command, timeout time.Duration) (*deploy.Publisher, d
 	if err != nil {
 		return nil, deploy.DNSPlan{}, err
 	}
+	if err := needEdges(f); err != nil {
+		return nil, deploy.DNSPlan{}, err
+	}
 	p, err := dnsPlan(cmd.Context(), f, pub)
 	if err != nil {
 		return nil, p, cli.Exit(1, err)
