@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -83,5 +84,26 @@ func TestDocRotationTimestamps(t *testing.T) {
 		if m[1] != want {
 			t.Errorf("a session says e1 left DNS at %s, the state file %s", m[1], want)
 		}
+	}
+}
+
+// TestDocPlanJSON: the `fleet dns plan --output json` of docs/dns-deploy.md
+// is the plan of the page's inventory against an empty set, as the command
+// prints it (indented JSON).
+func TestDocPlanJSON(t *testing.T) {
+	doc := testbed.Doc(t, "docs/dns-deploy.md")
+	_, rest, ok := strings.Cut(doc, "$ fleet dns plan --output json\n")
+	shown, _, _ := strings.Cut(rest, "```")
+	if !ok {
+		t.Fatal("docs/dns-deploy.md shows no fleet dns plan --output json")
+	}
+	edges := []Edge{{Name: "e1", IPv4: "10.77.0.11"}, {Name: "e2", IPv4: "10.77.0.12", IPv6: "2001:db8:77::12"}}
+	p, err := PlanDNS("ldap.example.test", RRSet{}, edges, 60, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.MarshalIndent(p.JSON(), "", "  ")
+	if got := string(b) + "\n"; got != shown {
+		t.Fatalf("the plan is:\n%sthe page shows:\n%s", got, shown)
 	}
 }

@@ -31,6 +31,7 @@ type convergeFlags struct {
 	slack   time.Duration
 	every   time.Duration
 	timeout time.Duration
+	output  string // apply: text or json
 }
 
 func (fl *convergeFlags) register(fs *pflag.FlagSet, withDryRun bool) {
@@ -93,12 +94,24 @@ func setupFleet(cmd *cobra.Command, fl convergeFlags) (fleetParts, error) {
 func converge(cmd *cobra.Command, p fleetParts, cfg deploy.Config, fl convergeFlags, locked bool) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	out := cmd.OutOrStdout()
+	var steps *stepLines
+	if fl.output == "json" {
+		steps = &stepLines{echo: cmd.ErrOrStderr()}
+		out = steps
+	}
 	c := &deploy.Converger{
 		Config: cfg, StatePath: statePath(p.f.path),
 		DNS: p.pub, Firewall: p.fw, Probe: p.probe, Conns: deploy.ScrapeConns,
-		Slack: fl.slack, DryRun: fl.dryRun, Locked: locked, Out: cmd.OutOrStdout(), Every: fl.every,
+		Slack: fl.slack, DryRun: fl.dryRun, Locked: locked, Out: out, Every: fl.every,
 	}
-	if err := c.Run(ctx); err != nil {
+	err := c.Run(ctx)
+	if steps != nil {
+		if rerr := reportApply(cmd.Context(), cmd.OutOrStdout(), steps, p.pub, cfg, fl.dryRun, err); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			return cli.Exit(1, errors.New("interrupted: the state file keeps the progress, run the command again to resume"))
 		}
@@ -123,6 +136,9 @@ fleet.yaml: an interrupted run resumes, a run with nothing to do changes
 nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(fl.output); err != nil {
+				return err
+			}
 			p, err := setupFleet(cmd, fl)
 			if err != nil {
 				return err
@@ -134,6 +150,7 @@ nothing.`,
 		},
 	}
 	fl.register(cmd.Flags(), true)
+	cmd.Flags().StringVarP(&fl.output, "output", "o", "text", "text (progress lines) or json (one object at the end; the lines go to stderr)")
 	return cmd
 }
 

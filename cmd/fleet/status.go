@@ -2,22 +2,12 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
 	"github.com/edgefleet/edgefleet/deploy"
 	"github.com/spf13/cobra"
 )
-
-// checkOutput refuses an --output other than text and json.
-func checkOutput(output string) error {
-	switch output {
-	case "text", "json":
-		return nil
-	}
-	return fmt.Errorf("--output %q: want text or json", output)
-}
 
 // printStatus writes the rows as --output says and makes the exit status:
 // 1, naming each, when a row is failed or unknown or the firewall could
