@@ -32,6 +32,7 @@ type convergeFlags struct {
 	every   time.Duration
 	timeout time.Duration
 	output  string // apply: text or json
+	yes     bool   // apply, rotate: no confirmation on a terminal
 }
 
 func (fl *convergeFlags) register(fs *pflag.FlagSet, withDryRun bool) {
@@ -146,11 +147,17 @@ nothing.`,
 			if err := needEdges(p.f); err != nil {
 				return err
 			}
+			if needsConfirm(fl.yes, fl.dryRun) {
+				if err := preview(cmd, p, fl, func(pv convergeFlags) error { return converge(cmd, p, p.f.Config, pv, false) }); err != nil {
+					return err
+				}
+			}
 			return converge(cmd, p, p.f.Config, fl, false)
 		},
 	}
 	fl.register(cmd.Flags(), true)
 	cmd.Flags().StringVarP(&fl.output, "output", "o", "text", "text (progress lines) or json (one object at the end; the lines go to stderr)")
+	yesFlag(cmd, &fl.yes)
 	return cmd
 }
 
@@ -178,6 +185,18 @@ fleet.yaml already edited and resumes.`,
 			if err != nil {
 				return err
 			}
+			if needsConfirm(fl.yes, fl.dryRun) {
+				err := preview(cmd, p, fl, func(pv convergeFlags) error {
+					cfg, err := rotateInventory(cmd, p, out, newEdge, true)
+					if err != nil {
+						return err
+					}
+					return converge(cmd, p, cfg, pv, false)
+				})
+				if err != nil {
+					return err
+				}
+			}
 			// One lock from the edit of fleet.yaml to the end of the
 			// convergence: no other apply or rotate sees half of it.
 			if !fl.dryRun {
@@ -197,6 +216,7 @@ fleet.yaml already edited and resumes.`,
 	cmd.Flags().StringVar(&out, "out", "", "the edge leaving the fleet")
 	cmd.Flags().StringVar(&in, "in", "", "the edge joining it: NAME=IPV4[,IPV6]")
 	fl.register(cmd.Flags(), true)
+	yesFlag(cmd, &fl.yes)
 	return cmd
 }
 
