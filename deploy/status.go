@@ -26,7 +26,7 @@ type StatusRow struct {
 	Address    string        `json:"address"`       // its addresses, comma-separated
 	InDNS      string        `json:"in_dns"`        // yes, no, partial (some of its addresses)
 	InFirewall string        `json:"in_firewall"`   // yes, no, partial, "?" when the rules cannot be read, "-" without a firewall
-	Handshake  string        `json:"tls_handshake"` // "3.1 ms" per address, or the first failing probe's error
+	Handshake  string        `json:"tls_handshake"` // "3.1 ms", the slowest of its addresses, or the first failing probe's error
 	Active     string        `json:"active"`        // active connections from metrics, "-" without, "?" unreadable
 	State      string        `json:"state"`         // active, draining, new, failed, unknown
 	Probes     []ProbeStatus `json:"probes"`        // one per address, in Address's order
@@ -157,7 +157,7 @@ func (r *StatusRow) probe(ctx context.Context, probe ProbeFunc, addrs []netip.Ad
 		}()
 	}
 	wg.Wait()
-	var times []string
+	slowest := 0.0
 	for _, p := range r.Probes {
 		if !p.OK {
 			r.Handshake = p.Error
@@ -169,9 +169,11 @@ func (r *StatusRow) probe(ctx context.Context, probe ProbeFunc, addrs []netip.Ad
 			}
 			return
 		}
-		times = append(times, fmt.Sprintf("%.1f ms", p.HandshakeMS))
+		slowest = max(slowest, p.HandshakeMS)
 	}
-	r.Handshake = strings.Join(times, ", ")
+	if len(r.Probes) > 0 {
+		r.Handshake = fmt.Sprintf("%.1f ms", slowest)
+	}
 }
 
 // StatusProblems says, one line per row, what makes `fleet status` exit

@@ -52,8 +52,14 @@ func TestDNSSignedAnswers(t *testing.T) {
 				}
 			}
 
-			keyFile := testbed.WriteFile(t, t.TempDir(), "nsupdate.key", "key \"fleet-key\" {\n\talgorithm hmac-sha256;\n\tsecret \""+secret+"\";\n};\n")
+			// A wrong secret: NOTAUTH and no records, from either server.
 			host, port, _ := net.SplitHostPort(addr)
+			wrong, _ := exec.Command("dig", "@"+host, "-p", port, "+time=2", "+tries=1", "-y", "hmac-sha256:fleet-key:c29tZXRoaW5nIGVsc2UgZW50aXJlbHkgZGlmZmVyZW50", "ldap.example.test", "A").CombinedOutput()
+			if !strings.Contains(string(wrong), "status: NOTAUTH") || !strings.Contains(string(wrong), "ANSWER: 0,") {
+				t.Fatalf("dig -y with a wrong secret: want NOTAUTH and no answer:\n%s", wrong)
+			}
+
+			keyFile := testbed.WriteFile(t, t.TempDir(), "nsupdate.key", "key \"fleet-key\" {\n\talgorithm hmac-sha256;\n\tsecret \""+secret+"\";\n};\n")
 			cmd := exec.Command("nsupdate", "-k", keyFile)
 			cmd.Stdin = strings.NewReader("server " + host + " " + port + "\nupdate add ldap.example.test 60 A 192.0.2.77\nsend\n")
 			if out, err := cmd.CombinedOutput(); err != nil {
