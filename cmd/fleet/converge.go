@@ -174,7 +174,7 @@ TTL plus slack and its drain. Run again after an interruption, it finds
 fleet.yaml already edited and resumes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			newEdge, err := parseIn(in)
+			newEdge, err := deploy.ParseIn(in)
 			if err != nil {
 				return err
 			}
@@ -219,9 +219,6 @@ fleet.yaml already edited and resumes.`,
 	yesFlag(cmd, &fl.yes)
 	return cmd
 }
-
-// parseIn reads NAME=IPV4[,IPV6] (either address may be the IPv6 one).
-func parseIn(s string) (deploy.Edge, error) { return deploy.ParseIn(s) }
 
 // rotateInventory writes fleet.yaml with out replaced by in (unless that
 // is already done: a resumed rotation) and returns the new inventory,
