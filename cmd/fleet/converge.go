@@ -327,7 +327,7 @@ bad fleet.yaml or flag.`,
 				return cli.Exit(1, err)
 			}
 			rows := deploy.Status(cmd.Context(), p.f.Config, st, live, p.fw, p.probe, deploy.ScrapeConns)
-			return printStatus(cmd, output, rows)
+			return printStatus(cmd, output, rows, p.fw)
 		},
 	}
 	fl.register(cmd.Flags(), false)

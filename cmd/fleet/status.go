@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
@@ -12,7 +13,7 @@ import (
 // printStatus writes the rows as --output says and makes the exit status:
 // 1, naming each, when a row is failed or unknown or the firewall could
 // not be read (docs/dns-deploy.md).
-func printStatus(cmd *cobra.Command, output string, rows []deploy.StatusRow) error {
+func printStatus(cmd *cobra.Command, output string, rows []deploy.StatusRow, fw deploy.Firewall) error {
 	var err error
 	if output == "json" {
 		err = deploy.PrintStatusJSON(cmd.OutOrStdout(), rows)
@@ -24,8 +25,10 @@ func printStatus(cmd *cobra.Command, output string, rows []deploy.StatusRow) err
 	}
 	problems := deploy.StatusProblems(rows)
 	for _, r := range rows {
-		if r.InFirewall == "?" {
-			problems = append(problems, "the firewall rules cannot be read")
+		if r.InFirewall == "?" && fw != nil {
+			// Read again for the reason: the table keeps only "?".
+			_, err := fw.Allowed()
+			problems = append(problems, fmt.Sprintf("the firewall rules cannot be read: %v", err))
 			break
 		}
 	}

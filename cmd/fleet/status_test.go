@@ -2,14 +2,20 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/edgefleet/edgefleet/cmd/internal/cli"
+	"github.com/edgefleet/edgefleet/deploy"
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/edgefleet/edgefleet/internal/testbed/stack"
+	"github.com/spf13/cobra"
 )
 
 // TestStatusExitCodes runs fleet status against our edge, the embedded DNS
@@ -88,4 +94,25 @@ edges:
 		t.Fatalf("the IPv6 black hole is not failed:\n%s", r.stdout)
 	}
 	oneLineFailure(t, "IPv6 black hole", r, 1, "e1 failed: tls handshake [::1]:"+p)
+}
+
+// unreadable is a firewall whose rules cannot be read.
+type unreadable struct{}
+
+func (unreadable) Allow([]deploy.Edge) (bool, error) { return false, nil }
+func (unreadable) Allowed() (map[netip.Addr]bool, error) {
+	return nil, errors.New("iptables -S EDGEFLEET: exit status 4: Permission denied (you must be root)")
+}
+
+// TestStatusFirewallUnreadable: rows whose firewall column is "?" make
+// status exit 1 with the reason the rules could not be read.
+func TestStatusFirewallUnreadable(t *testing.T) {
+	cmd := &cobra.Command{}
+	cmd.SetOut(io.Discard)
+	rows := []deploy.StatusRow{{Edge: "e1", Address: "192.0.2.1", InDNS: "yes", InFirewall: "?", Handshake: "1.0 ms", Active: "-", State: deploy.StateActive}}
+	err := printStatus(cmd, "text", rows, unreadable{})
+	var ee *cli.ExitError
+	if !errors.As(err, &ee) || ee.Code != 1 || err.Error() != "the firewall rules cannot be read: iptables -S EDGEFLEET: exit status 4: Permission denied (you must be root)" {
+		t.Fatalf("printStatus: %v", err)
+	}
 }
