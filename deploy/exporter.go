@@ -3,6 +3,8 @@ package deploy
 import (
 	"context"
 	"log/slog"
+	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -24,6 +26,15 @@ const (
 	// DNSUpMetric: 1 when the last read of the authoritative server
 	// answered, 0 when it failed (timeout, refused, not authoritative…).
 	DNSUpMetric = "edgefleet_fleet_dns_up"
+	// DNSMissingMetric: addresses of the inventory's edges the server
+	// does not answer. Absent while it cannot be read.
+	DNSMissingMetric = "edgefleet_fleet_dns_missing_records"
+	// DNSUnknownMetric: addresses the server answers that no edge of the
+	// inventory has. Absent while it cannot be read.
+	DNSUnknownMetric = "edgefleet_fleet_dns_unknown_records"
+	// DNSUnknownAddressMetric: 1 for each of those addresses, labelled
+	// name, family and address, so that an alert names the stranger.
+	DNSUnknownAddressMetric = "edgefleet_fleet_dns_unknown_address"
 )
 
 var (
@@ -36,12 +47,23 @@ var (
 	dnsUpDesc = prometheus.NewDesc(DNSUpMetric,
 		"1 when the last read of the name from the authoritative DNS server answered, 0 when it failed.",
 		[]string{"name"}, nil)
+	dnsMissingDesc = prometheus.NewDesc(DNSMissingMetric,
+		"Addresses of the inventory's edges the authoritative DNS server does not answer for the name; absent while it cannot be read.",
+		[]string{"name", "family"}, nil)
+	dnsUnknownDesc = prometheus.NewDesc(DNSUnknownMetric,
+		"Addresses the authoritative DNS server answers for the name that no edge of the inventory has; absent while it cannot be read.",
+		[]string{"name", "family"}, nil)
+	dnsUnknownAddressDesc = prometheus.NewDesc(DNSUnknownAddressMetric,
+		"1 for each address the authoritative DNS server answers for the name that no edge of the inventory has.",
+		[]string{"name", "family", "address"}, nil)
 )
 
 // Exporter is the fleet's desired state against DNS's live one, as
 // Prometheus metrics: a prometheus.Collector that, when scraped, loads the
 // inventory and reads the name's A/AAAA set from the authoritative server
-// (what `fleet dns list` shows). One result answers every scrape for
+// (what `fleet dns list` shows), and compares the two sets: the
+// inventory's addresses DNS lacks, and each address DNS answers that no
+// edge has. One result answers every scrape for
 // MaxAge, and concurrent scrapes share one read, so a scrape storm sends
 // the server one pair of queries per MaxAge at most.
 //
@@ -87,16 +109,21 @@ type exported struct {
 	edges     [2]int // ipv4, ipv6
 	dnsUp     bool
 	records   [2]int
-	inventory bool // an inventory ever loaded
+	missing   [2]int       // inventory addresses DNS does not answer
+	unknown   []netip.Addr // DNS addresses no edge has, sorted
+	inventory bool         // an inventory ever loaded
 }
 
 var families = [2]string{"ipv4", "ipv6"}
 
-// Describe sends the three families' descriptions.
+// Describe sends the families' descriptions.
 func (x *Exporter) Describe(ch chan<- *prometheus.Desc) {
 	ch <- dnsRecordsDesc
 	ch <- inventoryEdgesDesc
 	ch <- dnsUpDesc
+	ch <- dnsMissingDesc
+	ch <- dnsUnknownDesc
+	ch <- dnsUnknownAddressDesc
 }
 
 // Collect sends the metrics of a fresh (or at most MaxAge old) result.
@@ -111,8 +138,15 @@ func (x *Exporter) Collect(ch chan<- prometheus.Metric) {
 	up := 0.0
 	if e.dnsUp {
 		up = 1
+		var unknown [2]int
+		for _, a := range e.unknown {
+			unknown[famIndex(a.Is4())]++
+			ch <- prometheus.MustNewConstMetric(dnsUnknownAddressDesc, prometheus.GaugeValue, 1, e.name, families[famIndex(a.Is4())], a.String())
+		}
 		for i, fam := range families {
 			ch <- prometheus.MustNewConstMetric(dnsRecordsDesc, prometheus.GaugeValue, float64(e.records[i]), e.name, fam)
+			ch <- prometheus.MustNewConstMetric(dnsMissingDesc, prometheus.GaugeValue, float64(e.missing[i]), e.name, fam)
+			ch <- prometheus.MustNewConstMetric(dnsUnknownDesc, prometheus.GaugeValue, float64(unknown[i]), e.name, fam)
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(dnsUpDesc, prometheus.GaugeValue, up, e.name)
@@ -171,9 +205,11 @@ func (x *Exporter) measure() exported {
 	}
 	cfg = *x.inv
 	e := exported{name: strings.TrimSuffix(cfg.Name, "."), inventory: true}
+	want := map[netip.Addr]bool{}
 	for _, edge := range cfg.Edges {
 		for _, a := range edge.Addrs() {
 			e.edges[famIndex(a.Is4())]++
+			want[a] = true
 		}
 	}
 	timeout := x.Timeout
@@ -200,6 +236,19 @@ func (x *Exporter) measure() exported {
 	}
 	e.dnsUp = true
 	e.records = [2]int{len(set.A), len(set.AAAA)}
+	// The sets, not their sizes: a record replaced by a stranger's
+	// leaves both counts equal.
+	for a := range want {
+		if !set.Has(a) {
+			e.missing[famIndex(a.Is4())]++
+		}
+	}
+	for _, a := range set.Addrs() {
+		if !want[a] && !slices.Contains(e.unknown, a) {
+			e.unknown = append(e.unknown, a)
+		}
+	}
+	sortAddrs(e.unknown)
 	return e
 }
 

@@ -94,6 +94,31 @@ func TestExporterValues(t *testing.T) {
 	f.want(t, DNSUpMetric, nameOnly, 1)
 }
 
+// TestExporterComparesSets: a record replaced by a stranger's keeps the
+// counts equal (3 = 3) but not the sets: one inventory address missing,
+// one unknown, and the unknown address exported by name; all three are
+// absent while the server cannot be read.
+func TestExporterComparesSets(t *testing.T) {
+	f := newExporterFixture(t)
+	f.x.MaxAge = -1
+	f.set = RRSet{A: ipList("192.0.2.1", "192.0.2.2", "198.51.100.9"), AAAA: ipList("2001:db8::1")}
+	f.want(t, DNSRecordsMetric, fam("ipv4"), 3)
+	f.want(t, InventoryEdgesMetric, fam("ipv4"), 3)
+	f.want(t, DNSMissingMetric, fam("ipv4"), 1)
+	f.want(t, DNSUnknownMetric, fam("ipv4"), 1)
+	f.want(t, DNSMissingMetric, fam("ipv6"), 0)
+	f.want(t, DNSUnknownMetric, fam("ipv6"), 0)
+	f.want(t, DNSUnknownAddressMetric, map[string]string{"name": "ldap.example.test", "family": "ipv4", "address": "198.51.100.9"}, 1)
+	f.want(t, DNSUnknownAddressMetric, map[string]string{"name": "ldap.example.test", "family": "ipv4", "address": "192.0.2.1"}, -1)
+
+	f.mu.Lock()
+	f.err = errors.New("dns: read ldap.example.test. A from 192.0.2.53:53: connection refused")
+	f.mu.Unlock()
+	f.want(t, DNSMissingMetric, fam("ipv4"), -1)
+	f.want(t, DNSUnknownMetric, fam("ipv4"), -1)
+	f.want(t, DNSUnknownAddressMetric, map[string]string{"name": "ldap.example.test", "family": "ipv4", "address": "198.51.100.9"}, -1)
+}
+
 // TestExporterDNSDown: a failed read is dns_up 0 with no records series
 // (never a set of zero), logged once when it starts and again every 5
 // minutes however many scrapes see it, and a line when the server

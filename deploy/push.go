@@ -44,6 +44,9 @@ type PushResult struct {
 	Installed string // edge-<sha256>, now running
 	Previous  string // the binary it replaced ("" on the first push), kept for a rollback
 	Uploaded  bool   // false when that binary was already on the host
+	// Unchanged: the host already ran this binary, configuration and
+	// unit, so the service was not restarted (Previous is "").
+	Unchanged bool
 }
 
 // Exit statuses of scripts/activate.sh.
@@ -159,7 +162,10 @@ func short(s string) string {
 //  4. configuration and unit are renamed into place (the old ones kept as
 //     *.prev), the link /usr/local/bin/edgefleet-edge is switched to
 //     edge-<sha256> by one rename, and the service restarted; a failed
-//     restart puts the previous link, configuration and unit back.
+//     restart puts the previous link, configuration and unit back, and
+//     its error says why. When the host already runs these very files
+//     (and the service is active), nothing is renamed or restarted: a
+//     restart would cut every connection the edge holds.
 func Push(ctx context.Context, p PushConfig) (PushResult, error) {
 	var res PushResult
 	log := p.Log
@@ -226,14 +232,16 @@ func Push(ctx context.Context, p PushConfig) (PushResult, error) {
 		return res, fmt.Errorf("edge %s: activate: %w", p.Edge, err)
 	}
 	for _, l := range strings.Split(out, "\n") {
-		if v, ok := strings.CutPrefix(l, "installed "); ok {
+		if v, ok := strings.CutPrefix(l, "unchanged "); ok {
+			res.Installed, res.Unchanged = v, true
+		} else if v, ok := strings.CutPrefix(l, "installed "); ok {
 			res.Installed = v
 		} else if v, ok := strings.CutPrefix(l, "previous "); ok && v != "none" {
 			res.Previous = v
 		}
 	}
 	log.Info("edge pushed", "edge", p.Edge, "target", p.Addr, "installed", res.Installed, "previous", res.Previous,
-		"uploaded", res.Uploaded, "duration", time.Since(start))
+		"uploaded", res.Uploaded, "unchanged", res.Unchanged, "duration", time.Since(start))
 	return res, nil
 }
 

@@ -265,7 +265,7 @@ func TestPushFailedRestartRollsBack(t *testing.T) {
 	conf := h.file(t, ConfigPath)
 	h.systemctl.FailNext(t, "restart", 1)
 	_, err := h.push(t, variant(t, "v2"), func(c *Config) { c.Deploy.DrainTimeout = time.Minute })
-	want := "restart failed; rolled back to edge-" + sha256File(t, v1)
+	want := "restart failed (systemctl restart: failing as the test asked); rolled back to edge-" + sha256File(t, v1)
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("push with a failing systemctl: %v, want %q", err, want)
 	}
@@ -279,6 +279,61 @@ func TestPushFailedRestartRollsBack(t *testing.T) {
 	want = "daemon-reload|restart " + UnitName
 	if got := strings.Join(calls, "|"); got != want+"|"+want+"|"+want { // first push, the failed restart, the rollback
 		t.Fatalf("systemctl calls %q", calls)
+	}
+}
+
+// TestPushUnchangedDoesNotRestart: pushing again exactly what the host
+// runs (binary, configuration, unit) with the service active renames
+// nothing and does not restart it, which would cut every connection the
+// edge holds; with the service not active, the same push restarts it.
+func TestPushUnchangedDoesNotRestart(t *testing.T) {
+	h := newEdgeHost(t)
+	v1 := variant(t, "v1")
+	if _, err := h.push(t, v1, nil); err != nil {
+		t.Fatal(err)
+	}
+	tree, calls := h.tree(t), h.systemctl.Calls()
+	res, err := h.push(t, v1, nil)
+	if err != nil || !res.Unchanged || res.Uploaded || res.Installed != "edge-"+sha256File(t, v1) {
+		t.Fatalf("identical push: %+v, %v", res, err)
+	}
+	got := h.systemctl.Calls()[len(calls):]
+	if !slices.Equal(got, []string{"is-active --quiet " + UnitName}) {
+		t.Fatalf("identical push: systemctl calls %q, want only is-active", got)
+	}
+	if now := h.tree(t); !slices.Equal(now, tree) {
+		t.Fatalf("identical push changed the host:\n%v\nwas\n%v", now, tree)
+	}
+
+	h.systemctl.FailNext(t, "is-active", 1) // the service is down
+	calls = h.systemctl.Calls()
+	if res, err := h.push(t, v1, nil); err != nil || res.Unchanged {
+		t.Fatalf("identical push to a stopped service: %+v, %v", res, err)
+	}
+	if got := h.systemctl.Calls()[len(calls):]; !slices.Contains(got, "restart "+UnitName) {
+		t.Fatalf("a stopped service was not restarted: systemctl calls %q", got)
+	}
+}
+
+// TestPushFailedRestartSaysWhy: a failed restart's error carries
+// systemctl's message and the unit's last log line (journalctl), on one
+// line, for the restart of the new version and for the rollback's.
+func TestPushFailedRestartSaysWhy(t *testing.T) {
+	h := newEdgeHost(t)
+	testbed.WriteFile(t, h.sshd.Bin, "journalctl", "#!/bin/sh\necho 'edge: listen [::]:636: bind: address already in use'\n")
+	if err := os.Chmod(filepath.Join(h.sshd.Bin, "journalctl"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	v1 := variant(t, "v1")
+	if _, err := h.push(t, v1, nil); err != nil {
+		t.Fatal(err)
+	}
+	h.systemctl.FailNext(t, "restart", 2)
+	_, err := h.push(t, variant(t, "v2"), nil)
+	why := "systemctl restart: failing as the test asked; the unit's last log line: edge: listen [::]:636: bind: address already in use"
+	want := "restart failed (" + why + "); rolled back to edge-" + sha256File(t, v1) + ", which failed to restart too (" + why + ")"
+	if err == nil || !strings.HasSuffix(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("push with a failing restart: %v\nwant …%s", err, want)
 	}
 }
 

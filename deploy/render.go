@@ -14,6 +14,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/relay"
 	"golang.org/x/crypto/ssh"
 )
@@ -99,11 +100,14 @@ func Render(c Config, name string) (*Rendering, error) {
 	if err := rc.Validate(); err != nil {
 		return nil, fmt.Errorf("edge %s configuration: %w", e.Name, err)
 	}
+	if err := accept.ListenOverlap(rc.Listen); err != nil {
+		return nil, fmt.Errorf("deploy.listen: %w", err)
+	}
 	if 2*rc.MaxConns+4096 > LimitNOFILE {
 		return nil, fmt.Errorf("edge %s: max_conns %d needs more descriptors than LimitNOFILE %d", e.Name, rc.MaxConns, LimitNOFILE)
 	}
 	data := map[string]any{
-		"Edge": e, "Deploy": d, "Relay": rc, "LimitNOFILE": LimitNOFILE,
+		"Edge": e, "Deploy": d, "Relay": rc, "LimitNOFILE": LimitNOFILE, "Metrics": metricsListen(e, d),
 		"TimeoutStopSec": int64((rc.DrainTimeout + 10*time.Second).Round(time.Second) / time.Second),
 		"BinDir":         BinDir, "BinLink": BinLink, "ConfigPath": ConfigPath, "UnitPath": UnitPath, "UnitName": UnitName,
 	}
@@ -135,6 +139,27 @@ func execute(name string, data any) ([]byte, error) {
 		return nil, fmt.Errorf("render %s: %w", name, err)
 	}
 	return b.Bytes(), nil
+}
+
+// metricsListen is where the rendered edge serves /metrics: the edge's
+// own edges[].metrics when it is host:port or http://host:port[/metrics]
+// (fleet reads the edge's drain there, so the edge must listen there),
+// else deploy.metrics (an https URL or another path is a proxy in front
+// of the edge, which listens where deploy.metrics says).
+func metricsListen(e Edge, d Deploy) string {
+	if e.Metrics == "" {
+		return d.Metrics
+	}
+	if !strings.Contains(e.Metrics, "://") {
+		if _, _, err := net.SplitHostPort(e.Metrics); err == nil {
+			return e.Metrics
+		}
+		return d.Metrics
+	}
+	if u, err := url.Parse(e.Metrics); err == nil && u.Scheme == "http" && u.Port() != "" && (u.Path == "" || u.Path == "/metrics") {
+		return u.Host
+	}
+	return d.Metrics
 }
 
 // origins is deploy.origins, or origin.address with each origin port.

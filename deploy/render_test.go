@@ -146,6 +146,7 @@ func TestRenderErrors(t *testing.T) {
 		{name: "bad key", edit: func(c *Config) { c.Deploy.AuthorizedKeys = []string{"ssh-ed25519 nope"} }, want: "deploy.authorized_keys[0]: not an SSH public key"},
 		{name: "no origin", edit: func(c *Config) { c.Origin.Address = "" }, want: "deploy.origins: required when origin.address is empty"},
 		{name: "bad metrics", edit: func(c *Config) { c.Deploy.Metrics = "9101" }, want: `deploy.metrics: "9101" is not host:port`},
+		{name: "listen overlap", edit: func(c *Config) { c.Deploy.Listen = []string{":636", "[::]:636"} }, want: `deploy.listen: ":636" and "[::]:636" are the same socket`},
 		{name: "bad listen", edit: func(c *Config) { c.Deploy.Listen = []string{"636"} }, want: `edge edge-1 configuration: listen: "636" is not host:port`},
 		{name: "bad origins", edit: func(c *Config) { c.Deploy.Origins = []string{"origin"} }, want: `edge edge-1 configuration: origins: "origin" is not host:port`},
 	} {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -101,3 +102,76 @@ func mapValue(m *yaml.Node, key string) *yaml.Node {
 	}
 	return nil
 }
+
+// ParseIn reads rotate's --in, NAME=ADDR[,ADDR]: one or two addresses, at
+// most one of each family, in either order. Anything else is an error: an
+// address left out would be a rotation to another edge than the one
+// meant.
+func ParseIn(s string) (Edge, error) {
+	name, list, ok := strings.Cut(s, "=")
+	if !ok || name == "" || list == "" {
+		return Edge{}, fmt.Errorf("--in %q: want NAME=IPV4[,IPV6]", s)
+	}
+	addrs := strings.Split(list, ",")
+	if len(addrs) > 2 {
+		return Edge{}, fmt.Errorf("--in %q: %d addresses, want at most two (one IPv4, one IPv6)", s, len(addrs))
+	}
+	e := Edge{Name: name}
+	for _, a := range addrs {
+		ip, err := netip.ParseAddr(a)
+		switch {
+		case err != nil:
+			return Edge{}, fmt.Errorf("--in %q: %q is not an IP address", s, a)
+		case ip.Is4() && e.IPv4 != "":
+			return Edge{}, fmt.Errorf("--in %q: two IPv4 addresses, want at most one of each family", s)
+		case ip.Is4():
+			e.IPv4 = a
+		case e.IPv6 != "":
+			return Edge{}, fmt.Errorf("--in %q: two IPv6 addresses, want at most one of each family", s)
+		default:
+			e.IPv6 = a
+		}
+	}
+	return e, nil
+}
+
+// CheckIn refuses a rotation out → in whose new edge takes an address
+// another edge of cfg (not out) already has, naming that edge: Validate
+// of the edited list would blame the edge that held it first.
+func CheckIn(cfg Config, out string, in Edge) error {
+	for _, e := range cfg.Edges {
+		if e.Name == out {
+			continue
+		}
+		for _, a := range in.Addrs() {
+			if slices.Contains(e.Addrs(), a) {
+				return fmt.Errorf("--in %s: %s is already the address of edge %q", in, a, e.Name)
+			}
+		}
+	}
+	return nil
+}
+
+// RotationLeft says whether a rotation out → in that fleet.yaml already
+// shows still has work in the state st (so the command resumes it): out
+// is still known to the state, or, when in re-addresses out, the state
+// still holds out's old addresses (under out or as a draining
+// "<out>.old…"). False is a rotation already done, or one that changes
+// nothing.
+func RotationLeft(st *State, out string, in Edge) bool {
+	if in.Name != out {
+		return st.Edges[out] != nil
+	}
+	if s := st.Edges[out]; s != nil && (!sameAddrOrBoth(s.IPv4, in.IPv4) || !sameAddrOrBoth(s.IPv6, in.IPv6)) {
+		return true
+	}
+	for name, s := range st.Edges {
+		if strings.HasPrefix(name, out+".old") && s.State == StateDraining {
+			return true
+		}
+	}
+	return false
+}
+
+// sameAddrOrBoth: a and b are the same address, or both empty.
+func sameAddrOrBoth(a, b string) bool { return a == b || sameAddr(a, b) }

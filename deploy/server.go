@@ -283,6 +283,15 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 		m.SetRcode(r, dns.RcodeBadVers) // RFC 6891 6.1.3: only EDNS version 0
 	case r.Opcode == dns.OpcodeQuery:
 		m = s.query(r)
+		if r.IsTsig() != nil {
+			// A signed query (nsupdate looking up the zone, dig -y) gets
+			// a signed answer, or the TSIG error in place of the answer.
+			if res, rcode, _ := s.checkTSIG(w, r, m); res != "" {
+				t := m.IsTsig()
+				m = new(dns.Msg).SetRcode(r, rcode)
+				m.Extra = []dns.RR{t}
+			}
+		}
 	case r.Opcode == dns.OpcodeUpdate:
 		m = s.update(w, r)
 	default:
@@ -312,19 +321,36 @@ const maxUDPSize = 1232
 // set when records had to go, so the client asks again over TCP.
 func fit(m *dns.Msg, opt *dns.OPT, udp bool) {
 	m.Compress = true // 33 bytes an A record uncompressed, 16 compressed
+	// The TSIG stays last, and is set aside meanwhile: miekg/dns does not
+	// truncate a message that has one.
+	sig := m.IsTsig()
+	if sig != nil {
+		m.Extra = m.Extra[:len(m.Extra)-1]
+	}
 	size := dns.MinMsgSize
 	if opt != nil {
 		size = int(min(max(opt.UDPSize(), dns.MinMsgSize), maxUDPSize))
 		o := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
 		o.SetUDPSize(maxUDPSize) // Pack puts an extended rcode (BADVERS) in it
-		at := len(m.Extra)
-		if m.IsTsig() != nil {
-			at--
-		}
-		m.Extra = slices.Insert(m.Extra, at, dns.RR(o))
+		m.Extra = append(m.Extra, o)
 	}
 	if udp {
-		m.Truncate(size) // an answer with a TSIG (to an UPDATE) is small and kept whole
+		m.Truncate(size)
+		if sig != nil {
+			// Room for the TSIG and its MAC (64 bytes at most, SHA-512),
+			// which are written after this.
+			for m.Len()+dns.Len(sig)+64 > size && len(m.Answer)+len(m.Ns) > 0 {
+				if len(m.Ns) > 0 {
+					m.Ns = m.Ns[:len(m.Ns)-1]
+				} else {
+					m.Answer = m.Answer[:len(m.Answer)-1]
+				}
+				m.Truncated = true
+			}
+		}
+	}
+	if sig != nil {
+		m.Extra = append(m.Extra, sig)
 	}
 }
 
@@ -391,37 +417,13 @@ func (s *Server) update(w dns.ResponseWriter, r *dns.Msg) *dns.Msg {
 		result = UpdateUnsigned
 		return refuse(dns.RcodeRefused, "not signed")
 	}
-	if dns.CanonicalName(t.Hdr.Name) != s.cfg.KeyName || dns.CanonicalName(t.Algorithm) != s.cfg.Algorithm {
-		// The reply carries the TSIG error unsigned (RFC 8945 5.2.1); an
-		// empty algorithm (rdlength 0) is written as the root, not as
-		// nothing (which made a malformed answer: FuzzServeDNS).
-		m.SetTsig(t.Hdr.Name, dns.Fqdn(t.Algorithm), 300, int64(t.TimeSigned))
-		m.IsTsig().Error = dns.RcodeBadKey
-		result = UpdateBadKey
-		return refuse(dns.RcodeNotAuth, "unknown key "+t.Hdr.Name)
-	}
-	now := s.now()
-	signed := time.Unix(int64(t.TimeSigned), 0)
-	err := w.TsigStatus()
-	if err == nil && (now.Sub(signed) > maxFudge || signed.Sub(now) > maxFudge) {
-		err = fmt.Errorf("%w: signed %v from the server's clock, more than %v", dns.ErrTime, now.Sub(signed).Round(time.Second), maxFudge)
-	}
-	if err != nil {
-		m.SetTsig(t.Hdr.Name, dns.Fqdn(t.Algorithm), 300, int64(t.TimeSigned))
-		result = UpdateBadSig
-		if errors.Is(err, dns.ErrTime) {
-			// Signed with the request's time, the server's in Other Data
-			// (RFC 8945 5.2.3), so the client can tell the skew.
-			result = UpdateBadTime
-			e := m.IsTsig()
-			e.Error, e.OtherLen, e.OtherData = dns.RcodeBadTime, 6, fmt.Sprintf("%012x", now.Unix())
-		} else {
-			m.IsTsig().Error = dns.RcodeBadSig
-		}
-		return refuse(dns.RcodeNotAuth, "tsig: "+err.Error())
+	if res, rcode, why := s.checkTSIG(w, r, m); res != "" {
+		result = res
+		return refuse(rcode, why)
 	}
 	// From here the answer is signed with the key.
-	m.SetTsig(s.cfg.KeyName, s.cfg.Algorithm, 300, int64(t.TimeSigned))
+	now := s.now()
+	signed := time.Unix(int64(t.TimeSigned), 0)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// A copy of an update already received (a third party replaying a
@@ -473,6 +475,44 @@ func (s *Server) update(w dns.ResponseWriter, r *dns.Msg) *dns.Msg {
 	s.results[UpdateApplied].Inc()
 	s.log.Info("dns update applied", "op", "update", "result", "success", "serial", z.SOA().Serial, "client", w.RemoteAddr().String())
 	return m
+}
+
+// checkTSIG checks the TSIG of r, a signed message, and gives m, its
+// answer, the TSIG record RFC 8945 5.2 wants: on success one the key
+// signs when m is written (a signed request gets a signed answer:
+// nsupdate, dig -y verify it), else the error (BADKEY, BADSIG: unsigned;
+// BADTIME: signed, with the server's time). It returns the failure's
+// result label, the rcode and why, or "" when r verifies.
+func (s *Server) checkTSIG(w dns.ResponseWriter, r, m *dns.Msg) (result string, rcode int, why string) {
+	t := r.IsTsig()
+	if dns.CanonicalName(t.Hdr.Name) != s.cfg.KeyName || dns.CanonicalName(t.Algorithm) != s.cfg.Algorithm {
+		// The reply carries the TSIG error unsigned (RFC 8945 5.2.1); an
+		// empty algorithm (rdlength 0) is written as the root, not as
+		// nothing (which made a malformed answer: FuzzServeDNS).
+		m.SetTsig(t.Hdr.Name, dns.Fqdn(t.Algorithm), 300, int64(t.TimeSigned))
+		m.IsTsig().Error = dns.RcodeBadKey
+		return UpdateBadKey, dns.RcodeNotAuth, "unknown key " + t.Hdr.Name
+	}
+	now := s.now()
+	signed := time.Unix(int64(t.TimeSigned), 0)
+	err := w.TsigStatus()
+	if err == nil && (now.Sub(signed) > maxFudge || signed.Sub(now) > maxFudge) {
+		err = fmt.Errorf("%w: signed %v from the server's clock, more than %v", dns.ErrTime, now.Sub(signed).Round(time.Second), maxFudge)
+	}
+	if err != nil {
+		m.SetTsig(t.Hdr.Name, dns.Fqdn(t.Algorithm), 300, int64(t.TimeSigned))
+		if errors.Is(err, dns.ErrTime) {
+			// Signed with the request's time, the server's in Other Data
+			// (RFC 8945 5.2.3), so the client can tell the skew.
+			e := m.IsTsig()
+			e.Error, e.OtherLen, e.OtherData = dns.RcodeBadTime, 6, fmt.Sprintf("%012x", now.Unix())
+			return UpdateBadTime, dns.RcodeNotAuth, "tsig: " + err.Error()
+		}
+		m.IsTsig().Error = dns.RcodeBadSig
+		return UpdateBadSig, dns.RcodeNotAuth, "tsig: " + err.Error()
+	}
+	m.SetTsig(s.cfg.KeyName, s.cfg.Algorithm, 300, int64(t.TimeSigned))
+	return "", dns.RcodeSuccess, ""
 }
 
 // prereqs checks the prerequisite section (RFC 2136 3.2).

@@ -2,37 +2,57 @@ package deploy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
 )
 
-// StatusRow is one edge at a glance (`fleet status`).
+// StateUnknown is the state of a status row for an address live in DNS or
+// let in by the firewall that no edge of the inventory or of the state has:
+// a stranger, or an edge removed by hand or with the state file lost.
+const StateUnknown = "unknown"
+
+// StatusRow is one edge at a glance (`fleet status`). The JSON names are
+// documented in docs/dns-deploy.md and do not change.
 type StatusRow struct {
-	Edge, Address string
-	InDNS         string // yes, no, partial (some of its addresses)
-	InFirewall    string // yes, no, partial, "?" when the rules cannot be read, "-" without a firewall
-	Handshake     string // "3.1 ms", or the probe's error
-	Active        string // active connections from metrics, "-" without
-	State         string // active, draining, new, failed
+	Edge       string        `json:"edge"`          // "" for an unknown address
+	Address    string        `json:"address"`       // its addresses, comma-separated
+	InDNS      string        `json:"in_dns"`        // yes, no, partial (some of its addresses)
+	InFirewall string        `json:"in_firewall"`   // yes, no, partial, "?" when the rules cannot be read, "-" without a firewall
+	Handshake  string        `json:"tls_handshake"` // "3.1 ms", the slowest of its addresses, or the first failing probe's error
+	Active     string        `json:"active"`        // active connections from metrics, "-" without, "?" unreadable
+	State      string        `json:"state"`         // active, draining, new, failed, unknown
+	Probes     []ProbeStatus `json:"probes"`        // one per address, in Address's order
 }
 
-// Status builds one row per edge of the inventory and per draining edge
-// of the state: the live DNS set and firewall rules, a fresh probe through
-// every edge (in parallel) and its active connections.
+// ProbeStatus is the probe of one address of a status row.
+type ProbeStatus struct {
+	Address     string  `json:"address"` // ip:port probed
+	OK          bool    `json:"ok"`
+	HandshakeMS float64 `json:"tls_handshake_ms,omitempty"`
+	Error       string  `json:"error,omitempty"`
+}
+
+// Status builds one row per edge of the inventory, per draining edge of
+// the state, and per address live in DNS or the firewall that neither
+// knows (state unknown): the live DNS set and firewall rules, a fresh
+// probe of every address of every row (in parallel) and its active
+// connections. An edge is failed when the probe of any of its addresses
+// fails: an agent that picks the failing one does not get through.
 func Status(ctx context.Context, cfg Config, st *State, live RRSet, fw Firewall, probe ProbeFunc, conns ConnsFunc) []StatusRow {
 	type item struct {
 		e     Edge
 		state string
 	}
 	var items []item
+	known := map[netip.Addr]bool{}
 	for _, e := range cfg.Edges {
 		state := StateNew
 		if s := st.Edges[e.Name]; s != nil && s.State == StateFailed {
@@ -47,11 +67,38 @@ func Status(ctx context.Context, cfg Config, st *State, live RRSet, fw Firewall,
 			}
 		}
 	}
+	for _, it := range items {
+		for _, a := range it.e.Addrs() {
+			known[a] = true
+		}
+	}
 	var allowed map[netip.Addr]bool
 	fwErr := errors.New("no firewall")
 	if fw != nil {
 		allowed, fwErr = fw.Allowed()
 	}
+	var strangers []netip.Addr
+	for _, a := range live.Addrs() {
+		if !known[a] {
+			strangers = append(strangers, a)
+			known[a] = true
+		}
+	}
+	for a := range allowed {
+		if allowed[a] && !known[a] {
+			strangers = append(strangers, a)
+			known[a] = true
+		}
+	}
+	sortAddrs(strangers)
+	for _, a := range strangers {
+		e := Edge{IPv6: a.String()}
+		if a.Is4() {
+			e = Edge{IPv4: a.String()}
+		}
+		items = append(items, item{e, StateUnknown})
+	}
+
 	rows := make([]StatusRow, len(items))
 	var wg sync.WaitGroup
 	for i, it := range items {
@@ -83,21 +130,73 @@ func Status(ctx context.Context, cfg Config, st *State, live RRSet, fw Firewall,
 					rows[i].Active = "?"
 				}
 			}
-			if len(addrs) > 0 && probe != nil {
-				r := probe(ctx, net.JoinHostPort(addrs[0].String(), strconv.Itoa(cfg.Probe.Port)))
-				if r.OK {
-					rows[i].Handshake = fmt.Sprintf("%.1f ms", r.HandshakeMS)
-				} else {
-					rows[i].Handshake = r.Error
-					if rows[i].State != StateDraining {
-						rows[i].State = StateFailed
-					}
-				}
+			if probe != nil {
+				rows[i].probe(ctx, probe, addrs, cfg.Probe.Port)
 			}
 		}()
 	}
 	wg.Wait()
 	return rows
+}
+
+// probe probes every address of the row in parallel and fills Probes,
+// Handshake and, when one fails, State.
+func (r *StatusRow) probe(ctx context.Context, probe ProbeFunc, addrs []netip.Addr, port int) {
+	r.Probes = make([]ProbeStatus, len(addrs))
+	var wg sync.WaitGroup
+	for j, a := range addrs {
+		target := net.JoinHostPort(a.String(), strconv.Itoa(port))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := probe(ctx, target)
+			r.Probes[j] = ProbeStatus{Address: target, OK: res.OK, Error: res.Error}
+			if res.OK {
+				r.Probes[j].HandshakeMS = res.HandshakeMS
+			}
+		}()
+	}
+	wg.Wait()
+	slowest := 0.0
+	for _, p := range r.Probes {
+		if !p.OK {
+			r.Handshake = p.Error
+			if !strings.Contains(p.Error, p.Address) {
+				r.Handshake = p.Address + ": " + p.Error
+			}
+			if r.State != StateDraining && r.State != StateUnknown {
+				r.State = StateFailed
+			}
+			return
+		}
+		slowest = max(slowest, p.HandshakeMS)
+	}
+	if len(r.Probes) > 0 {
+		r.Handshake = fmt.Sprintf("%.1f ms", slowest)
+	}
+}
+
+// StatusProblems says, one line per row, what makes `fleet status` exit
+// 1: a failed edge, or an unknown address live in DNS or the firewall;
+// nil when every row is well.
+func StatusProblems(rows []StatusRow) []string {
+	var out []string
+	for _, r := range rows {
+		switch r.State {
+		case StateFailed:
+			out = append(out, fmt.Sprintf("%s failed: %s", r.Edge, r.Handshake))
+		case StateUnknown:
+			where := []string{}
+			if r.InDNS == "yes" {
+				where = append(where, "DNS")
+			}
+			if r.InFirewall == "yes" {
+				where = append(where, "the firewall")
+			}
+			out = append(out, fmt.Sprintf("%s is live in %s but no edge of fleet.yaml has it", r.Address, strings.Join(where, " and ")))
+		}
+	}
+	return out
 }
 
 func count[T any](s []T, f func(T) bool) int {
@@ -124,8 +223,30 @@ func yesNo(total, n int) string {
 func PrintStatus(w io.Writer, rows []StatusRow) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "EDGE\tADDRESS\tIN DNS\tIN FIREWALL\tTLS HANDSHAKE\tACTIVE\tSTATE")
-	for _, r := range slices.Clone(rows) {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Edge, r.Address, r.InDNS, r.InFirewall, r.Handshake, r.Active, r.State)
+	for _, r := range rows {
+		name := r.Edge
+		if name == "" {
+			name = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, r.Address, r.InDNS, r.InFirewall, r.Handshake, r.Active, r.State)
 	}
 	return tw.Flush()
+}
+
+// PrintStatusJSON writes the rows as one JSON object, {"edges": [row…]}
+// (docs/dns-deploy.md).
+func PrintStatusJSON(w io.Writer, rows []StatusRow) error {
+	if rows == nil {
+		rows = []StatusRow{}
+	}
+	for i := range rows {
+		if rows[i].Probes == nil {
+			rows[i].Probes = []ProbeStatus{}
+		}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(struct {
+		Edges []StatusRow `json:"edges"`
+	}{rows})
 }

@@ -17,11 +17,12 @@ func TestDocExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("docs/edge.md's example does not load: %v", err)
 	}
-	if cfg.Name != "edge-par-1" || !slices.Equal(cfg.Listen, []string{":636", "[::]:636"}) ||
+	if cfg.Name != "edge-par-1" || !slices.Equal(cfg.Listen, []string{":636"}) ||
 		len(cfg.Origins) != 2 || cfg.ConnectTimeout != 3*time.Second || cfg.OfflineRetry != time.Minute ||
 		cfg.ProxyProtocol != "v2" || cfg.Metrics != "127.0.0.1:9101" || cfg.Log.Format != "json" {
 		t.Errorf("the example loads as %+v", cfg)
 	}
+	testbed.BindAll(t, cfg.Listen)
 }
 
 // TestDocDefaults: every key and default docs/edge.md's table states is

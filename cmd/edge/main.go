@@ -19,6 +19,7 @@ import (
 	"slices"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
+	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/relay"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -52,6 +53,9 @@ func load(fs *pflag.FlagSet, path string) (edgeFile, error) {
 	}
 	if err := cfg.Config.Validate(); err != nil {
 		return cfg, err
+	}
+	if err := accept.ListenOverlap(cfg.Listen); err != nil {
+		return cfg, fmt.Errorf("listen: %w", err)
 	}
 	return cfg, cfg.CheckSelf() // this is the host the edge runs on (or --check runs on)
 }

@@ -31,6 +31,8 @@ type convergeFlags struct {
 	slack   time.Duration
 	every   time.Duration
 	timeout time.Duration
+	output  string // apply: text or json
+	yes     bool   // apply, rotate: no confirmation on a terminal
 }
 
 func (fl *convergeFlags) register(fs *pflag.FlagSet, withDryRun bool) {
@@ -93,12 +95,24 @@ func setupFleet(cmd *cobra.Command, fl convergeFlags) (fleetParts, error) {
 func converge(cmd *cobra.Command, p fleetParts, cfg deploy.Config, fl convergeFlags, locked bool) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	out := cmd.OutOrStdout()
+	var steps *stepLines
+	if fl.output == "json" {
+		steps = &stepLines{echo: cmd.ErrOrStderr()}
+		out = steps
+	}
 	c := &deploy.Converger{
 		Config: cfg, StatePath: statePath(p.f.path),
 		DNS: p.pub, Firewall: p.fw, Probe: p.probe, Conns: deploy.ScrapeConns,
-		Slack: fl.slack, DryRun: fl.dryRun, Locked: locked, Out: cmd.OutOrStdout(), Every: fl.every,
+		Slack: fl.slack, DryRun: fl.dryRun, Locked: locked, Out: out, Every: fl.every,
 	}
-	if err := c.Run(ctx); err != nil {
+	err := c.Run(ctx)
+	if steps != nil {
+		if rerr := reportApply(cmd.Context(), cmd.OutOrStdout(), steps, p.pub, cfg, fl.dryRun, err); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			return cli.Exit(1, errors.New("interrupted: the state file keeps the progress, run the command again to resume"))
 		}
@@ -123,14 +137,27 @@ fleet.yaml: an interrupted run resumes, a run with nothing to do changes
 nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(fl.output); err != nil {
+				return err
+			}
 			p, err := setupFleet(cmd, fl)
 			if err != nil {
 				return err
+			}
+			if err := needEdges(p.f); err != nil {
+				return err
+			}
+			if needsConfirm(fl.yes, fl.dryRun) {
+				if err := preview(cmd, p, fl, func(pv convergeFlags) error { return converge(cmd, p, p.f.Config, pv, false) }); err != nil {
+					return err
+				}
 			}
 			return converge(cmd, p, p.f.Config, fl, false)
 		},
 	}
 	fl.register(cmd.Flags(), true)
+	cmd.Flags().StringVarP(&fl.output, "output", "o", "text", "text (progress lines) or json (one object at the end; the lines go to stderr)")
+	yesFlag(cmd, &fl.yes)
 	return cmd
 }
 
@@ -147,7 +174,7 @@ TTL plus slack and its drain. Run again after an interruption, it finds
 fleet.yaml already edited and resumes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			newEdge, err := parseIn(in)
+			newEdge, err := deploy.ParseIn(in)
 			if err != nil {
 				return err
 			}
@@ -157,6 +184,18 @@ fleet.yaml already edited and resumes.`,
 			p, err := setupFleet(cmd, fl)
 			if err != nil {
 				return err
+			}
+			if needsConfirm(fl.yes, fl.dryRun) {
+				err := preview(cmd, p, fl, func(pv convergeFlags) error {
+					cfg, err := rotateInventory(cmd, p, out, newEdge, true)
+					if err != nil {
+						return err
+					}
+					return converge(cmd, p, cfg, pv, false)
+				})
+				if err != nil {
+					return err
+				}
 			}
 			// One lock from the edit of fleet.yaml to the end of the
 			// convergence: no other apply or rotate sees half of it.
@@ -177,24 +216,8 @@ fleet.yaml already edited and resumes.`,
 	cmd.Flags().StringVar(&out, "out", "", "the edge leaving the fleet")
 	cmd.Flags().StringVar(&in, "in", "", "the edge joining it: NAME=IPV4[,IPV6]")
 	fl.register(cmd.Flags(), true)
+	yesFlag(cmd, &fl.yes)
 	return cmd
-}
-
-// parseIn reads NAME=IPV4[,IPV6] (either address may be the IPv6 one).
-func parseIn(s string) (deploy.Edge, error) {
-	name, addrs, ok := strings.Cut(s, "=")
-	if !ok || name == "" || addrs == "" {
-		return deploy.Edge{}, fmt.Errorf("--in %q: want NAME=IPV4[,IPV6]", s)
-	}
-	e := deploy.Edge{Name: name}
-	for _, a := range strings.Split(addrs, ",") {
-		if strings.Contains(a, ":") {
-			e.IPv6 = a
-		} else {
-			e.IPv4 = a
-		}
-	}
-	return e, nil
 }
 
 // rotateInventory writes fleet.yaml with out replaced by in (unless that
@@ -207,7 +230,17 @@ func rotateInventory(cmd *cobra.Command, p fleetParts, out string, in deploy.Edg
 	readdress := out == in.Name // the same edge on new addresses
 	switch {
 	case hasIn && cur.IPv4 == in.IPv4 && cur.IPv6 == in.IPv6 && (!hasOld || readdress):
-		fmt.Fprintf(cmd.OutOrStdout(), "fleet.yaml already lists %s instead of %s: resuming\n", in, out)
+		st, err := deploy.LoadState(statePath(p.f.path))
+		switch {
+		case err != nil:
+			return cfg, cli.Exit(1, err)
+		case deploy.RotationLeft(st, out, in):
+			fmt.Fprintf(cmd.OutOrStdout(), "fleet.yaml already lists %s instead of %s: resuming\n", in, out)
+		case readdress:
+			fmt.Fprintf(cmd.OutOrStdout(), "fleet.yaml already lists %s: nothing to rotate\n", in)
+		default:
+			fmt.Fprintf(cmd.OutOrStdout(), "fleet.yaml already lists %s instead of %s, and the rotation is done: nothing to rotate\n", in, out)
+		}
 		return cfg, nil
 	case !hasOld:
 		return cfg, fmt.Errorf("--out %s: no such edge in fleet.yaml", out)
@@ -216,6 +249,9 @@ func rotateInventory(cmd *cobra.Command, p fleetParts, out string, in deploy.Edg
 	}
 	if p.f.path == "" {
 		return cfg, errors.New("rotate edits fleet.yaml: give --config or run beside fleet.yaml")
+	}
+	if err := deploy.CheckIn(cfg, out, in); err != nil {
+		return cfg, err
 	}
 	next := cfg
 	next.Edges = nil
@@ -261,15 +297,23 @@ func rotateInventory(cmd *cobra.Command, p fleetParts, out string, in deploy.Edg
 
 func statusCommand() *cobra.Command {
 	var fl convergeFlags
+	var output string
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "the fleet at a glance: one row per edge",
 		Long: `status prints, for every edge of fleet.yaml and every edge still draining:
 its address, whether DNS answers it and the firewall lets it in, the TLS
 handshake time of a fresh probe through it to the origin, its active
-connections (from metrics) and its state (active, draining, new, failed).`,
+connections (from metrics) and its state (active, draining, new, failed).
+An address live in DNS or the firewall that no edge has is a row of its
+own (state unknown). Every address of an edge is probed. Exit 0: every row
+is well; 1: a row is failed or unknown, or a peer could not be read; 2: a
+bad fleet.yaml or flag.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
 			p, err := setupFleet(cmd, fl)
 			if err != nil {
 				return err
@@ -283,9 +327,10 @@ connections (from metrics) and its state (active, draining, new, failed).`,
 				return cli.Exit(1, err)
 			}
 			rows := deploy.Status(cmd.Context(), p.f.Config, st, live, p.fw, p.probe, deploy.ScrapeConns)
-			return deploy.PrintStatus(cmd.OutOrStdout(), rows)
+			return printStatus(cmd, output, rows, p.fw)
 		},
 	}
 	fl.register(cmd.Flags(), false)
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text (a table) or json")
 	return cmd
 }

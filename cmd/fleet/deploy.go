@@ -122,6 +122,10 @@ version back. SSH authentication: the key file deploy.identity or
 			if err != nil {
 				return cli.Exit(1, err)
 			}
+			if res.Unchanged {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s already installed with this configuration and unit; %s not restarted\n", p.Edge, res.Installed, deploy.UnitName)
+				return nil
+			}
 			prev := "first install"
 			if res.Previous != "" {
 				prev = "previous " + res.Previous

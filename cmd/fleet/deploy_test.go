@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -122,8 +123,13 @@ func TestDeployPush(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	inventory(hostKey, "")
-	if out, errOut, code = push("SSH_AUTH_SOCK=" + sock); code != 0 || !strings.Contains(out, "binary already on the host") {
+	// The same files again: the running edge is left alone.
+	calls := systemctl.Calls()
+	if out, errOut, code = push("SSH_AUTH_SOCK=" + sock); code != 0 || !strings.Contains(out, "already installed with this configuration and unit; edgefleet-edge.service not restarted") {
 		t.Fatalf("push through the agent: exit %d\n%s%s", code, out, errOut)
+	}
+	if got := systemctl.Calls()[len(calls):]; slices.Contains(got, "restart edgefleet-edge.service") {
+		t.Fatalf("an identical push restarted the edge: systemctl %q", got)
 	}
 	if out, errOut, code = push(); code != 2 || !strings.Contains(errOut, "no SSH credentials") {
 		t.Fatalf("push without credentials: exit %d\n%s%s", code, out, errOut)
@@ -134,7 +140,8 @@ func TestDeployPush(t *testing.T) {
 		filepath.Walk(root, func(p string, _ os.FileInfo, _ error) error { names = append(names, p); return nil })
 		return names
 	}
-	before, calls := files(), systemctl.Calls()
+	before := files()
+	calls = systemctl.Calls()
 	other := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(testbed.NewSSHKey(t))))
 	inventory(other, sshd.ClientKeyFile)
 	out, errOut, code = push()

@@ -29,19 +29,27 @@ additions before removals so the set is never empty, each read back.
 	}
 	cmd.PersistentFlags().DurationVar(&timeout, "timeout", 5*time.Second, "bound on each exchange with the server")
 
+	var planOutput string
 	plan := &cobra.Command{
 		Use:   "plan",
-		Short: "print the UPDATEs apply would send (nsupdate syntax)",
+		Short: "print the UPDATEs apply would send (nsupdate syntax, or --output json)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(planOutput); err != nil {
+				return err
+			}
 			_, p, err := dnsPlanned(cmd, timeout)
 			if err != nil {
 				return err
+			}
+			if planOutput == "json" {
+				return printJSON(cmd.OutOrStdout(), p.JSON())
 			}
 			fmt.Fprint(cmd.OutOrStdout(), p.String())
 			return nil
 		},
 	}
+	plan.Flags().StringVarP(&planOutput, "output", "o", "text", "text (nsupdate syntax) or json")
 
 	apply := &cobra.Command{
 		Use:   "apply",
@@ -106,6 +114,9 @@ func dnsPlanned(cmd *cobra.Command, timeout time.Duration) (*deploy.Publisher, d
 	if err != nil {
 		return nil, deploy.DNSPlan{}, err
 	}
+	if err := needEdges(f); err != nil {
+		return nil, deploy.DNSPlan{}, err
+	}
 	p, err := dnsPlan(cmd.Context(), f, pub)
 	if err != nil {
 		return nil, p, cli.Exit(1, err)
@@ -162,7 +173,8 @@ type rrsetJSON struct {
 	AAAA []string `json:"aaaa"`
 }
 
-func printRRSet(w io.Writer, set deploy.RRSet, format string) error {
+// rrsetJSONOf is the set as `dns list --format json` prints it.
+func rrsetJSONOf(set deploy.RRSet) rrsetJSON {
 	j := rrsetJSON{Name: strings.TrimSuffix(set.Name, "."), TTL: set.TTL(), A: []string{}, AAAA: []string{}}
 	for _, a := range set.A {
 		j.A = append(j.A, a.String())
@@ -170,6 +182,11 @@ func printRRSet(w io.Writer, set deploy.RRSet, format string) error {
 	for _, a := range set.AAAA {
 		j.AAAA = append(j.AAAA, a.String())
 	}
+	return j
+}
+
+func printRRSet(w io.Writer, set deploy.RRSet, format string) error {
+	j := rrsetJSONOf(set)
 	if format == "json" {
 		b, _ := json.Marshal(j)
 		_, err := fmt.Fprintf(w, "%s\n", b)

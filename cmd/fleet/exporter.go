@@ -35,8 +35,12 @@ the A and AAAA set of name, as "fleet dns list" does:
   edgefleet_fleet_inventory_edges{name,family}  edges of fleet.yaml with an address of the family
   edgefleet_fleet_dns_records{name,family}      addresses the server answers (absent when it does not)
   edgefleet_fleet_dns_up{name}                  1 when the server answered, 0 when the read failed
+  edgefleet_fleet_dns_missing_records{name,family}  addresses of the edges the server does not answer
+  edgefleet_fleet_dns_unknown_records{name,family}  addresses it answers that no edge has
+  edgefleet_fleet_dns_unknown_address{name,family,address}  1 for each of those
 
-family is ipv4 or ipv6. One read answers every scrape for --cache, and
+family is ipv4 or ipv6; the sets are compared, not only counted, and the
+last three are absent, like dns_records, when the read fails. One read answers every scrape for --cache, and
 concurrent scrapes share it; --timeout bounds it. It only reads: no TSIG
 key is needed.`,
 		Args: cobra.NoArgs,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"strconv"
@@ -87,6 +88,26 @@ func (x exporterBin) waitSamples(t *testing.T, what string, want map[string]stri
 	}
 }
 
+// setWant is the set comparison's values: inventory addresses DNS lacks
+// and DNS addresses no edge has, per family (v4, v6); "" when absent.
+func setWant(miss4, miss6, unk4, unk6 string) map[string]string {
+	return map[string]string{
+		series("edgefleet_fleet_dns_missing_records", "ipv4"): miss4,
+		series("edgefleet_fleet_dns_missing_records", "ipv6"): miss6,
+		series("edgefleet_fleet_dns_unknown_records", "ipv4"): unk4,
+		series("edgefleet_fleet_dns_unknown_records", "ipv6"): unk6,
+	}
+}
+
+// with merges the wants.
+func with(ms ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, m := range ms {
+		maps.Copy(out, m)
+	}
+	return out
+}
+
 // fleetWant is the three families' values: inventory edges and DNS
 // records per family (v4, v6), dns_up; records "" when absent.
 func fleetWant(inv4, inv6, rec4, rec6, up string) map[string]string {
@@ -130,12 +151,7 @@ func TestExporter(t *testing.T) {
 			cfg := inventory(t, dir, addr, key, "ldap.example.test", edges...)
 			x := startExporter(t, cfg)
 
-			body := x.waitSamples(t, "before publishing", fleetWant("3", "1", "0", "0", "1"))
-			for name, typ := range monitoring.Exported["fleet-exporter"] {
-				if !strings.Contains(body, "\n# TYPE "+name+" "+typ+"\n"+name) {
-					t.Errorf("/metrics lacks %s %s with a sample", typ, name)
-				}
-			}
+			body := x.waitSamples(t, "before publishing", with(fleetWant("3", "1", "0", "0", "1"), setWant("3", "1", "0", "0")))
 			if !strings.Contains(body, "\nprocess_open_fds ") {
 				t.Errorf("/metrics lacks process_open_fds")
 			}
@@ -143,15 +159,28 @@ func TestExporter(t *testing.T) {
 			if r := fleetRun(t, nil, "--config", cfg, "dns", "apply"); r.code != 0 {
 				t.Fatalf("dns apply: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 			}
-			x.waitSamples(t, "after dns apply", fleetWant("3", "1", "3", "1", "1"))
+			x.waitSamples(t, "after dns apply", with(fleetWant("3", "1", "3", "1", "1"), setWant("0", "0", "0", "0")))
 
 			// fleet.yaml is read on every scrape: a fourth edge, not yet
 			// published, is a DNS set smaller than the inventory.
 			inventory(t, dir, addr, key, "ldap.example.test", append(edges, "e4=192.0.2.4,2001:db8::4")...)
-			x.waitSamples(t, "after fleet.yaml gained e4", fleetWant("4", "2", "3", "1", "1"))
+			x.waitSamples(t, "after fleet.yaml gained e4", with(fleetWant("4", "2", "3", "1", "1"), setWant("1", "1", "0", "0")))
+
+			// e3 deleted from fleet.yaml and e4 added, not applied: the
+			// counts agree (3 = 3), the sets do not, and e3's address is
+			// exported as unknown.
+			inventory(t, dir, addr, key, "ldap.example.test", edges[0], edges[1], "e4=192.0.2.4")
+			body = x.waitSamples(t, "after fleet.yaml swapped e3 for e4", with(fleetWant("3", "1", "3", "1", "1"), setWant("1", "0", "1", "0"),
+				map[string]string{`edgefleet_fleet_dns_unknown_address{address="192.0.2.3",family="ipv4",name="ldap.example.test"}`: "1"}))
+			for name, typ := range monitoring.Exported["fleet-exporter"] {
+				if !strings.Contains(body, "\n# TYPE "+name+" "+typ+"\n"+name) {
+					t.Errorf("/metrics lacks %s %s with a sample", typ, name)
+				}
+			}
 
 			stop()
-			x.waitSamples(t, "with the server stopped", fleetWant("4", "2", "", "", "0"))
+			x.waitSamples(t, "with the server stopped", with(fleetWant("3", "1", "", "", "0"), setWant("", "", "", ""),
+				map[string]string{`edgefleet_fleet_dns_unknown_address{address="192.0.2.3",family="ipv4",name="ldap.example.test"}`: ""}))
 			testbed.WaitOutput(t, x.proc, 10*time.Second, "dns read failed", addr)
 		})
 	}

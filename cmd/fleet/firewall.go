@@ -133,7 +133,8 @@ func firewallCheck(fl *firewallFlags) *cobra.Command {
 }
 
 func firewallRemove(fl *firewallFlags) *cobra.Command {
-	return &cobra.Command{
+	var yes bool
+	cmd := &cobra.Command{
 		Use:   "remove",
 		Short: "delete every jump and EDGEFLEET chain (the origin ports are open again)",
 		Args:  cobra.NoArgs,
@@ -142,12 +143,19 @@ func firewallRemove(fl *firewallFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if needsConfirm(yes, false) {
+				if err := confirm(cmd, "remove every edgefleet rule? the origin ports will be open to anyone who reaches them"); err != nil {
+					return err
+				}
+			}
 			if err := fw.Remove(); err != nil {
 				return cli.Exit(1, err)
 			}
 			return nil
 		},
 	}
+	yesFlag(cmd, &yes)
+	return cmd
 }
 
 func firewallWatch(fl *firewallFlags) *cobra.Command {

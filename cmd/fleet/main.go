@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
 	"github.com/edgefleet/edgefleet/deploy"
@@ -81,6 +82,14 @@ func newRoot() *cobra.Command {
 		cmd.Usage()
 		return cli.Exit(cli.ExitConfig, errors.New("a command is required"))
 	}
+	// cobra's own message spans lines ("…\n\nDid you mean this?\n\tapply\n"),
+	// which a one-line error turns into "…; ; Did you mean this?; \tapply; ".
+	root.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return unknownCommand(cmd, args[0])
+		}
+		return nil
+	}
 	for _, add := range subcommands {
 		root.AddCommand(add())
 	}
@@ -99,12 +108,37 @@ func groupsNeedACommand(c *cobra.Command) {
 	if c.HasParent() && c.HasSubCommands() && !c.Runnable() {
 		c.RunE = func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return cli.Exit(cli.ExitConfig, fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath()))
+				return unknownCommand(cmd, args[0])
 			}
 			cmd.Usage()
 			return cli.Exit(cli.ExitConfig, fmt.Errorf("a command is required for %q", cmd.CommandPath()))
 		}
 	}
+}
+
+// unknownCommand is the one-line usage error for a misspelt subcommand
+// of c, with cobra's suggestions: unknown command "aply" for "fleet"
+// (did you mean apply?).
+func unknownCommand(c *cobra.Command, arg string) error {
+	msg := fmt.Sprintf("unknown command %q for %q", arg, c.CommandPath())
+	if c.SuggestionsMinimumDistance <= 0 {
+		c.SuggestionsMinimumDistance = 2 // cobra's default, set only by its own path
+	}
+	if s := c.SuggestionsFor(arg); len(s) > 0 {
+		msg += " (did you mean " + strings.Join(s, " or ") + "?)"
+	}
+	return cli.Exit(cli.ExitConfig, errors.New(msg))
+}
+
+// needEdges refuses an inventory without edges for the commands that
+// publish it (apply, dns plan|apply): converging to it would leave name
+// without any address and let no edge reach the origin. It is a bad
+// fleet.yaml, exit 2, found before any peer is asked.
+func needEdges(f fleetFile) error {
+	if len(f.Edges) == 0 {
+		return cli.Exit(cli.ExitConfig, fmt.Errorf("fleet.yaml lists no edge: refusing to leave %s without any address and the origin ports closed to every edge", f.Name))
+	}
+	return nil
 }
 
 func main() {

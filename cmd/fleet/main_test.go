@@ -152,8 +152,9 @@ func TestDocInventory(t *testing.T) {
 // is a usage error, exit 2, not the help and success.
 func TestGroupNeedsACommand(t *testing.T) {
 	for args, want := range map[string]string{
-		"dns lst":        `unknown command "lst" for "fleet dns"`,
+		"dns lst":        `unknown command "lst" for "fleet dns" (did you mean list?)`,
 		"firewall bogus": `unknown command "bogus" for "fleet firewall"`,
+		"aply":           `unknown command "aply" for "fleet" (did you mean apply?)`,
 		"deploy":         `a command is required for "fleet deploy"`,
 		"dns":            `a command is required for "fleet dns"`,
 	} {
@@ -166,5 +167,21 @@ func TestGroupNeedsACommand(t *testing.T) {
 		if !errors.As(err, &ee) || ee.Code != cli.ExitConfig || err.Error() != want {
 			t.Errorf("fleet %s: %v, want exit %d and %q", args, err, cli.ExitConfig, want)
 		}
+	}
+}
+
+// TestUsageErrorsOneLine: the fleet binary's usage errors are one line
+// on stderr and exit 2 — a misspelt command with cobra's suggestion (not
+// its multi-line text joined by "; "), and an inventory without edges for
+// the commands that would publish it, found before any peer is asked (the
+// DNS server here does not exist).
+func TestUsageErrorsOneLine(t *testing.T) {
+	oneLineFailure(t, "aply", fleetRun(t, nil, "aply"), 2, `fleet: unknown command "aply" for "fleet" (did you mean apply?)`)
+	oneLineFailure(t, "dns serv", fleetRun(t, nil, "dns", "serv"), 2, `fleet: unknown command "serv" for "fleet dns" (did you mean serve?)`)
+	inv := testbed.WriteFile(t, t.TempDir(), "fleet.yaml", "name: ldap.example.test\nzone: example.test\n"+
+		"dns: {server: \"127.0.0.1:1\", tsig: {name: k, algorithm: hmac-sha256, secret: c2VjcmV0}}\nedges: []\n")
+	for _, args := range [][]string{{"apply", "--no-firewall"}, {"apply", "--no-firewall", "--dry-run"}, {"dns", "plan"}, {"dns", "apply"}} {
+		r := fleetRun(t, nil, append([]string{"--config", inv}, args...)...)
+		oneLineFailure(t, strings.Join(args, " "), r, 2, "fleet.yaml lists no edge: refusing to leave ldap.example.test without any address")
 	}
 }

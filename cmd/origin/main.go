@@ -15,6 +15,7 @@ import (
 	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/internal/sockopt"
 	"github.com/edgefleet/edgefleet/origin"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -53,13 +54,45 @@ func load(fs *pflag.FlagSet, path string) (originFile, error) {
 	if err := cfg.Log.Validate(); err != nil {
 		return cfg, err
 	}
-	return cfg, cfg.Front.Validate()
+	if err := cfg.Front.Validate(); err != nil {
+		return cfg, err
+	}
+	if err := accept.ListenOverlap(cfg.Front.Listen); err != nil {
+		return cfg, fmt.Errorf("front.listen: %w", err)
+	}
+	return cfg, nil
+}
+
+// check builds what run builds before it binds a port — the front, the
+// core (TLS files, the DLP file) and the HTTP addresses — and binds none.
+func check(cfg originFile) error {
+	discard := slog.New(slog.DiscardHandler)
+	reg := prometheus.NewRegistry()
+	table := origin.NewPeerTable()
+	if _, err := origin.New(cfg.Front, table, discard, reg); err != nil {
+		return err
+	}
+	if _, err := buildCore(cfg.Core, table, discard, reg); err != nil {
+		return err
+	}
+	return checkEndpoints(cfg)
+}
+
+// checkEndpoints checks the HTTP endpoints' addresses.
+func checkEndpoints(cfg originFile) error {
+	for _, ep := range [][2]string{{"peers_api", cfg.PeersAPI}, {"metrics", cfg.Metrics}} {
+		if _, _, err := net.SplitHostPort(ep[1]); ep[1] != "" && err != nil {
+			return fmt.Errorf("%s: %q is not host:port", ep[0], ep[1])
+		}
+	}
+	return nil
 }
 
 func main() {
 	root := cli.Root("origin", "the origin: PROXY-sniffing front and LDAP routing core")
 	root.Flags().String("peers-api", "", "address of the peers API (overrides peers_api)")
 	root.Flags().String("metrics", "", "address of the metrics endpoint (overrides metrics)")
+	checkOnly := root.Flags().Bool("check", false, "check the configuration (front, core, HTTP addresses), print it is ok and exit without listening")
 	root.RunE = func(cmd *cobra.Command, args []string) error {
 		if len(args) > 0 {
 			cli.Fatal("origin", fmt.Errorf("unexpected argument %q", args[0]))
@@ -69,6 +102,13 @@ func main() {
 		cfg, err := reload()
 		if err != nil {
 			cli.Fatal("origin", err)
+		}
+		if *checkOnly {
+			if err := check(cfg); err != nil {
+				cli.Die("origin", err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "origin: configuration ok (front %v, inner %s)\n", cfg.Front.Listen, cfg.Front.Inner)
+			return nil
 		}
 		return run(cfg, reload)
 	}
@@ -94,10 +134,8 @@ func run(cfg originFile, reload func() (originFile, error)) error {
 	if err != nil {
 		p.Fatal(err)
 	}
-	for _, ep := range [][2]string{{"peers_api", cfg.PeersAPI}, {"metrics", cfg.Metrics}} {
-		if _, _, err := net.SplitHostPort(ep[1]); ep[1] != "" && err != nil {
-			p.Fatal(fmt.Errorf("%s: %q is not host:port", ep[0], ep[1]))
-		}
+	if err := checkEndpoints(cfg); err != nil {
+		p.Fatal(err)
 	}
 	if cfg.Core.Enabled && accept.SelfTarget([]string{cfg.Core.Listen}, cfg.Front.Inner) == "" {
 		log.Warn("front.inner is not core.listen: connections go past the core", "inner", cfg.Front.Inner,

@@ -61,6 +61,12 @@ var Exported = map[string]map[string]string{
 		"edgefleet_fleet_dns_records":     "gauge",
 		"edgefleet_fleet_inventory_edges": "gauge",
 		"edgefleet_fleet_dns_up":          "gauge",
+		// The sets compared: inventory addresses DNS lacks, DNS
+		// addresses no edge has (absent while the server cannot be
+		// read), and 1 per such address, labelled address.
+		"edgefleet_fleet_dns_missing_records": "gauge",
+		"edgefleet_fleet_dns_unknown_records": "gauge",
+		"edgefleet_fleet_dns_unknown_address": "gauge",
 	},
 }
 

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/edgefleet/edgefleet/cmd/internal/cli"
+	"github.com/edgefleet/edgefleet/deploy"
+	"github.com/spf13/cobra"
+)
+
+// printStatus writes the rows as --output says and makes the exit status:
+// 1, naming each, when a row is failed or unknown or the firewall could
+// not be read (docs/dns-deploy.md).
+func printStatus(cmd *cobra.Command, output string, rows []deploy.StatusRow, fw deploy.Firewall) error {
+	var err error
+	if output == "json" {
+		err = deploy.PrintStatusJSON(cmd.OutOrStdout(), rows)
+	} else {
+		err = deploy.PrintStatus(cmd.OutOrStdout(), rows)
+	}
+	if err != nil {
+		return cli.Exit(1, err)
+	}
+	problems := deploy.StatusProblems(rows)
+	for _, r := range rows {
+		if r.InFirewall == "?" && fw != nil {
+			// Read again for the reason: the table keeps only "?".
+			_, err := fw.Allowed()
+			problems = append(problems, fmt.Sprintf("the firewall rules cannot be read: %v", err))
+			break
+		}
+	}
+	if len(problems) > 0 {
+		return cli.Exit(1, errors.New(strings.Join(problems, "\n")))
+	}
+	return nil
+}
