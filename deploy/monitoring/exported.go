@@ -28,7 +28,7 @@ var Exported = map[string]map[string]string{
 		"edgefleet_edge_bytes_total":         "counter",
 		"edgefleet_edge_origin_dial_seconds": "histogram",
 		"edgefleet_edge_origin_up":           "gauge",
-		// Issue 8: clients refused for a PROXY header of their own.
+		// Clients refused for a PROXY header of their own.
 		"edgefleet_edge_client_proxy_headers_total": "counter",
 	},
 	"origin": {
