@@ -228,7 +228,7 @@ func TestBadHeaders(t *testing.T) {
 	}
 	for _, l := range lines {
 		if _, ok := l["err"].(string); !ok || l["error"] != nil {
-			t.Fatalf("the parse error is not under the shared key err (DESIGN.md §11): %v", l)
+			t.Fatalf("the parse error is not under the shared key err (docs/architecture.md): %v", l)
 		}
 	}
 }

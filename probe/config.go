@@ -37,7 +37,7 @@ type Config struct {
 	Source string `mapstructure:"source"`
 }
 
-// DefaultConfig holds the numbers of DESIGN.md §6 (port 636, LDAPS).
+// DefaultConfig holds the numbers of docs/probe.md (port 636, LDAPS).
 func DefaultConfig() Config {
 	return Config{
 		Port:         636,

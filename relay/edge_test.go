@@ -93,7 +93,7 @@ func TestStream1GiBBothWays(t *testing.T) {
 	if line["bytes_up"] != float64(size) || line["bytes_down"] != float64(size) || line["reason"] != ResultEOF {
 		t.Fatalf("log line %v", line)
 	}
-	for _, k := range []string{"id", "client", "origin", "bytes_up", "bytes_down", "duration", "reason"} { // DESIGN.md §2
+	for _, k := range []string{"id", "client", "origin", "bytes_up", "bytes_down", "duration", "reason"} { // docs/edge.md
 		if _, ok := line[k]; !ok {
 			t.Fatalf("log line without %s: %v", k, line)
 		}
@@ -520,7 +520,7 @@ func TestZeroByteSilent(t *testing.T) {
 	}
 }
 
-// TestMetricNames pins the metric names of DESIGN.md §2.
+// TestMetricNames pins the metric names of docs/edge.md.
 func TestMetricNames(t *testing.T) {
 	o := startOrigin(t, true, echo)
 	e := startEdge(t, Config{Origins: []string{o.addr}})
@@ -544,7 +544,7 @@ func TestMetricNames(t *testing.T) {
 		"edgefleet_edge_bytes_total":         "COUNTER[direction]",
 		"edgefleet_edge_origin_dial_seconds": "HISTOGRAM[]",
 		"edgefleet_edge_origin_up":           "GAUGE[origin]",
-		// Not in DESIGN.md §2: issue 8 item 3 (clients refused for a PROXY header of their own).
+		// Clients refused for a PROXY header of their own.
 		"edgefleet_edge_client_proxy_headers_total": "COUNTER[]",
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {

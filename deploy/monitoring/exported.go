@@ -12,7 +12,7 @@
 // check that every metric a rule or a dashboard panel names is listed here.
 // So a metric the rules use is one a running binary was seen to export.
 //
-// Pending lists the families DESIGN.md fixes whose exporter is being built;
+// Pending lists the families the docs name whose exporter is being built;
 // rules may use them, and the tests say which ones are still pending. When
 // an exporter lands, move its names to Exported and assert them in that
 // binary's tests.
@@ -63,7 +63,7 @@ var Exported = map[string]map[string]string{
 	},
 }
 
-// A PendingMetric is a family fixed by DESIGN.md (or proposed for it) whose
+// A PendingMetric is a family the docs name (or one proposed) whose
 // exporter is not built yet.
 type PendingMetric struct {
 	Binary string // the binary that will export it

@@ -5,8 +5,8 @@
 // splice(2) through a pooled pipe for bulk data), half-close and close.
 // No goroutine is started per connection and none waits for one: an idle
 // relayed connection costs its two sockets and a few hundred bytes. The
-// edge and the origin front run on it (DESIGN.md §10: short connections
-// are where a goroutine per connection loses to HAProxy).
+// edge and the origin front run on it (docs/architecture.md: short
+// connections are where a goroutine per connection loses to HAProxy).
 //
 //	s := &evloop.Server{Handler: h, Log: log}
 //	go s.Serve(ln)        // the loops accept on ln; s.Close stops them
