@@ -43,6 +43,7 @@ type dialedRelay struct {
 	prefix []byte
 	check  func(c *Conn)
 	conns  chan *Conn
+	start  time.Time // when the last Relay was called (before it armed any timer)
 }
 
 func (r *dialedRelay) Open(c *Conn)                  { c.Dial(r.target, &r.opts) }
@@ -53,6 +54,7 @@ func (r *dialedRelay) Dialed(c *Conn, err error) {
 		c.Close("dial", err)
 		return
 	}
+	r.start = time.Now()
 	c.Relay(r.prefix, nil)
 	if r.check != nil {
 		r.check(c)
@@ -116,13 +118,9 @@ func TestKeepaliveAfterASecond(t *testing.T) {
 	up := upstream(t, func(c net.Conn) { io.Copy(io.Discard, c) })
 	ka := sockopt.Keepalive{Idle: 7 * time.Second, Interval: 3 * time.Second, Count: 4}
 	atRelay := -1
-	var relayed time.Time
 	r := &dialedRelay{target: netip.MustParseAddrPort(up), opts: DialOptions{Timeout: 20 * time.Second, Keepalive: ka},
 		conns: make(chan *Conn, 1)}
-	r.check = func(c *Conn) {
-		relayed = time.Now()
-		atRelay = sockInt(t, c.sfd, unix.SOL_SOCKET, unix.SO_KEEPALIVE)
-	}
+	r.check = func(c *Conn) { atRelay = sockInt(t, c.sfd, unix.SOL_SOCKET, unix.SO_KEEPALIVE) }
 	_, c := r.connect(t)
 	if atRelay != 0 {
 		t.Errorf("SO_KEEPALIVE is %d when the relay starts, want 0 (set after %v)", atRelay, keepaliveAfter)
@@ -147,7 +145,7 @@ func TestKeepaliveAfterASecond(t *testing.T) {
 			}
 		})
 	}
-	if d := at.Sub(relayed); d < keepaliveAfter {
+	if d := at.Sub(r.start); d < keepaliveAfter {
 		t.Errorf("keepalive set %v after the relay started, before %v", d, keepaliveAfter)
 	}
 }
