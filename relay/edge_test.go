@@ -298,12 +298,8 @@ func TestOriginDown(t *testing.T) {
 				t.Fatalf("origin offline lines: %v", off)
 			}
 			// The OFFLINE origin is not tried again: the next connection goes
-			// straight to the second one.
-			t0 = time.Now()
+			// straight to the second one (one dial, counted, not timed).
 			roundTrip(t, e.addr, "ping")
-			if blackHoled && time.Since(t0) >= timeout {
-				t.Fatalf("second connection took %v: the OFFLINE origin was tried again", time.Since(t0))
-			}
 			e.waitValue(t, 2, "edgefleet_edge_connections_total", "result", ResultEOF)
 			if n := e.value(t, "edgefleet_edge_origin_dial_seconds"); n != 3 {
 				t.Fatalf("%v dial attempts, want 3", n)
