@@ -239,9 +239,9 @@ func TestSourceBindIPv6(t *testing.T) {
 }
 
 // TestServeRacingStop: Serve and Stop at the same time; Serve returns
-// whichever runs first. (Found by reading, not reproduced here: Serve
-// posted its listener after releasing s.mu, so a Stop in between could
-// end the loop first, and Serve would wait for ever.)
+// whichever runs first: a Stop between Serve's check and its posting of
+// the listener must not end the loops first and leave Serve waiting for
+// ever (Serve posts under s.mu).
 func TestServeRacingStop(t *testing.T) {
 	for i := range 3000 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -268,8 +268,8 @@ func TestServeRacingStop(t *testing.T) {
 
 // TestFirstBufferPooledAfterConsume: the front consumes a header from the
 // bytes ReadFirst buffered; the buffer still goes back to the pool when
-// the connection no longer needs it (it was dropped: each connection with
-// a header allocated a new 4 KiB buffer, and each Put a slice header).
+// the connection no longer needs it: no allocation per connection with a
+// header (neither a 4 KiB buffer nor a slice header for Put).
 func TestFirstBufferPooledAfterConsume(t *testing.T) {
 	c := &Conn{}
 	cycle := func() {

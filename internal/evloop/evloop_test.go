@@ -149,7 +149,7 @@ func result(t *testing.T, r *relay) Result {
 // bytes go through splice once a read fills the buffer, and a short
 // splice (the Go runtime's preemption signal interrupts one between two
 // pipe buffers) must never leave a direction waiting for an EPOLLOUT
-// edge that will not come (it did, before write retried short writes).
+// edge that will not come (write retries a short write at once).
 func TestBulkBothWays(t *testing.T) {
 	const n = 64 << 20
 	data := make([]byte, n)
@@ -496,9 +496,8 @@ func echo(t *testing.T, addr, msg string) string {
 }
 
 // TestIdleLoopParks: once its connections are over and their timeouts
-// past, a loop parks; it does not poll. (It spun at 100 % of a CPU
-// when the read deadline of an expired timeout stayed on its epoll
-// descriptor.) The process's own CPU time is counted, not wall time: a
+// past, a loop parks; it does not poll (a read deadline of an expired
+// timeout left on its epoll descriptor would make it spin). The process's own CPU time is counted, not wall time: a
 // loop that spins burns the whole window, a parked one next to nothing.
 func TestIdleLoopParks(t *testing.T) {
 	r := newRelay(testbed.BlackHole(t)) // the loop waits for the connect's timeout
