@@ -598,7 +598,7 @@ func TestValidate(t *testing.T) {
 		{"empty name", func(c *Config) { c.Name = "" }, "name: must not be empty"},
 		{"name with space", func(c *Config) { c.Name = "edge one" }, "name:"},
 		{"long name", func(c *Config) { c.Name = strings.Repeat("x", 256) }, "name: longer than 255"},
-		// An origin that is the edge itself (issue 8 item 4), in any spelling.
+		// An origin that is the edge itself, in any spelling.
 		{"origin is the listen address", func(c *Config) { c.Listen = []string{"127.0.0.1:636"}; c.Origins = []string{"127.0.0.1:636"} },
 			`origins: "127.0.0.1:636" is the edge's own listen address "127.0.0.1:636": every connection would be relayed to itself`},
 		{"origin localhost", func(c *Config) { c.Listen = []string{"127.0.0.1:636"}; c.Origins = []string{"localhost:636"} },
@@ -629,7 +629,7 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// TestLoopCutAtRunTime (issue 8 item 4): an edge whose origin turns out
+// TestLoopCutAtRunTime: an edge whose origin turns out
 // to be itself (here set at run time, where the start check cannot see
 // it) relays one connection to itself, recognises the connection that
 // comes back from its own origin socket, closes it and counts it, instead
@@ -666,7 +666,7 @@ func TestLoopCutAtRunTime(t *testing.T) {
 	}
 }
 
-// TestOneRetryAtATime (issue 8 item 8): while a connection retries an
+// TestOneRetryAtATime: while a connection retries an
 // OFFLINE origin (a black hole: the attempt lasts connect_timeout), every
 // other new client takes the next selectable origin at once instead of
 // joining the retry. The OFFLINE window runs on the injected clock.
