@@ -120,8 +120,7 @@ func nextChecks(t *testing.T, h *harness, servers ...string) {
 // MaxQueued is queued for them: the core keeps reading the server, whose
 // worker threads therefore never block on it, so the monitor's root DSE
 // check and other sessions' first answers keep coming, no server is
-// marked down or OFFLINE, and an innocent client is served throughout
-// (before the fix L1 was down or offline within 3-6 s).
+// marked down or OFFLINE, and an innocent client is served throughout.
 func TestStalledReadersBlameNoServer(t *testing.T) {
 	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{LDIF: testbed.DirectoryLDIF(3000)})
 	h := newHarness(t, stallDLP(sl, "FO",
@@ -137,10 +136,10 @@ func TestStalledReadersBlameNoServer(t *testing.T) {
 	}
 }
 
-// The same stall in two waves over a saturation balancer (once wave 1
-// had moved traffic to L2, wave 2 took L2 out too before the fix: no
-// route up): every stalled client is cut, both servers stay up, and the
-// innocent client's search is answered.
+// The same stall in two waves over a saturation balancer (wave 2 comes
+// when wave 1 may have moved traffic to L2; were L2 taken out too, no
+// route would be up): every stalled client is cut, both servers stay up,
+// and the innocent client's search is answered.
 func TestStalledReadersSaturationWaves(t *testing.T) {
 	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{LDIF: testbed.DirectoryLDIF(3000)})
 	h := newHarness(t, stallDLP(sl, "SAT",
@@ -160,9 +159,9 @@ func TestStalledReadersSaturationWaves(t *testing.T) {
 
 // The core's root DSE search on a fresh backend connection uses message
 // id 2147483647: a client whose first, anonymous operation uses that id
-// gets its own answer (before the fix 13 of 300 sessions got the root
-// DSE's or none), and one that pipelines a bind with that id behind its
-// first search gets the bind's answer (34 of 50 hung): the client's
+// gets its own answer (not the root DSE's, nor none), and one that
+// pipelines a bind with that id behind its first search gets the bind's
+// answer (it does not hang): the client's
 // operations on that connection wait until the core's search there is
 // answered.
 func TestClientUsesCoreMessageID(t *testing.T) {
