@@ -10,7 +10,7 @@ DEB_PKGS := haproxy nginx-light libnginx-mod-stream slapd ldap-utils bind9 bind9
             openssh-server openssh-client cloud-init prometheus systemd curl
 export CGO_ENABLED = 0
 
-.PHONY: all build deps test demo bench lint fuzz clean
+.PHONY: all build deps test demo bench lint tools fuzz clean
 
 all: build
 
@@ -31,19 +31,33 @@ deps:
 	fi
 	@$(GO) mod download
 
-# The linters, pinned; `go run pkg@version` fetches them through the module
-# proxy the first time and then runs them from the build cache.
-STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
-DEADCODE    := golang.org/x/tools/cmd/deadcode@v0.52.0
+# The linters, pinned, built into bin/tools by `go install` (quietly: on a
+# cold module cache Go prints `go: downloading …`, which is progress, not a
+# finding). A version bump gets a fresh directory, so a stale binary is never
+# run.
+STATICCHECK_VERSION := v0.8.2
+DEADCODE_VERSION    := v0.52.0
+TOOLS := bin/tools/staticcheck-$(STATICCHECK_VERSION)-deadcode-$(DEADCODE_VERSION)
+
+tools:
+	@mkdir -p $(TOOLS)
+	@for p in honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) \
+	          golang.org/x/tools/cmd/deadcode@$(DEADCODE_VERSION); do \
+		log=$$(GOBIN=$(CURDIR)/$(TOOLS) $(GO) install $$p 2>&1) || { echo "install $$p:"; echo "$$log"; exit 1; }; \
+	done
 
 # lint: gofmt, go vet, staticcheck, and deadcode -test (nothing unreachable
 # from a main or a test; an Example without an Output comment is compiled,
 # not run, so deadcode counts it unreachable and it is let through).
-lint:
+# deadcode writes its findings to stdout and its own failures to stderr;
+# only stdout is read as findings, so whatever the go command says on stderr
+# while loading packages cannot pass for one.
+lint: tools
+	@log=$$($(GO) mod download 2>&1) || { echo "$$log"; exit 1; }
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) run $(STATICCHECK) ./...
-	@out=$$($(GO) run $(DEADCODE) -test ./... 2>&1) || { echo "$$out"; exit 1; }; \
+	$(TOOLS)/staticcheck ./...
+	@out=$$($(TOOLS)/deadcode -test ./...) || exit 1; \
 	out=$$(grep -v ': unreachable func: Example' <<<"$$out"); \
 	if [ -n "$$out" ]; then echo "deadcode:"; echo "$$out"; exit 1; fi
 

@@ -48,7 +48,7 @@ type ProbeFunc func(ctx context.Context, addr string) ProbeResult
 type ConnsFunc func(ctx context.Context, metrics string) (int, error)
 
 // Converger brings the live state (DNS, firewall) to the inventory in the
-// one safe order of DESIGN.md §8, keeping its progress in the state file.
+// one safe order of docs/architecture.md, keeping its progress in the state file.
 type Converger struct {
 	Config    Config
 	StatePath string

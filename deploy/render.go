@@ -55,7 +55,7 @@ type Deploy struct {
 	DrainTimeout   time.Duration `mapstructure:"drain_timeout"`   // the edge's drain_timeout; the unit's stop timeout follows it
 }
 
-// DefaultDeploy is the edge's own defaults (DESIGN.md §2) and bin/edge,
+// DefaultDeploy is the edge's own defaults (docs/edge.md) and bin/edge,
 // where `make build` puts the binary.
 func DefaultDeploy() Deploy {
 	return Deploy{Binary: "bin/edge", Listen: []string{":636"}, Metrics: "127.0.0.1:9101", DrainTimeout: 30 * time.Second}

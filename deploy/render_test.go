@@ -222,7 +222,7 @@ func inUnitNamespace(t *testing.T, unit []byte, args ...string) ([]byte, error) 
 }
 
 // TestUnitVerify: systemd-analyze verify accepts the unit and the unit
-// has the hardening DESIGN.md §8 asks for.
+// has the hardening docs/dns-deploy.md describes.
 func TestUnitVerify(t *testing.T) {
 	r, err := Render(deployConfig(), "edge-1")
 	if err != nil {

@@ -23,7 +23,7 @@ const (
 )
 
 // Config is the `front:` section of the origin's configuration
-// (DESIGN.md §3). TrustedEdges is parsed once by New into a private twin.
+// (docs/origin.md). TrustedEdges is parsed once by New into a private twin.
 type Config struct {
 	// Listen is the list of host:port addresses the front accepts on.
 	Listen []string `mapstructure:"listen"`
@@ -47,10 +47,10 @@ type Config struct {
 }
 
 // DefaultMaxConns is front.max_conns's default, the edge's max_conns
-// default (DESIGN.md §2).
+// default (docs/edge.md).
 const DefaultMaxConns = 100000
 
-// DefaultConfig is the front's configuration with DESIGN.md's defaults.
+// DefaultConfig is the front's configuration with the defaults of docs/origin.md.
 func DefaultConfig() Config {
 	return Config{
 		Listen:        []string{":8636"},

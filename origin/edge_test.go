@@ -87,7 +87,7 @@ func startOurEdge(t *testing.T, set func(*relay.Config)) *ourEdge {
 	return oe
 }
 
-// TestEdgeRefusesClientProxyHeader (issue 8, item 3): a client whose first
+// TestEdgeRefusesClientProxyHeader: a client whose first
 // bytes are a PROXY header of its own — v1 or v2, whole or a byte at a
 // time, from a raw socket or from HAProxy's send-proxy-v2 — is refused by
 // the edge, counted and logged, in every proxy_protocol mode. Behind an

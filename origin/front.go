@@ -475,7 +475,7 @@ type decision struct {
 	err    error      // stepRefuse: why
 }
 
-// examine applies the sniff, the trust policy (DESIGN.md §3) and the
+// examine applies the sniff, the trust policy (docs/origin.md) and the
 // header bounds to the first bytes b of a connection from a source
 // trusted or not. err is how reading them ended so far: nil (more may
 // come), io.EOF, a timeout (header_timeout ran out) or a read error.

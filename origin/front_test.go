@@ -228,7 +228,7 @@ func TestBadHeaders(t *testing.T) {
 	}
 	for _, l := range lines {
 		if _, ok := l["err"].(string); !ok || l["error"] != nil {
-			t.Fatalf("the parse error is not under the shared key err (DESIGN.md §11): %v", l)
+			t.Fatalf("the parse error is not under the shared key err (docs/architecture.md): %v", l)
 		}
 	}
 }
@@ -643,7 +643,7 @@ func parked(t *testing.T) {
 	})
 }
 
-// TestFrontMaxConns (issue 8 item 7): with front.max_conns open
+// TestFrontMaxConns: with front.max_conns open
 // connections, one more is closed at once and counted; a freed slot
 // serves again.
 func TestFrontMaxConns(t *testing.T) {
@@ -662,7 +662,7 @@ func TestFrontMaxConns(t *testing.T) {
 	roundTrip(t, h.dialFrom(clientIP), nil, payload)
 }
 
-// TestFrontLoopCut (issue 8 item 4): a front whose inner is itself (here
+// TestFrontLoopCut: a front whose inner is itself (here
 // a listener the configuration does not name, where the start check cannot
 // see it) closes the connection that comes back from its own inner socket
 // and counts it, instead of chaining until the file descriptors run out.

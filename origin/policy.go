@@ -7,7 +7,7 @@ type verdict struct {
 	msg    string // log message when refused
 }
 
-// judge applies DESIGN.md §3's trust rules to a connection from a source
+// judge applies the trust rules of docs/origin.md to a connection from a source
 // that is (or is not) inside trusted_edges and whose first bytes are k.
 // untrusted: reject is decided earlier, before any byte is read.
 func judge(trusted bool, k kind, requireHeader bool) verdict {

@@ -9,7 +9,7 @@ import (
 // TestEdgeSource: two of our edges, one with source 127.0.0.3 and one with
 // 127.0.0.4, in front of one real front that trusts 127.0.0.0/8. The front's
 // measured address is the source of the edge that carried the bytes, the
-// claimed one is the client's: the edge's `source` key (DESIGN.md §2) is
+// claimed one is the client's: the edge's `source` key (docs/edge.md) is
 // what lets the demo on loopback show which edge a connection came through.
 func TestEdgeSource(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.TrustedEdges = []string{"127.0.0.0/8"} })

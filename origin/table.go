@@ -32,7 +32,7 @@ type Peer struct {
 	Header    string    `json:"header"`     // v2, v1, local or none
 	Since     time.Time `json:"since"`      // when the front accepted the outer connection
 	// Inner is the whole local address (ip:port) of the inner connection.
-	// It is not served over HTTP (DESIGN.md fixes the keys): the inner
+	// It is not served over HTTP (docs/origin.md fixes the keys): the inner
 	// service compares it with its client's remote address (LookupAddr).
 	Inner string `json:"-"`
 }

@@ -62,7 +62,7 @@ type Result struct {
 	TCPConnectMS   float64 `json:"tcp_connect_ms"`
 	TLSHandshakeMS float64 `json:"tls_handshake_ms"`
 	AppRTTMS       float64 `json:"app_rtt_ms"`
-	Error          string  `json:"error"` // "" on success: every entry has the six keys of DESIGN.md §6
+	Error          string  `json:"error"` // "" on success: every entry has the six keys of docs/probe.md
 }
 
 // Total is the time a successful probe took, the figure a ranking sorts

@@ -26,7 +26,7 @@ type Ranking struct {
 	Chosen     string    `json:"chosen"`
 	// NoChoice says why Chosen is empty (DNS error, fewer than two
 	// addresses, nobody answered, the state file…). It is not part of the
-	// JSON shape of DESIGN.md §6 (`probe rank` prints it on stderr) and
+	// JSON shape of docs/probe.md (`probe rank` prints it on stderr) and
 	// never in a state file.
 	NoChoice string `json:"-"`
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/edgefleet/edgefleet/internal/accept"
 )
 
-// Config is the edge's configuration (DESIGN.md §2). cmd/edge fills it from
+// Config is the edge's configuration (docs/edge.md). cmd/edge fills it from
 // YAML, the environment and flags; the package itself never reads files.
 type Config struct {
 	Name           string        `mapstructure:"name"`            // sent in TLV 0xE0; default: hostname
@@ -39,7 +39,7 @@ const (
 // most 253 bytes anyway.
 const maxNameLen = 255
 
-// DefaultConfig returns the defaults of DESIGN.md §2. Origins has no
+// DefaultConfig returns the defaults of docs/edge.md. Origins has no
 // default: it must be given.
 func DefaultConfig() Config {
 	name, _ := os.Hostname()

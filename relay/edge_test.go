@@ -93,7 +93,7 @@ func TestStream1GiBBothWays(t *testing.T) {
 	if line["bytes_up"] != float64(size) || line["bytes_down"] != float64(size) || line["reason"] != ResultEOF {
 		t.Fatalf("log line %v", line)
 	}
-	for _, k := range []string{"id", "client", "origin", "bytes_up", "bytes_down", "duration", "reason"} { // DESIGN.md §2
+	for _, k := range []string{"id", "client", "origin", "bytes_up", "bytes_down", "duration", "reason"} { // docs/edge.md
 		if _, ok := line[k]; !ok {
 			t.Fatalf("log line without %s: %v", k, line)
 		}
@@ -298,12 +298,8 @@ func TestOriginDown(t *testing.T) {
 				t.Fatalf("origin offline lines: %v", off)
 			}
 			// The OFFLINE origin is not tried again: the next connection goes
-			// straight to the second one.
-			t0 = time.Now()
+			// straight to the second one (one dial, counted, not timed).
 			roundTrip(t, e.addr, "ping")
-			if blackHoled && time.Since(t0) >= timeout {
-				t.Fatalf("second connection took %v: the OFFLINE origin was tried again", time.Since(t0))
-			}
 			e.waitValue(t, 2, "edgefleet_edge_connections_total", "result", ResultEOF)
 			if n := e.value(t, "edgefleet_edge_origin_dial_seconds"); n != 3 {
 				t.Fatalf("%v dial attempts, want 3", n)
@@ -520,7 +516,7 @@ func TestZeroByteSilent(t *testing.T) {
 	}
 }
 
-// TestMetricNames pins the metric names of DESIGN.md §2.
+// TestMetricNames pins the metric names of docs/edge.md.
 func TestMetricNames(t *testing.T) {
 	o := startOrigin(t, true, echo)
 	e := startEdge(t, Config{Origins: []string{o.addr}})
@@ -544,7 +540,7 @@ func TestMetricNames(t *testing.T) {
 		"edgefleet_edge_bytes_total":         "COUNTER[direction]",
 		"edgefleet_edge_origin_dial_seconds": "HISTOGRAM[]",
 		"edgefleet_edge_origin_up":           "GAUGE[origin]",
-		// Not in DESIGN.md §2: issue 8 item 3 (clients refused for a PROXY header of their own).
+		// Clients refused for a PROXY header of their own.
 		"edgefleet_edge_client_proxy_headers_total": "COUNTER[]",
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -602,7 +598,7 @@ func TestValidate(t *testing.T) {
 		{"empty name", func(c *Config) { c.Name = "" }, "name: must not be empty"},
 		{"name with space", func(c *Config) { c.Name = "edge one" }, "name:"},
 		{"long name", func(c *Config) { c.Name = strings.Repeat("x", 256) }, "name: longer than 255"},
-		// An origin that is the edge itself (issue 8 item 4), in any spelling.
+		// An origin that is the edge itself, in any spelling.
 		{"origin is the listen address", func(c *Config) { c.Listen = []string{"127.0.0.1:636"}; c.Origins = []string{"127.0.0.1:636"} },
 			`origins: "127.0.0.1:636" is the edge's own listen address "127.0.0.1:636": every connection would be relayed to itself`},
 		{"origin localhost", func(c *Config) { c.Listen = []string{"127.0.0.1:636"}; c.Origins = []string{"localhost:636"} },
@@ -633,7 +629,7 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// TestLoopCutAtRunTime (issue 8 item 4): an edge whose origin turns out
+// TestLoopCutAtRunTime: an edge whose origin turns out
 // to be itself (here set at run time, where the start check cannot see
 // it) relays one connection to itself, recognises the connection that
 // comes back from its own origin socket, closes it and counts it, instead
@@ -670,7 +666,7 @@ func TestLoopCutAtRunTime(t *testing.T) {
 	}
 }
 
-// TestOneRetryAtATime (issue 8 item 8): while a connection retries an
+// TestOneRetryAtATime: while a connection retries an
 // OFFLINE origin (a black hole: the attempt lasts connect_timeout), every
 // other new client takes the next selectable origin at once instead of
 // joining the retry. The OFFLINE window runs on the injected clock.

@@ -82,7 +82,7 @@ var (
 // otherwise honour it as the trusted edge's claim.
 var errClientProxy = errors.New("client sent a PROXY header of its own")
 
-// screenProxy is the edge's splice.Pair.Screen check: a whole v1 or v2
+// screenProxy is the screen the edge passes to evloop.Conn.Relay: a whole v1 or v2
 // signature refuses the client, a prefix of one waits for more, anything
 // else (a TLS ClientHello, an LDAP PDU) passes at the first byte.
 func screenProxy(b []byte) error {

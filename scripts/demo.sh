@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make demo: the main job on one machine (DESIGN.md §9).
+# make demo: the main job on one machine (README.md).
 #
 # Three real slapd directories; the origin (front + LDAP core with mTLS and
 # a pinned agent certificate); three edges on 127.0.0.2-4, each dialing the

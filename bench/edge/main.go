@@ -2,7 +2,7 @@
 // (mode tcp, option splice-auto, send-proxy-v2), nginx stream
 // (proxy_protocol on) and a direct connection, in one run, on loopback,
 // against the same in-process backend, and prints a Markdown table with
-// ratios against HAProxy and the DESIGN.md §10 targets. The targets take
+// ratios against HAProxy and the targets of docs/architecture.md. The targets take
 // turns in each round, in reverse order every other round. It is run by
 // `make bench` (scripts/bench.sh):
 //

@@ -3,7 +3,7 @@
 // with HAProxy 2.6 doing the same job (`bind … accept-proxy`, mode tcp,
 // option splice-auto), in one run, on loopback, against the same
 // in-process inner service, and prints a Markdown table with ratios
-// against HAProxy and the DESIGN.md §10 targets. It is run by `make bench`
+// against HAProxy and the targets of docs/architecture.md. It is run by `make bench`
 // (scripts/bench.sh):
 //
 //	go run ./bench/front -bin bin/origin

@@ -11,7 +11,7 @@ import (
 	"github.com/edgefleet/edgefleet/internal/testbed"
 )
 
-// TestLocalFDExhaustionMarksNoOriginOffline (issue 8 rule): the edge under
+// TestLocalFDExhaustionMarksNoOriginOffline: the edge under
 // a low RLIMIT_NOFILE runs out of its own descriptors dialling healthy
 // origins. Those dials ("socket: too many open files") never left the
 // host: no origin is marked offline (they used to be, for offline_retry),

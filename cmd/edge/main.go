@@ -101,7 +101,7 @@ func run(cfg edgeFile, reload func() (edgeFile, error)) {
 		p.Fatal(err)
 	}
 
-	// The relay sets keepalive on each accepted connection itself.
+	// Edge.Serve sets keepalive on the listening socket; accepted ones inherit it.
 	lc := net.ListenConfig{KeepAlive: -1}
 	var lns []net.Listener
 	for _, addr := range cfg.Listen {

@@ -314,7 +314,7 @@ func TestVersion(t *testing.T) {
 	}
 }
 
-// TestSurvivesFDExhaustion (issue 8 item 6): the edge under a low
+// TestSurvivesFDExhaustion: the edge under a low
 // RLIMIT_NOFILE, flooded until it runs out of descriptors ("too many open
 // files": at accept, which backs off and retries, or at the origin
 // socket, which refuses that client as local-resources — which one comes
@@ -342,8 +342,8 @@ func TestSurvivesFDExhaustion(t *testing.T) {
 // TestInvalidConfigs loads each testdata/invalid-*.yml (CoreDNS and
 // blackbox_exporter style): the error must be exactly the one in
 // testdata/invalid.golden for that file (regenerate with -update). Wrong
-// types are errors naming the key, never silent conversions (issue 8
-// item 10: connect_timeout: true was 1 ns, max_conns: 1.9 was 1).
+// types are errors naming the key, never silent conversions
+// (connect_timeout: true is no duration, max_conns: 1.9 no count).
 func TestInvalidConfigs(t *testing.T) {
 	testbed.InvalidConfigs(t, *update, func(path string) error { _, err := load(nil, path); return err })
 }

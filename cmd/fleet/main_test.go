@@ -83,8 +83,8 @@ func TestBadBackendIsConfigError(t *testing.T) {
 
 // TestInvalidInventories loads each testdata/invalid-*.yml and validates
 // it: the error must be exactly the one in testdata/invalid.golden
-// (regenerate with -update). `origin.ports: [true]` used to plan rules for
-// port 1 and leave the real port open (issue 8 item 10).
+// (regenerate with -update). `origin.ports: [true]` is an error, not
+// rules for port 1 that would leave the real port open.
 func TestInvalidInventories(t *testing.T) {
 	testbed.InvalidConfigs(t, *update, func(path string) error {
 		cmd := newRoot()

@@ -16,7 +16,7 @@ import (
 
 // The origin binary with a balance(LB) rule over a real slapd: a client's
 // bind is balanced, GET /backends on peers_api lists the backends' states
-// and the metrics of DESIGN.md §5 are served.
+// and the metrics of docs/balancers.md are served.
 func TestBackendsAPI(t *testing.T) {
 	sl := testbed.StartSlapds(t, 1, testbed.SlapdConfig{})
 	bin := buildOrigin(t)

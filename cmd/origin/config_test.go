@@ -12,7 +12,7 @@ var update = flag.Bool("update", false, "rewrite testdata/invalid.golden")
 // TestInvalidConfigs loads each testdata/invalid-*.yml: the error must be
 // exactly the one in testdata/invalid.golden for that file (regenerate
 // with -update). Wrong types are errors naming the key, never silent
-// conversions (issue 8 item 10).
+// conversions.
 func TestInvalidConfigs(t *testing.T) {
 	testbed.InvalidConfigs(t, *update, func(path string) error { _, err := load(nil, path); return err })
 }

@@ -20,8 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// coreSection is the `core:` section of the origin's configuration (DESIGN.md
-// §4). This is the seam between the front (main.go) and the LDAP routing
+// coreSection is the `core:` section of the origin's configuration
+// (docs/ldap-core.md). This is the seam between the front (main.go) and the LDAP routing
 // core: main.go only calls defaultCore, buildCore and serveCore.
 type coreSection struct {
 	Enabled       bool    `mapstructure:"enabled"`

@@ -11,7 +11,7 @@ import (
 	"github.com/edgefleet/edgefleet/internal/testbed"
 )
 
-// TestSurvivesFDExhaustion (issue 8 item 6): the origin binary under a
+// TestSurvivesFDExhaustion: the origin binary under a
 // low RLIMIT_NOFILE is flooded with connections until accept fails with
 // "too many open files"; once the flood is gone, it accepts and serves
 // again. The core used to stop accepting for good while its listener

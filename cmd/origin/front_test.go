@@ -166,7 +166,7 @@ func TestFrontBadConfig(t *testing.T) {
 	}
 }
 
-// TestCheckedBeforeListening (issue 8 item 11): a bad core: value ends
+// TestCheckedBeforeListening: a bad core: value ends
 // the origin with exit 2 before the front ever listens (it used to print
 // "front listening" and accept for a moment).
 func TestCheckedBeforeListening(t *testing.T) {
@@ -220,7 +220,7 @@ core:
 	}
 }
 
-// TestInnerNotCoreWarns (issue 8 item 11): with the core enabled, a
+// TestInnerNotCoreWarns: with the core enabled, a
 // front.inner other than core.listen sends connections past the core: the
 // origin says so at start.
 func TestInnerNotCoreWarns(t *testing.T) {
@@ -248,7 +248,7 @@ core:
 	}
 }
 
-// TestSIGHUPNamesRestartKeys (issue 8 item 11): SIGHUP re-reads the file
+// TestSIGHUPNamesRestartKeys: SIGHUP re-reads the file
 // and names the changed keys, which all need a restart; the origin keeps
 // running (the signal's default action used to end it).
 func TestSIGHUPNamesRestartKeys(t *testing.T) {

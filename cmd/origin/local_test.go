@@ -17,7 +17,7 @@ import (
 // anonBind is an LDAP simple bind with no name and no password, id 1.
 var anonBind, _ = hex.DecodeString("300c020101600702010304008000")
 
-// TestLocalFDExhaustionMarksNoServerOffline (issue 8 rule): the core runs
+// TestLocalFDExhaustionMarksNoServerOffline: the core runs
 // out of its own file descriptors while two healthy slapds sit behind
 // it. The dials that fail with "socket: too many open files" never left
 // the host, so no server goes OFFLINE (for OfflineRetryTimeout 60 s); the

@@ -53,8 +53,8 @@ func run(t *testing.T, bin string, args ...string) (stdout, stderr string, code 
 	return o.String(), e.String(), code
 }
 
-// TestRankJSON: `probe rank --format json` prints the shape of DESIGN.md
-// §6 (and nothing else), and the state file holds the same document.
+// TestRankJSON: `probe rank --format json` prints the shape of
+// docs/probe.md (and nothing else), and the state file holds the same document.
 func TestRankJSON(t *testing.T) {
 	bin := buildProbe(t)
 	f := stack.NewFleet(t, stack.KindEdge, stack.KindHole)

@@ -12,7 +12,7 @@
 // check that every metric a rule or a dashboard panel names is listed here.
 // So a metric the rules use is one a running binary was seen to export.
 //
-// Pending lists the families DESIGN.md fixes whose exporter is being built;
+// Pending lists the families the docs name whose exporter is being built;
 // rules may use them, and the tests say which ones are still pending. When
 // an exporter lands, move its names to Exported and assert them in that
 // binary's tests.
@@ -28,7 +28,7 @@ var Exported = map[string]map[string]string{
 		"edgefleet_edge_bytes_total":         "counter",
 		"edgefleet_edge_origin_dial_seconds": "histogram",
 		"edgefleet_edge_origin_up":           "gauge",
-		// Issue 8: clients refused for a PROXY header of their own.
+		// Clients refused for a PROXY header of their own.
 		"edgefleet_edge_client_proxy_headers_total": "counter",
 	},
 	"origin": {
@@ -70,7 +70,7 @@ var Exported = map[string]map[string]string{
 	},
 }
 
-// A PendingMetric is a family fixed by DESIGN.md (or proposed for it) whose
+// A PendingMetric is a family the docs name (or one proposed) whose
 // exporter is not built yet.
 type PendingMetric struct {
 	Binary string // the binary that will export it

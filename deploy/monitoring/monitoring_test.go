@@ -262,7 +262,7 @@ func family(name string, types map[string]string) (string, string, bool) {
 
 // TestMetricNames: every metric a rule or a panel names is one the binaries
 // export (each binary's tests assert its list against its live /metrics),
-// a pending one DESIGN.md fixes, a series Prometheus makes itself, or a
+// a pending one the docs name, a series Prometheus makes itself, or a
 // recording rule of alerts.yml; rate() and increase() are taken of
 // counters only; and the dashboard shows every exported family.
 func TestMetricNames(t *testing.T) {

@@ -87,8 +87,8 @@ func (l *Loop) Serve(ln net.Listener) error {
 }
 
 // Temporary reports accept errors that closing connections or waiting
-// cures: out of file descriptors (EMFILE, ENFILE) or memory (ENOBUFS,
-// ENOMEM), a connection reset or aborted before it was accepted, a timeout.
+// cures: every LocalResources error, a connection reset or aborted before
+// it was accepted, a timeout.
 func Temporary(err error) bool {
 	if LocalResources(err) {
 		return true

@@ -14,7 +14,7 @@ import (
 // ENOBUFS, ENOMEM; ephemeral ports: EADDRNOTAVAIL from connect; room in
 // an epoll set: ENOSPC from epoll_ctl): a dial that failed so never left the host, and says
 // nothing about the server it was meant for. Such a failure must not mark
-// a server OFFLINE (issue 8: only a connect failure, a failed check or an
+// a server OFFLINE (only a connect failure, a failed check or an
 // I/O failure the client could not have caused does).
 func LocalResources(err error) bool {
 	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM,

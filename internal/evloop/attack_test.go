@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // holder keeps the connections it is given open until the end.
@@ -45,30 +47,66 @@ func TestPostAfterStopWritesNothing(t *testing.T) {
 	link := fmt.Sprintf("/proc/self/fd/%d", evfd)
 	deadline := time.Now().Add(10 * time.Second)
 	for { // the loop closes its eventfd as it ends
-		if l, err := os.Readlink(link); err != nil || !strings.Contains(l, "eventfd") {
+		l, err := os.Readlink(link)
+		if err != nil {
 			break
+		}
+		if !strings.Contains(l, "eventfd") {
+			t.Fatalf("descriptor %d became %s before the test could take it", evfd, l)
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the stopped loop kept its eventfd")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	// Another file takes the number, as the next open would.
+	// Another file takes the number, as the next open would: the write end
+	// of a pipe sits at evfd, and its read end at another number (the
+	// kernel gives the lowest free one, so pipe2 itself may put either
+	// end at evfd).
+	r, w := pipeWriteEndAt(t, evfd)
+	defer syscall.Close(r)
+	defer syscall.Close(w)
+	// The pipe is wired as the loop would find it: a write to evfd
+	// reaches r.
+	probe := make([]byte, 64)
+	if _, err := syscall.Write(evfd, []byte{1}); err != nil {
+		t.Fatalf("write to the pipe at %d: %v", evfd, err)
+	}
+	if n, err := syscall.Read(r, probe); n != 1 {
+		t.Fatalf("the pipe's read end got %d bytes (%v) of a 1-byte write to %d", n, err, evfd)
+	}
+	c.Post(func(*Conn) {})
+	c.Kill()
+	if n, _ := syscall.Read(r, probe); n > 0 {
+		t.Fatalf("Post after Stop wrote %d bytes to the descriptor the loop's eventfd had", n)
+	}
+}
+
+// pipeWriteEndAt makes a non-blocking pipe whose write end is descriptor
+// fd (free when called) and returns both ends; the read end is never fd.
+func pipeWriteEndAt(t *testing.T, fd int) (r, w int) {
+	t.Helper()
 	var p [2]int
 	if err := syscall.Pipe2(p[:], syscall.O_NONBLOCK|syscall.O_CLOEXEC); err != nil {
 		t.Fatal(err)
 	}
-	defer syscall.Close(p[0])
-	if err := syscall.Dup3(p[1], evfd, syscall.O_CLOEXEC); err != nil {
-		t.Fatal(err)
+	r, w = p[0], p[1]
+	if r == fd { // move the read end off fd first
+		nr, err := unix.FcntlInt(uintptr(r), unix.F_DUPFD_CLOEXEC, fd+1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		syscall.Close(r)
+		r = nr
 	}
-	syscall.Close(p[1])
-	defer syscall.Close(evfd)
-	c.Post(func(*Conn) {})
-	c.Kill()
-	if n, _ := syscall.Read(p[0], make([]byte, 64)); n > 0 {
-		t.Fatalf("Post after Stop wrote %d bytes to the descriptor the loop's eventfd had", n)
+	if w != fd {
+		if err := syscall.Dup3(w, fd, syscall.O_CLOEXEC); err != nil {
+			t.Fatal(err)
+		}
+		syscall.Close(w)
+		w = fd
 	}
+	return r, w
 }
 
 // TestResetClientWhileUpstreamFull: the upstream has stopped reading and
@@ -201,9 +239,9 @@ func TestSourceBindIPv6(t *testing.T) {
 }
 
 // TestServeRacingStop: Serve and Stop at the same time; Serve returns
-// whichever runs first. (Found by reading, not reproduced here: Serve
-// posted its listener after releasing s.mu, so a Stop in between could
-// end the loop first, and Serve would wait for ever.)
+// whichever runs first: a Stop between Serve's check and its posting of
+// the listener must not end the loops first and leave Serve waiting for
+// ever (Serve posts under s.mu).
 func TestServeRacingStop(t *testing.T) {
 	for i := range 3000 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -230,8 +268,8 @@ func TestServeRacingStop(t *testing.T) {
 
 // TestFirstBufferPooledAfterConsume: the front consumes a header from the
 // bytes ReadFirst buffered; the buffer still goes back to the pool when
-// the connection no longer needs it (it was dropped: each connection with
-// a header allocated a new 4 KiB buffer, and each Put a slice header).
+// the connection no longer needs it: no allocation per connection with a
+// header (neither a 4 KiB buffer nor a slice header for Put).
 func TestFirstBufferPooledAfterConsume(t *testing.T) {
 	c := &Conn{}
 	cycle := func() {

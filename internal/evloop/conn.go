@@ -155,7 +155,8 @@ func (c *Conn) Close(reason string, err error) {
 }
 
 // ReadFirst hands the client's bytes to Handler.Received as they come, for
-// at most d; at most max bytes are read.
+// at most d; at most maxFirst bytes are read (Received then sees a full
+// buffer and decides).
 func (c *Conn) ReadFirst(d time.Duration) {
 	c.reading = true
 	c.l.arm(c, d)

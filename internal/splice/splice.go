@@ -29,10 +29,10 @@ import (
 )
 
 // Conn is a connection some of whose bytes were already read (peeked, as
-// tcpproxy's Conn): Read returns Peeked first. Join, Start, Prepare and
-// Copy forward Peeked before anything else, without waiting for the
-// client to send more, and then splice from the connection under it; a
-// Screen sees Peeked first. They take Peeked as their own.
+// tcpproxy's Conn): Read returns Peeked first. Join and Copy forward
+// Peeked before anything else, without waiting for the client to send
+// more, and then splice from the connection under it. They take Peeked as
+// their own.
 type Conn struct {
 	net.Conn
 	Peeked []byte

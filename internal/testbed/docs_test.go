@@ -12,7 +12,7 @@ import (
 
 // TestDocLinks keeps the operator's documents connected: every relative
 // link of README.md and docs/*.md names a file that exists, README.md links
-// every docs/ file, and it shows the two commands .ci/run and DESIGN.md
+// every docs/ file, and it shows the two commands .ci/run and the README
 // promise.
 func TestDocLinks(t *testing.T) {
 	root := filepath.Join("..", "..")

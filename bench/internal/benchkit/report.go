@@ -40,7 +40,7 @@ func WriteReport(path, report string) {
 
 // Turn is the order the targets take in round r: as listed in even
 // rounds, reversed in odd ones, so no contender always runs right after
-// the same other one (DESIGN.md §10: contenders in alternating order).
+// the same other one (docs/architecture.md: contenders in alternating order).
 func Turn[T any](targets []T, r int) []T {
 	if r%2 == 0 {
 		return targets
@@ -60,7 +60,7 @@ type Relay struct {
 	IdleOK           bool // the idle measurement ran
 }
 
-// Verdicts is the table of DESIGN.md §10's relay targets for ours against
+// Verdicts is the table of the relay targets (docs/architecture.md) for ours against
 // HAProxy's figures from the same run.
 func Verdicts(name string, ours, hap Relay) string {
 	var b strings.Builder
@@ -77,7 +77,7 @@ func Verdicts(name string, ours, hap Relay) string {
 		return "**no**"
 	}
 	tp, cr, cpu := ratio(ours.Throughput, hap.Throughput), ratio(ours.Rate, hap.Rate), ratio(ours.CPUPerConn, hap.CPUPerConn)
-	fmt.Fprintf(&b, "\n| %s vs HAProxy | ours | HAProxy | ratio | target (DESIGN.md §10) | met |\n|---|---:|---:|---:|---|---|\n", name)
+	fmt.Fprintf(&b, "\n| %s vs HAProxy | ours | HAProxy | ratio | target ([architecture](architecture.md#performance-targets)) | met |\n|---|---:|---:|---:|---|---|\n", name)
 	fmt.Fprintf(&b, "| throughput MiB/s | %.0f | %.0f | %.2f× | ≥ 1.5× | %s |\n", ours.Throughput/(1<<20), hap.Throughput/(1<<20), tp, yes(tp >= 1.5))
 	fmt.Fprintf(&b, "| short connections/s | %.0f | %.0f | %.2f× | ≥ 1.2× | %s |\n", ours.Rate, hap.Rate, cr, yes(cr >= 1.2))
 	fmt.Fprintf(&b, "| CPU µs per short connection | %.0f | %.0f | %.2f× | ≤ 1.0× | %s |\n", ours.CPUPerConn, hap.CPUPerConn, cpu, yes(cpu > 0 && cpu <= 1))

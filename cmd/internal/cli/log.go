@@ -44,7 +44,7 @@ func Logger(l Log, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts)) // durations as Go durations: 1.5s
 }
 
-// seconds writes every duration as a number of seconds (DESIGN.md §11):
+// seconds writes every duration as a number of seconds (docs/architecture.md):
 // slog's JSON handler would write nanoseconds, which no reader expects.
 func seconds(groups []string, a slog.Attr) slog.Attr {
 	switch {

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// DESIGN.md §11: duration is a number of seconds in JSON and a Go
+// docs/architecture.md: duration is a number of seconds in JSON and a Go
 // duration in text, in groups too.
 func TestLoggerDuration(t *testing.T) {
 	var b bytes.Buffer

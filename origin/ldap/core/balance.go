@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Load balancing (DESIGN.md §5) as the session sees it: a balance(LB)
+// Load balancing (docs/balancers.md) as the session sees it: a balance(LB)
 // rule, user or operation routing, picks a server for every operation
 // from dlp.Balancers; the operation then goes to the client's connection
 // to that server, opened (and bound with the saved credentials) the

@@ -14,7 +14,7 @@ import (
 	"github.com/go-ldap/ldap/v3"
 )
 
-// Load balancers (DESIGN.md §5, seed 003) against real slapds, with
+// Load balancers (docs/balancers.md, seed 003) against real slapds, with
 // go-ldap as the client.
 
 // lbDLP is dlpFile with MonitorInterval (seconds) in its Defaults.

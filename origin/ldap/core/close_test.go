@@ -37,7 +37,7 @@ func activeConns(t *testing.T, h *harness) float64 {
 // answers (a frozen slapd: the kernel accepts, the process does not read)
 // ends its session: the core notices the client's close and releases the
 // client and backend connections and their goroutines. Established backend
-// I/O has no timeout (DESIGN.md §4), so nothing else would.
+// I/O has no timeout (docs/ldap-core.md), so nothing else would.
 func TestClientClosesWhileServerHangs(t *testing.T) {
 	sl := testbed.StartSlapds(t, 1, testbed.SlapdConfig{})
 	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}}, proxy(nil, []string{"L1"})), nil)

@@ -41,7 +41,7 @@ const (
 )
 
 // Config is the core's configuration (the `core:` section of the origin,
-// DESIGN.md §4) with files already read by the caller.
+// docs/ldap-core.md) with files already read by the caller.
 type Config struct {
 	// Name selects the LdapProxy object of the DLP file.
 	Name string
@@ -98,7 +98,7 @@ type Config struct {
 	DialBackend func(ctx context.Context, addr string) (net.Conn, error)
 }
 
-// DefaultConfig holds the defaults of DESIGN.md §4.
+// DefaultConfig holds the defaults docs/ldap-core.md lists.
 func DefaultConfig() Config {
 	return Config{Name: "ldapConfiguration", ProxyMode: 1, TLSMode: TLSOff, StartTLS: true, MaxPDU: 4 << 20,
 		MaxPending: 100, MaxPendingAuth: 1000, PDUTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}

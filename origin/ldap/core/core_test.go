@@ -23,8 +23,8 @@ var alice, bob = testbed.User("alice"), testbed.User("bob")
 // Seed 000, "General Operation Forwarding Example": user X's rule is
 // forwardto(LDAP3,LDAP1) without round robin; LDAP3 is down and was never
 // contacted. bind → search → unbind, twice: the first connection pays one
-// connect attempt to LDAP3 and fails over to LDAP1 (DESIGN.md: the rule is
-// right, not the narrative's LDAP2); the second skips the OFFLINE LDAP3
+// connect attempt to LDAP3 and fails over to LDAP1 (the seed's rule is
+// right, not its narrative's LDAP2); the second skips the OFFLINE LDAP3
 // without trying it.
 func TestSeedForwardingExample(t *testing.T) {
 	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{})

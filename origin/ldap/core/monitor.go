@@ -12,7 +12,7 @@ import (
 	"github.com/edgefleet/edgefleet/origin/ldap/wire"
 )
 
-// The backend monitor (DESIGN.md §5): every MonitorInterval each
+// The backend monitor (docs/balancers.md): every MonitorInterval each
 // LdapServer gets a real operation, a root DSE base search on a
 // connection of its own, bounded by ConnectTimeout (or the interval,
 // when shorter, so that checks never pile up). A server that does not

@@ -88,7 +88,7 @@ func count(l []string, s string) int {
 	return n
 }
 
-// Issue 12's first symptom: a frozen slapd as a session's first server
+// A frozen slapd as a session's first server
 // (TCP connects, nothing answers). The bind is answered by the next
 // server after ConnectTimeout, and the frozen one is OFFLINE; an
 // anonymous client's first search (behind the core's own root DSE search,

@@ -87,44 +87,70 @@ func noServerBlamed(t *testing.T, h *harness, servers ...string) {
 	}
 }
 
+// stallDLP is the stall tests' DLP file: every user to the balancer
+// name, defined by lb, over sl. The monitor checks every 10 s; its checks
+// and every first answer are bounded by 10 s, a hang guard, not a speed
+// limit: a slapd busy with the stalled clients' searches on a loaded host
+// answers slowly, and only one that does not answer at all is at fault.
+func stallDLP(sl []*testbed.Slapd, name, lb string) string {
+	return lbDLP(10, 60, 10, named(sl), lb,
+		balanceTo("UserRouting", "ALL", "(user=*)", name),
+		proxy([]string{"ALL"}, nil))
+}
+
+// nextChecks waits (a hang guard: three intervals) until the monitor has
+// checked each server again since it was called.
+func nextChecks(t *testing.T, h *harness, servers ...string) {
+	t.Helper()
+	last := map[string]string{}
+	for _, name := range servers {
+		last[name] = h.backend(t, name).LastCheck
+	}
+	waitWithin(t, 30*time.Second, "the monitor's next round", func() bool {
+		for _, name := range servers {
+			if h.backend(t, name).LastCheck == last[name] {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // Clients that send many large searches and stop reading are cut once
 // MaxQueued is queued for them: the core keeps reading the server, whose
 // worker threads therefore never block on it, so the monitor's root DSE
 // check and other sessions' first answers keep coming, no server is
-// marked down or OFFLINE, and an innocent client is served throughout
-// (before the fix L1 was down or offline within 3-6 s).
+// marked down or OFFLINE, and an innocent client is served throughout.
 func TestStalledReadersBlameNoServer(t *testing.T) {
 	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{LDIF: testbed.DirectoryLDIF(3000)})
-	h := newHarness(t, lbDLP(3, 60, 1, named(sl),
-		`{"object": "LoadBalancer", "name": "FO", "algorithm": "failover", "routes": [{"server": "L1", "priority": 1}, {"server": "L2", "priority": 2}]}`,
-		balanceTo("UserRouting", "ALL", "(user=*)", "FO"),
-		proxy([]string{"ALL"}, nil)), func(c *core.Config) { c.WriteTimeout = 30 * time.Second; c.Now = time.Now })
-	waitWithin(t, 20*time.Second, "the monitor's first check", func() bool { return h.backend(t, "L1").LastCheck != "" })
+	h := newHarness(t, stallDLP(sl, "FO",
+		`{"object": "LoadBalancer", "name": "FO", "algorithm": "failover", "routes": [{"server": "L1", "priority": 1}, {"server": "L2", "priority": 2}]}`),
+		func(c *core.Config) { c.WriteTimeout = 30 * time.Second; c.Now = time.Now })
+	waitWithin(t, 30*time.Second, "the monitor's first check", func() bool { return h.backend(t, "L1").LastCheck != "" })
 	stall(t, h.addr, 4)
 	clientsCut(t, h, 4)
-	time.Sleep(3 * time.Second) // three more monitor rounds
+	nextChecks(t, h, "L1", "L2")
 	noServerBlamed(t, h, "L1", "L2")
 	if got := h.targets("search"); len(got) == 0 || got[len(got)-1] != "L1" {
 		t.Errorf("the last search went to %v, want L1 (no failover)", got[max(0, len(got)-1):])
 	}
 }
 
-// The same stall in two waves over a saturation balancer (once wave 1
-// had moved traffic to L2, wave 2 took L2 out too before the fix: no
-// route up): every stalled client is cut, both servers stay up, and the
-// innocent client's search is answered.
+// The same stall in two waves over a saturation balancer (wave 2 comes
+// when wave 1 may have moved traffic to L2; were L2 taken out too, no
+// route would be up): every stalled client is cut, both servers stay up,
+// and the innocent client's search is answered.
 func TestStalledReadersSaturationWaves(t *testing.T) {
 	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{LDIF: testbed.DirectoryLDIF(3000)})
-	h := newHarness(t, lbDLP(3, 60, 1, named(sl),
-		`{"object": "LoadBalancer", "name": "SAT", "algorithm": "saturation", "threshold": 70, "alert": 50, "routes": [{"server": "L1", "priority": 1}, {"server": "L2", "priority": 2}]}`,
-		balanceTo("UserRouting", "ALL", "(user=*)", "SAT"),
-		proxy([]string{"ALL"}, nil)), func(c *core.Config) { c.Now = time.Now })
-	waitWithin(t, 20*time.Second, "the monitor's first check", func() bool { return h.backend(t, "L1").LastCheck != "" })
+	h := newHarness(t, stallDLP(sl, "SAT",
+		`{"object": "LoadBalancer", "name": "SAT", "algorithm": "saturation", "threshold": 70, "alert": 50, "routes": [{"server": "L1", "priority": 1}, {"server": "L2", "priority": 2}]}`),
+		func(c *core.Config) { c.Now = time.Now })
+	waitWithin(t, 30*time.Second, "the monitor's first check", func() bool { return h.backend(t, "L1").LastCheck != "" })
 	stall(t, h.addr, 4)
 	clientsCut(t, h, 4)
 	stall(t, h.addr, 4)
 	clientsCut(t, h, 8)
-	time.Sleep(3 * time.Second)
+	nextChecks(t, h, "L1", "L2")
 	noServerBlamed(t, h, "L1", "L2")
 	if err := innocent(t, h); err != nil {
 		t.Errorf("an innocent client after both waves: %v", err)
@@ -133,9 +159,9 @@ func TestStalledReadersSaturationWaves(t *testing.T) {
 
 // The core's root DSE search on a fresh backend connection uses message
 // id 2147483647: a client whose first, anonymous operation uses that id
-// gets its own answer (before the fix 13 of 300 sessions got the root
-// DSE's or none), and one that pipelines a bind with that id behind its
-// first search gets the bind's answer (34 of 50 hung): the client's
+// gets its own answer (not the root DSE's, nor none), and one that
+// pipelines a bind with that id behind its first search gets the bind's
+// answer (it does not hang): the client's
 // operations on that connection wait until the core's search there is
 // answered.
 func TestClientUsesCoreMessageID(t *testing.T) {

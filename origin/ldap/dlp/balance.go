@@ -9,7 +9,7 @@ import (
 // Balancers runs the LoadBalancer objects of a file: for each operation
 // of a balance(LB) rule, Select orders the balancer's servers — the one
 // to use first, then the failover order — by the algorithm of seed 003
-// (DESIGN.md §5). Like the Router it is shared by every client connection
+// (docs/balancers.md). Like the Router it is shared by every client connection
 // of a core, so its state (the failover route in use, the optimal route,
 // the proportional counters, the alert marks) is the whole core's.
 //

@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// LoadBalancer objects of the file (DESIGN.md §5): what each algorithm
+// LoadBalancer objects of the file (docs/balancers.md): what each algorithm
 // reads, checked with the same positions and messages as every other
 // object. This file only parses; the types and their queries are in
 // dlp.go, and Balancers (balance.go) runs them beside the Router.
@@ -288,7 +288,7 @@ func (o *obj) attrs(n *node, key string) []string {
 
 // resolveRoutes checks the routes' servers once every LdapServer is
 // known: each must exist, and a server named by several routes has one
-// capacity (saturation is a server's, DESIGN.md §5).
+// capacity (saturation is a server's, docs/balancers.md).
 func (b *builder) resolveRoutes() {
 	type written struct {
 		r  *Route

@@ -110,7 +110,7 @@ func TestLoadBalancerErrors(t *testing.T) {
 }
 
 // The keys of each algorithm land in the Balancer, with the defaults of
-// DESIGN.md §5.
+// docs/balancers.md.
 func TestLoadBalancerKeys(t *testing.T) {
 	f, err := dlp.Parse("x.json", []byte(lbFile(
 		`{"object": "LoadBalancer", "name": "FO", "algorithm": "failover", "switchback": 1, "routes": [{"server": "L1", "priority": {"add": 1, "default": 3}}, {"server": "L2", "priority": 2, "capacity": 10}]}`,

@@ -103,7 +103,7 @@ type Proxy struct {
 	Default []string // servers used when no UserRouting rule matches; empty → the operation fails (52)
 }
 
-// Balancer is a LoadBalancer object (DESIGN.md §5), checked by the parser
+// Balancer is a LoadBalancer object (docs/balancers.md), checked by the parser
 // (balancerfile.go); Balancers (balance.go) runs it.
 type Balancer struct {
 	Name       string

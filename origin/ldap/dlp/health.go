@@ -14,7 +14,7 @@ import (
 // without being contacted, until a real attempt fails: being selectable
 // is not a retry, and only a failed attempt starts a new OFFLINE period.
 //
-// The backend monitor (DESIGN.md §5) adds a second reason: a server whose
+// The backend monitor (docs/balancers.md) adds a second reason: a server whose
 // last check failed is down, and so OFFLINE, until a check passes,
 // however long that takes; a passing check also ends an OFFLINE period
 // early. A session's successful connect does not end a down state: a

@@ -8,7 +8,7 @@ import (
 
 // Load is every server's operations in flight and its saturation: in
 // flight ÷ capacity × 100, smoothed over the monitoring interval
-// (DESIGN.md §5). The core calls Begin when it sends an operation to a
+// (docs/balancers.md). The core calls Begin when it sends an operation to a
 // server and End when the operation is over, however it ends.
 //
 // The smoothing is an exponential moving average in continuous time with

@@ -122,7 +122,7 @@ var objectKeys = map[string][]string{
 
 var objectTypes = []string{"Defaults", "LdapServer", "LdapProxy", "ProxyRule", "LoadBalancer"}
 
-// Load balancing algorithms of DESIGN.md §5.
+// Load balancing algorithms (docs/balancers.md).
 var algorithms = []string{"failover", "optimal", "proportional", "saturation", "searchfilter"}
 
 type builder struct {

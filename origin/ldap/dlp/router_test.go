@@ -81,7 +81,7 @@ const threeServers = `[
 // The seed's "General Operation Forwarding Example": user X binds, searches
 // and unbinds twice; the primary LDAP3 is down and was never contacted.
 // The rule is forwardto(LDAP3,LDAP1): failover goes to LDAP1 (the seed's
-// narrative says LDAP2; DESIGN.md §4 notes the rule is right).
+// narrative says LDAP2; the rule is right).
 func TestSeed000GeneralOperationForwardingExample(t *testing.T) {
 	for _, variant := range []struct{ name, lb string }{
 		{"as printed, loadbalance 0", `"loadbalance" : 0,`},
