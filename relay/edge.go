@@ -265,14 +265,15 @@ func (e *Edge) dialNext(c *evloop.Conn, rc *conn) {
 		return
 	}
 	// A name: looked up off the loop, then dialled from it.
-	t0 := c.Now()
+	t0 := e.now()
 	go func() {
 		ctx, cancel := context.WithTimeout(e.ctx, e.cfg.ConnectTimeout)
 		defer cancel()
 		ap, err := evloop.Resolve(ctx, o.addr)
+		took := max(0, e.now().Sub(t0))
 		c.Post(func(c *evloop.Conn) {
 			if err != nil {
-				(*handler)(e).failed(c, rc, t0, err)
+				(*handler)(e).failed(c, rc, took, err)
 				return
 			}
 			c.Dial(ap, &e.dial)
@@ -289,10 +290,10 @@ func (h *handler) Dialed(c *evloop.Conn, err error) {
 	e := (*Edge)(h)
 	rc := c.Data.(*conn)
 	if err != nil {
-		h.failed(c, rc, c.DialStarted(), err)
+		h.failed(c, rc, c.DialDuration(), err)
 		return
 	}
-	e.m.dial.Observe(c.Now().Sub(c.DialStarted()).Seconds())
+	e.m.dial.Observe(c.DialDuration().Seconds())
 	o := rc.origin
 	if e.orig.ok(o) { // origin_up follows (unless SetOrigins removed it meanwhile)
 		e.log.Info("origin back", "origin", o.addr)
@@ -329,11 +330,11 @@ func (e *Edge) sent(c *evloop.Conn) {
 // failed handles a failed dial: the edge's own lack of descriptors refuses
 // the client without blaming the origin; otherwise the origin is OFFLINE
 // and the next one is tried.
-func (h *handler) failed(c *evloop.Conn, rc *conn, t0 time.Time, err error) {
+func (h *handler) failed(c *evloop.Conn, rc *conn, took time.Duration, err error) {
 	e := (*Edge)(h)
 	o := rc.origin
 	e.forgetOrigin(rc)
-	e.m.dial.Observe(c.Now().Sub(t0).Seconds())
+	e.m.dial.Observe(took.Seconds())
 	err = fmt.Errorf("dial origin %s: %w", o.addr, err)
 	if e.ctx.Err() != nil {
 		c.Close(ResultDrain, err)

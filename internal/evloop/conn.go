@@ -36,6 +36,7 @@ type Conn struct {
 	up, down    dir
 	cerr        error // a client read error met before Relay
 	dialStarted time.Time
+	dialTook    time.Duration // how long the last Dial took, once it ended
 	dialOpts    *DialOptions
 	lazy        uint8 // lazyNoDelay, lazyKeepalive: set on the upstream socket already
 	writes      int   // writes to the upstream socket so far
@@ -195,7 +196,7 @@ func (c *Conn) Dial(addr netip.AddrPort, o *DialOptions) {
 	c.reading = false
 	c.disarm()
 	c.state = stDialing
-	c.dialStarted = c.l.s.now()
+	c.dialStarted, c.dialTook = c.l.s.now(), 0
 	c.upPeer = addr
 	if c.sfd >= 0 {
 		c.l.release(c.sfd)
@@ -270,10 +271,20 @@ func (c *Conn) Dial(addr netip.AddrPort, o *DialOptions) {
 	// the connect's outcome comes as an event (EPOLLOUT, or EPOLLERR)
 }
 
-// DialStarted is when the last Dial began.
-func (c *Conn) DialStarted() time.Time { return c.dialStarted }
+// DialDuration is how long the last Dial took, from its start to its
+// outcome, both read from the Server's clock at the moment (never the
+// loop's reading of the wake-up, which is earlier than a connect that
+// starts and ends within one turn); never negative, even with a clock
+// that steps back.
+func (c *Conn) DialDuration() time.Duration { return c.dialTook }
+
+// dialEnd records the end of a Dial.
+func (c *Conn) dialEnd() {
+	c.dialTook = max(0, c.l.s.now().Sub(c.dialStarted))
+}
 
 func (c *Conn) dialFailed(err error) {
+	c.dialEnd()
 	c.state = stOpen
 	c.l.s.Handler.Dialed(c, err)
 }
@@ -288,6 +299,7 @@ func (c *Conn) connected(err error) {
 		return
 	}
 	c.disarm()
+	c.dialEnd()
 	c.state = stDialed
 	c.l.s.Handler.Dialed(c, nil)
 }

@@ -90,7 +90,7 @@ type Server struct {
 	Loops int
 	// Log receives accept failures (rate-limited); nil discards them.
 	Log *slog.Logger
-	// Now is the clock of Conn.Now and Conn.DialStarted (what a handler
+	// Now is the clock of Conn.Now and Conn.DialDuration (what a handler
 	// measures and logs); nil is time.Now. Timeouts always run on the
 	// real clock.
 	Now func() time.Time
