@@ -271,6 +271,14 @@ func (e *Edge) dialNext(c *evloop.Conn, rc *conn) {
 		defer cancel()
 		ap, err := evloop.Resolve(ctx, o.addr)
 		took := max(0, e.now().Sub(t0))
+		if err != nil && !accept.LocalResources(err) {
+			if short := accept.DescriptorShortage(); short != nil {
+				// Whatever the lookup says ("no such host"), it ran
+				// while this edge could not open a socket: not the
+				// origin's failure.
+				err = fmt.Errorf("%w, while this host is short of descriptors: %w", err, short)
+			}
+		}
 		c.Post(func(c *evloop.Conn) {
 			if err != nil {
 				(*handler)(e).failed(c, rc, took, err)
