@@ -95,7 +95,7 @@ func Render(c Config, name string) (*Rendering, error) {
 	d.BinarySHA256, _ = ParseSHA256(d.BinarySHA256)
 	origins := d.origins(c.Origin)
 	rc := relay.DefaultConfig()
-	rc.Name, rc.Listen, rc.Origins, rc.DrainTimeout = e.Name, d.Listen, origins, d.DrainTimeout
+	rc.Name, rc.Listen, rc.Origins, rc.DrainTimeout = e.Name, d.Listen, relay.OriginList(origins...), d.DrainTimeout
 	if err := rc.Validate(); err != nil {
 		return nil, fmt.Errorf("edge %s configuration: %w", e.Name, err)
 	}

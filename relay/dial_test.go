@@ -34,7 +34,7 @@ func TestDialSecondsNeverNegative(t *testing.T) {
 	o := startOrigin(t, true, echo)
 	dead := testbed.FreeAddr(t, "127.0.0.1")
 	clock := &tickingClock{now: time.Unix(1e9, 0), step: time.Millisecond}
-	e := startEdge(t, Config{Origins: []string{dead, o.addr}}, func(e *Edge) { e.Now = clock.Now })
+	e := startEdge(t, Config{Origins: OriginList(dead, o.addr)}, func(e *Edge) { e.Now = clock.Now })
 	const n = 20
 	for range n {
 		if got := roundTrip(t, e.addr, "ping"); got != "ping" {

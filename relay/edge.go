@@ -125,23 +125,23 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Edge, error)
 		e.dial.Source, _ = netip.ParseAddr(cfg.Source)
 	}
 	e.orig.mu.Lock()
-	e.orig.gauge = func(addr string, up, gone bool) {
+	e.orig.gauge = func(name string, up, gone bool) {
 		if gone {
-			e.m.originUp.DeleteLabelValues(addr)
+			e.m.originUp.DeleteLabelValues(name)
 			return
 		}
-		e.m.originUp.WithLabelValues(addr).Set(b2f(up))
+		e.m.originUp.WithLabelValues(name).Set(b2f(up))
 	}
 	e.orig.mu.Unlock()
-	for a := range e.orig.states() {
-		e.m.originUp.WithLabelValues(a).Set(1)
+	for _, n := range e.orig.names() {
+		e.m.originUp.WithLabelValues(n).Set(1)
 	}
 	return e, nil
 }
 
-// SetOrigins replaces the origin list. Origins that stay keep their
-// OFFLINE state; connections already relayed are not touched.
-func (e *Edge) SetOrigins(origins []string) {
+// SetOrigins replaces the origin list. Origins that stay (by address)
+// keep their OFFLINE state; connections already relayed are not touched.
+func (e *Edge) SetOrigins(origins []Origin) {
 	e.orig.set(origins) // the origin_up series follow, under the set's lock
 }
 
@@ -175,7 +175,7 @@ func (e *Edge) isClosing() bool {
 func (e *Edge) looped() {
 	e.m.total[ResultLoop].Inc()
 	if ok, suppressed := e.refusals.Allow(); ok {
-		e.log.Warn("connection from the edge itself refused: an origin is this edge", "origins", e.orig.addrs(),
+		e.log.Warn("connection from the edge itself refused: an origin is this edge", "origins", e.orig.names(),
 			"suppressed", suppressed)
 	}
 }
@@ -270,6 +270,7 @@ func (e *Edge) dialNext(c *evloop.Conn, rc *conn) {
 		ctx, cancel := context.WithTimeout(e.ctx, e.cfg.ConnectTimeout)
 		defer cancel()
 		ap, err := evloop.Resolve(ctx, o.addr)
+		err = hideName(err, o)
 		took := max(0, e.now().Sub(t0))
 		if err != nil && !accept.LocalResources(err) {
 			if short := accept.DescriptorShortage(); short != nil {
@@ -304,7 +305,7 @@ func (h *handler) Dialed(c *evloop.Conn, err error) {
 	e.m.dial.Observe(c.DialDuration().Seconds())
 	o := rc.origin
 	if e.orig.ok(o) { // origin_up follows (unless SetOrigins removed it meanwhile)
-		e.log.Info("origin back", "origin", o.addr)
+		e.log.Info("origin back", "origin", o.name)
 	}
 	e.orig.release(rc.plan, rc.claim)
 	rc.plan = nil
@@ -343,14 +344,14 @@ func (h *handler) failed(c *evloop.Conn, rc *conn, took time.Duration, err error
 	o := rc.origin
 	e.forgetOrigin(rc)
 	e.m.dial.Observe(took.Seconds())
-	err = fmt.Errorf("dial origin %s: %w", o.addr, err)
+	err = fmt.Errorf("dial origin %s: %w", o.name, err)
 	if e.ctx.Err() != nil {
 		c.Close(ResultDrain, err)
 		return
 	}
 	if accept.LocalResources(err) { // the next origin would fail the same way
 		if ok, suppressed := e.refusals.Allow(); ok {
-			e.log.Warn("out of local resources: connection refused, no origin marked offline", "origin", o.addr,
+			e.log.Warn("out of local resources: connection refused, no origin marked offline", "origin", o.name,
 				"err", err, "suppressed", suppressed)
 		}
 		e.orig.release(rc.plan, rc.claim)
@@ -360,7 +361,7 @@ func (h *handler) failed(c *evloop.Conn, rc *conn, took time.Duration, err error
 		return
 	}
 	if e.orig.fail(o, c.Now()) {
-		e.log.Warn("origin offline", "origin", o.addr, "retry_in", e.cfg.OfflineRetry, "err", err)
+		e.log.Warn("origin offline", "origin", o.name, "retry_in", e.cfg.OfflineRetry, "err", err)
 	}
 	e.dialNext(c, rc)
 }
@@ -392,7 +393,7 @@ func (h *handler) Closed(c *evloop.Conn, res evloop.Result) {
 		e.m.clientProxy.Inc()
 		if ok, suppressed := e.refusals.Allow(); ok {
 			e.log.Warn("client proxy header refused", "id", rc.id, "client", c.Peer().String(),
-				"origin", rc.origin.addr, "suppressed", suppressed)
+				"origin", rc.origin.name, "suppressed", suppressed)
 		}
 		return
 	}
@@ -406,7 +407,7 @@ func (h *handler) Closed(c *evloop.Conn, res evloop.Result) {
 	}
 	origin := ""
 	if rc.origin != nil {
-		origin = rc.origin.addr
+		origin = rc.origin.name
 	}
 	// Typed attributes: no value boxed into an interface.
 	attrs := make([]slog.Attr, 0, 8)
@@ -455,6 +456,18 @@ func (e *Edge) forgetOrigin(rc *conn) {
 		e.own.Closed(rc.upLocal)
 		rc.upLocal = netip.AddrPort{}
 	}
+}
+
+// hideName keeps an origin's host name out of a lookup's error (it is
+// logged): the name the edge gives the origin stands in its place.
+func hideName(err error, o *origin) error {
+	var de *net.DNSError
+	if !errors.As(err, &de) {
+		return err
+	}
+	hidden := *de
+	hidden.Name = o.name
+	return &hidden
 }
 
 // errNoOrigin is the error of a connection for which every origin failed.

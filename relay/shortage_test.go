@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
+	"github.com/prometheus/common/expfmt"
 )
 
 // TestDescriptorShortageNamedOriginsStayUp: origins given by name, looked
@@ -40,7 +41,7 @@ func TestDescriptorShortageNamedOriginsStayUp(t *testing.T) {
 	}
 	a, b := tagged("A"), tagged("B")
 	port := func(o *testOrigin) string { _, p, _ := net.SplitHostPort(o.addr); return p }
-	e := startEdge(t, Config{Origins: []string{"o1.example.test:" + port(a), "o2.example.test:" + port(b)}, OfflineRetry: time.Hour})
+	e := startEdge(t, Config{Origins: OriginList("o1.example.test:" + port(a), "o2.example.test:" + port(b)), OfflineRetry: time.Hour})
 	if got := roundTrip(t, e.addr, "x"); got != "A" {
 		t.Fatalf("before the shortage the client reached %q, want A", got)
 	}
@@ -66,7 +67,7 @@ func TestDescriptorShortageNamedOriginsStayUp(t *testing.T) {
 	if v := e.value(t, "edgefleet_edge_connections_total", "result", ResultNoOrigin); v != 0 {
 		t.Errorf("%v clients counted no-origin", v)
 	}
-	for _, o := range []string{"o1.example.test:" + port(a), "o2.example.test:" + port(b)} {
+	for _, o := range []string{"o1", "o2"} {
 		if v := e.value(t, "edgefleet_edge_origin_up", "origin", o); v != 1 {
 			t.Errorf("origin_up{%s} = %v after the edge's own shortage, want 1", o, v)
 		}
@@ -126,4 +127,56 @@ func exhaustDescriptors(t *testing.T, free int) (release func()) {
 	}
 	t.Cleanup(release)
 	return release
+}
+
+// TestOriginAddressNeverSaid: an edge with an origin that does not resolve
+// (a real named answers NXDOMAIN), one that refuses and one that serves
+// says none of their host names or addresses in its metrics or its log
+// lines, only the names it gives them (o1, o2, …, or the configured
+// ones).
+func TestOriginAddressNeverSaid(t *testing.T) {
+	n := testbed.StartNamed(t, testbed.NamedConfig{Zone: "example.test", Records: []string{"good IN A 127.0.0.1"}})
+	old := net.DefaultResolver
+	net.DefaultResolver = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, n.Addr)
+	}}
+	t.Cleanup(func() { net.DefaultResolver = old })
+	o := startOrigin(t, true, echo)
+	_, port, _ := net.SplitHostPort(o.addr)
+	refused := testbed.FreeAddr(t, "127.0.0.9")
+	e := startEdge(t, Config{Origins: []Origin{
+		{Address: "missing.example.test:8636"},
+		{Name: "par-b", Address: refused},
+		{Address: "good.example.test:" + port},
+	}})
+	for range 3 {
+		if got := roundTrip(t, e.addr, "ping"); got != "ping" {
+			t.Fatalf("round trip = %q", got)
+		}
+	}
+	e.waitLines(t, "origin offline", 2)
+	var text strings.Builder
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		expfmt.MetricFamilyToText(&text, mf)
+	}
+	for where, s := range map[string]string{"metrics": text.String(), "log": e.logs.String()} {
+		for _, secret := range []string{"missing.example.test", "good.example.test", "127.0.0.9", ":" + port} {
+			if strings.Contains(s, secret) {
+				t.Errorf("the %s says %q:\n%s", where, secret, s)
+			}
+		}
+	}
+	for _, want := range []string{`edgefleet_edge_origin_up{origin="o1"} 0`, `edgefleet_edge_origin_up{origin="par-b"} 0`, `edgefleet_edge_origin_up{origin="o3"} 1`} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("no %s in the metrics:\n%s", want, text.String())
+		}
+	}
+	if !strings.Contains(e.logs.String(), `"err":"dial origin o1: lookup o1 on `) {
+		t.Errorf("the lookup's failure is not logged under the origin's name:\n%s", e.logs.String())
+	}
 }

@@ -72,7 +72,7 @@ func TestLocalFDExhaustionMarksNoOriginOffline(t *testing.T) {
 	if !regexp.MustCompile(`\nedgefleet_edge_connections_total\{result="local-resources"\} [1-9]`).MatchString(body) {
 		t.Errorf("no connection counted as local-resources:\n%s", grepLines(body, "edgefleet_edge_connections_total"))
 	}
-	for _, o := range []string{a, b} {
+	for _, o := range []string{"o1", "o2"} {
 		if !strings.Contains(body, `edgefleet_edge_origin_up{origin="`+o+`"} 1`) {
 			t.Errorf("origin %s not up:\n%s", o, grepLines(body, "edgefleet_edge_origin_up"))
 		}

@@ -13,10 +13,15 @@ package main
 
 import (
 	"context"
+	"crypto/subtle"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/netip"
+	"os"
 	"slices"
+	"strings"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
 	"github.com/edgefleet/edgefleet/relay"
@@ -28,8 +33,13 @@ import (
 // at the top level, plus the metrics endpoint and the log section.
 type edgeFile struct {
 	relay.Config `mapstructure:",squash"`
-	Metrics      string  `mapstructure:"metrics"` // GET /metrics; "" disables
-	Log          cli.Log `mapstructure:"log"`
+	Metrics      string `mapstructure:"metrics"` // GET /metrics; "" disables
+	// MetricsTokenFile holds the bearer token GET /metrics requires
+	// (Authorization: Bearer …); empty: none is required.
+	MetricsTokenFile string  `mapstructure:"metrics_token_file"`
+	Log              cli.Log `mapstructure:"log"`
+
+	token string // MetricsTokenFile's content, read by load
 }
 
 func defaults() edgeFile {
@@ -50,6 +60,12 @@ func load(fs *pflag.FlagSet, path string) (edgeFile, error) {
 			return cfg, fmt.Errorf("metrics: %q is not host:port", cfg.Metrics)
 		}
 	}
+	if cfg.MetricsTokenFile != "" {
+		var err error
+		if cfg.token, err = readToken(cfg.MetricsTokenFile); err != nil {
+			return cfg, fmt.Errorf("metrics_token_file: %w", err)
+		}
+	}
 	if err := cfg.Config.Validate(); err != nil {
 		return cfg, err
 	}
@@ -64,6 +80,7 @@ func main() {
 	f.StringSlice("origins", nil, "origin addresses host:port, tried in order (overrides origins)")
 	f.String("proxy-protocol", "", "v2, v1 or off (overrides proxy_protocol)")
 	f.String("metrics", "", "address of the metrics endpoint (overrides metrics)")
+	f.String("metrics-token-file", "", "file holding the bearer token GET /metrics requires (overrides metrics_token_file)")
 	f.String("source", "", "local IP the origin connections are made from (overrides source)")
 	check := f.Bool("check", false, "check the configuration, print it is ok and exit without listening (fleet deploy push runs it)")
 	root.RunE = func(cmd *cobra.Command, args []string) error {
@@ -76,7 +93,7 @@ func main() {
 			cli.Fatal("edge", err)
 		}
 		if *check {
-			fmt.Fprintf(cmd.OutOrStdout(), "edge: configuration ok (name %s, origins %v)\n", cfg.Name, cfg.Origins)
+			fmt.Fprintf(cmd.OutOrStdout(), "edge: configuration ok (name %s, origins %s)\n", cfg.Name, strings.Join(relay.Names(cfg.Origins), " "))
 			return nil
 		}
 		run(cfg, func() (edgeFile, error) { return load(cmd.Flags(), path) })
@@ -107,12 +124,16 @@ func run(cfg edgeFile, reload func() (edgeFile, error)) {
 		}
 		lns = append(lns, ln)
 	}
-	p.ServeHTTP("metrics", cfg.Metrics, p.Metrics())
+	p.ServeHTTP("metrics", cfg.Metrics, bearer(cfg.token, p.Metrics()))
+	if cfg.Metrics != "" && cfg.token == "" && !loopback(cfg.Metrics) {
+		log.Warn("metrics reachable from other hosts without metrics_token_file: anyone who reaches it reads the edge's counters",
+			"metrics", cfg.Metrics)
+	}
 
 	serveErr := make(chan error, len(lns))
 	for _, ln := range lns {
 		go func() { serveErr <- e.Serve(ln) }()
-		log.Info("edge listening", "addr", ln.Addr().String(), "name", cfg.Name, "origins", cfg.Origins,
+		log.Info("edge listening", "addr", ln.Addr().String(), "name", cfg.Name, "origins", relay.Names(cfg.Origins),
 			"proxy_protocol", cfg.ProxyProtocol, "source", cfg.Source, "metrics", cfg.Metrics)
 	}
 
@@ -135,10 +156,63 @@ func reloadOrigins(e *relay.Edge, cfg *edgeFile, reload func() (edgeFile, error)
 		log.Warn("reload: changed keys need a restart, still running with their old values", "keys", restart)
 	}
 	if slices.Equal(next.Origins, cfg.Origins) {
-		log.Info("reload: origins unchanged", "origins", cfg.Origins)
+		log.Info("reload: origins unchanged", "origins", relay.Names(cfg.Origins))
 		return
 	}
 	e.SetOrigins(next.Origins)
-	log.Info("origins reloaded", "origins", next.Origins, "was", cfg.Origins)
+	log.Info("origins reloaded", "origins", relay.Names(next.Origins), "was", relay.Names(cfg.Origins))
 	cfg.Origins = next.Origins
+}
+
+// minToken is the shortest metrics token accepted: a guessable one
+// protects nothing.
+const minToken = 16
+
+// readToken reads a bearer token file: one line, surrounding white space
+// dropped.
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	tok := strings.TrimSpace(string(b))
+	switch {
+	case len(tok) < minToken:
+		return "", fmt.Errorf("%s: the token must be at least %d characters", path, minToken)
+	case strings.ContainsAny(tok, " \t\r\n"):
+		return "", fmt.Errorf("%s: the token must be one word on one line", path)
+	}
+	return tok, nil
+}
+
+// bearer serves h to requests that carry token (Authorization: Bearer),
+// compared in constant time; the others get 401. An empty token lets
+// every request through.
+func bearer(token string, h http.Handler) http.Handler {
+	if token == "" {
+		return h
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="edgefleet-edge"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// loopback reports whether a listen address only takes connections from
+// this host.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }

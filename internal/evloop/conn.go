@@ -2,7 +2,6 @@ package evloop
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -824,7 +823,7 @@ func Resolve(ctx context.Context, addr string) (netip.AddrPort, error) {
 		return netip.AddrPort{}, err
 	}
 	if len(ips) == 0 {
-		return netip.AddrPort{}, fmt.Errorf("lookup %s: no address", host)
+		return netip.AddrPort{}, &net.DNSError{Err: "no address", Name: host, IsNotFound: true}
 	}
 	return netip.AddrPortFrom(ips[0].Unmap(), uint16(p)), nil
 }
