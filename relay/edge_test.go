@@ -613,7 +613,10 @@ func TestValidate(t *testing.T) {
 			`origins: "127.0.0.1:636" is the edge's own listen address "127.0.0.1:636": every connection would be relayed to itself`},
 		{"origin localhost", func(c *Config) { c.Listen = []string{"127.0.0.1:636"}; c.Origins = OriginList("localhost:636") },
 			`origins: "localhost:636" is the edge's own listen address "127.0.0.1:636"`},
-		{"origin v4-mapped", func(c *Config) { c.Listen = []string{"127.0.0.1:636"}; c.Origins = OriginList("[::ffff:127.0.0.1]:636") },
+		{"origin v4-mapped", func(c *Config) {
+			c.Listen = []string{"127.0.0.1:636"}
+			c.Origins = OriginList("[::ffff:127.0.0.1]:636")
+		},
 			`origins: "[::ffff:127.0.0.1]:636" is the edge's own listen address "127.0.0.1:636"`},
 		{"origin loopback under a wildcard listen", func(c *Config) { c.Listen = []string{"0.0.0.0:636"}; c.Origins = OriginList("127.0.0.1:636") },
 			`origins: "127.0.0.1:636" is the edge's own listen address "0.0.0.0:636"`},

@@ -9,7 +9,7 @@ import (
 // origin is one configured origin address and its OFFLINE state.
 type origin struct {
 	addr     string
-	name     string // what the edge calls it in metrics and logs, never the address
+	name     string         // what the edge calls it in metrics and logs, never the address
 	ap       netip.AddrPort // addr when it is an IP literal; else resolved per connection
 	offline  bool
 	failedAt time.Time // last failed connect; meaningful while offline

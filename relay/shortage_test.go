@@ -41,7 +41,7 @@ func TestDescriptorShortageNamedOriginsStayUp(t *testing.T) {
 	}
 	a, b := tagged("A"), tagged("B")
 	port := func(o *testOrigin) string { _, p, _ := net.SplitHostPort(o.addr); return p }
-	e := startEdge(t, Config{Origins: OriginList("o1.example.test:" + port(a), "o2.example.test:" + port(b)), OfflineRetry: time.Hour})
+	e := startEdge(t, Config{Origins: OriginList("o1.example.test:"+port(a), "o2.example.test:"+port(b)), OfflineRetry: time.Hour})
 	if got := roundTrip(t, e.addr, "x"); got != "A" {
 		t.Fatalf("before the shortage the client reached %q, want A", got)
 	}
