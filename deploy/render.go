@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -29,6 +30,9 @@ const (
 	ConfigPath = "/etc/edgefleet/edge.yaml"
 	UnitPath   = "/etc/systemd/system/" + UnitName
 	UnitName   = "edgefleet-edge.service"
+	// MetricsTokenPath holds the metrics bearer token on an edge host
+	// (root only); the unit hands it to the edge as a credential.
+	MetricsTokenPath = "/etc/edgefleet/metrics.token"
 )
 
 // MaxUserData is the user-data size the common clouds accept (EC2, GCE,
@@ -51,6 +55,13 @@ type Deploy struct {
 	Listen         []string      `mapstructure:"listen"`          // the edge's listen addresses
 	Origins        []string      `mapstructure:"origins"`         // what the edges dial; empty: origin.address with each of origin.ports
 	Metrics        string        `mapstructure:"metrics"`         // the edge's metrics listen address; "" disables
+	// MetricsTokenFile is a file on fleet's host holding the bearer token
+	// of the edges' metrics: rendered onto each edge (its
+	// metrics_token_file) and sent by fleet when it reads the drain.
+	MetricsTokenFile string `mapstructure:"metrics_token_file"`
+	// MetricsAllow lists the hosts (CIDRs) that may reach the edges'
+	// metrics port; cloud-init drops every other source at first boot.
+	MetricsAllow []string `mapstructure:"metrics_allow"`
 	DrainTimeout   time.Duration `mapstructure:"drain_timeout"`   // the edge's drain_timeout; the unit's stop timeout follows it
 }
 
@@ -69,6 +80,8 @@ type Rendering struct {
 	EdgeConfig []byte // edgefleet edge YAML, installed at ConfigPath
 	Unit       []byte // installed at UnitPath
 	UserData   []byte // #cloud-config
+	// MetricsToken is installed at MetricsTokenPath (nil: no token).
+	MetricsToken []byte
 }
 
 //go:embed templates
@@ -102,13 +115,24 @@ func Render(c Config, name string) (*Rendering, error) {
 	if 2*rc.MaxConns+4096 > LimitNOFILE {
 		return nil, fmt.Errorf("edge %s: max_conns %d needs more descriptors than LimitNOFILE %d", e.Name, rc.MaxConns, LimitNOFILE)
 	}
+	r := &Rendering{Edge: e}
+	if d.MetricsTokenFile != "" {
+		tok, err := ReadMetricsToken(d.MetricsTokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("deploy.metrics_token_file: %w", err)
+		}
+		r.MetricsToken = []byte(tok + "\n")
+	}
+	allow, err := metricsAllow(d)
+	if err != nil {
+		return nil, err
+	}
 	data := map[string]any{
 		"Edge": e, "Deploy": d, "Relay": rc, "LimitNOFILE": LimitNOFILE,
+		"MetricsToken": string(r.MetricsToken), "MetricsTokenPath": MetricsTokenPath, "MetricsAllow": allow,
 		"TimeoutStopSec": int64((rc.DrainTimeout + 10*time.Second).Round(time.Second) / time.Second),
 		"BinDir":         BinDir, "BinLink": BinLink, "ConfigPath": ConfigPath, "UnitPath": UnitPath, "UnitName": UnitName,
 	}
-	r := &Rendering{Edge: e}
-	var err error
 	if r.EdgeConfig, err = execute("edge.yaml", data); err != nil {
 		return nil, err
 	}
@@ -135,6 +159,43 @@ func execute(name string, data any) ([]byte, error) {
 		return nil, fmt.Errorf("render %s: %w", name, err)
 	}
 	return b.Bytes(), nil
+}
+
+// metricsAllow is the firewall rules of deploy.metrics_allow: for the
+// metrics port, an ACCEPT per allowed CIDR and a DROP of the rest, per
+// family (iptables, ip6tables).
+func metricsAllow(d Deploy) ([]string, error) {
+	if len(d.MetricsAllow) == 0 || d.Metrics == "" {
+		return nil, nil
+	}
+	_, port, err := net.SplitHostPort(d.Metrics)
+	if err != nil {
+		return nil, fmt.Errorf("deploy.metrics: %q is not host:port", d.Metrics)
+	}
+	var v4, v6 []string
+	for _, a := range d.MetricsAllow {
+		p, err := netip.ParsePrefix(a)
+		if err != nil {
+			ip, ierr := netip.ParseAddr(a)
+			if ierr != nil || ip.Zone() != "" {
+				return nil, fmt.Errorf("deploy.metrics_allow: %q is not a CIDR or an IP address", a)
+			}
+			p = netip.PrefixFrom(ip, ip.BitLen())
+		}
+		if p.Addr().Is4In6() {
+			p = netip.PrefixFrom(p.Addr().Unmap(), max(0, p.Bits()-96))
+		}
+		p = p.Masked()
+		rule := "-p tcp --dport " + port + " -s " + p.String() + " -j ACCEPT"
+		if p.Addr().Is4() {
+			v4 = append(v4, "iptables -I INPUT "+strconv.Itoa(len(v4)+1)+" "+rule)
+		} else {
+			v6 = append(v6, "ip6tables -I INPUT "+strconv.Itoa(len(v6)+1)+" "+rule)
+		}
+	}
+	out := append(v4, "iptables -I INPUT "+strconv.Itoa(len(v4)+1)+" -p tcp --dport "+port+" -j DROP")
+	out = append(out, v6...)
+	return append(out, "ip6tables -I INPUT "+strconv.Itoa(len(v6)+1)+" -p tcp --dport "+port+" -j DROP"), nil
 }
 
 // origins is deploy.origins, or origin.address with each origin port.

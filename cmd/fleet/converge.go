@@ -95,7 +95,7 @@ func converge(cmd *cobra.Command, p fleetParts, cfg deploy.Config, fl convergeFl
 	defer stop()
 	c := &deploy.Converger{
 		Config: cfg, StatePath: statePath(p.f.path),
-		DNS: p.pub, Firewall: p.fw, Probe: p.probe, Conns: deploy.ScrapeConns,
+		DNS: p.pub, Firewall: p.fw, Probe: p.probe, Conns: cfg.Deploy.Scrape(),
 		Slack: fl.slack, DryRun: fl.dryRun, Locked: locked, Out: cmd.OutOrStdout(), Every: fl.every,
 	}
 	if err := c.Run(ctx); err != nil {
@@ -282,7 +282,7 @@ connections (from metrics) and its state (active, draining, new, failed).`,
 			if err != nil {
 				return cli.Exit(1, err)
 			}
-			rows := deploy.Status(cmd.Context(), p.f.Config, st, live, p.fw, p.probe, deploy.ScrapeConns)
+			rows := deploy.Status(cmd.Context(), p.f.Config, st, live, p.fw, p.probe, p.f.Config.Deploy.Scrape())
 			return deploy.PrintStatus(cmd.OutOrStdout(), rows)
 		},
 	}
