@@ -47,22 +47,23 @@ const LimitNOFILE = 1 << 20
 // Deploy is the `deploy:` section of fleet.yaml: what every edge runs and
 // how `fleet deploy` reaches it. It holds no secret: identity is a path.
 type Deploy struct {
-	BinaryURL      string   `mapstructure:"binary_url"`      // where cloud-init fetches the edge binary (https, or http: the SHA-256 is the guarantee)
-	BinarySHA256   string   `mapstructure:"binary_sha256"`   // hex SHA-256 of that binary; render needs it, push checks the uploaded file against it
-	Binary         string   `mapstructure:"binary"`          // local edge binary that push uploads
-	Identity       string   `mapstructure:"identity"`        // SSH private key file for push; empty: the ssh-agent at SSH_AUTH_SOCK
-	AuthorizedKeys []string `mapstructure:"authorized_keys"` // public keys cloud-init authorises for root, for later pushes
-	Listen         []string `mapstructure:"listen"`          // the edge's listen addresses
-	Origins        []string `mapstructure:"origins"`         // what the edges dial; empty: origin.address with each of origin.ports
-	Metrics        string   `mapstructure:"metrics"`         // the edge's metrics listen address; "" disables
+	BinaryURL      string        `mapstructure:"binary_url"`      // where cloud-init fetches the edge binary (https, or http: the SHA-256 is the guarantee)
+	BinarySHA256   string        `mapstructure:"binary_sha256"`   // hex SHA-256 of that binary; render needs it, push checks the uploaded file against it
+	Binary         string        `mapstructure:"binary"`          // local edge binary that push uploads
+	Identity       string        `mapstructure:"identity"`        // SSH private key file for push; empty: the ssh-agent at SSH_AUTH_SOCK
+	AuthorizedKeys []string      `mapstructure:"authorized_keys"` // public keys cloud-init authorises for root, for later pushes
+	Listen         []string      `mapstructure:"listen"`          // the edge's listen addresses
+	Origins        []string      `mapstructure:"origins"`         // what the edges dial; empty: origin.address with each of origin.ports
+	Metrics        string        `mapstructure:"metrics"`         // the edge's metrics listen address; "" disables
+	DrainTimeout   time.Duration `mapstructure:"drain_timeout"`   // the edge's drain_timeout; the unit's stop timeout follows it
+
 	// MetricsTokenFile is a file on fleet's host holding the bearer token
 	// of the edges' metrics: rendered onto each edge (its
 	// metrics_token_file) and sent by fleet when it reads the drain.
 	MetricsTokenFile string `mapstructure:"metrics_token_file"`
 	// MetricsAllow lists the hosts (CIDRs) that may reach the edges'
 	// metrics port; cloud-init drops every other source at first boot.
-	MetricsAllow []string      `mapstructure:"metrics_allow"`
-	DrainTimeout time.Duration `mapstructure:"drain_timeout"` // the edge's drain_timeout; the unit's stop timeout follows it
+	MetricsAllow []string `mapstructure:"metrics_allow"`
 }
 
 // DefaultDeploy is the edge's own defaults (DESIGN.md §2) and bin/edge,
