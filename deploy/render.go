@@ -39,9 +39,10 @@ const (
 // Hetzner, Scaleway: 16 KiB before base64).
 const MaxUserData = 16 << 10
 
-// LimitNOFILE is the unit's file descriptor limit: two per relayed
-// connection (client and origin) at the edge's default max_conns of
-// 100,000, plus the splice pipes of the busy ones, fits with room.
+// LimitNOFILE is the unit's file descriptor limit: what an edge holds at
+// the default max_conns of 100,000 (relay.Descriptors: two sockets per
+// connection and the splice pipes the loops may hold, about 2.5 per
+// connection) fits with room.
 const LimitNOFILE = 1 << 20
 
 // Deploy is the `deploy:` section of fleet.yaml: what every edge runs and
@@ -113,7 +114,7 @@ func Render(c Config, name string) (*Rendering, error) {
 	if err := rc.Validate(); err != nil {
 		return nil, fmt.Errorf("edge %s configuration: %w", e.Name, err)
 	}
-	if 2*rc.MaxConns+4096 > LimitNOFILE {
+	if relay.Descriptors(rc.MaxConns)+4096 > LimitNOFILE {
 		return nil, fmt.Errorf("edge %s: max_conns %d needs more descriptors than LimitNOFILE %d", e.Name, rc.MaxConns, LimitNOFILE)
 	}
 	r := &Rendering{Edge: e}

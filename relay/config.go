@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/evloop"
 )
 
 // Config is the edge's configuration (DESIGN.md §2). cmd/edge fills it from
@@ -106,6 +107,28 @@ const (
 // most 253 bytes anyway.
 const maxNameLen = 255
 
+// MaxConnsCap is max_conns's default where RLIMIT_NOFILE allows it (and
+// DefaultConfig's, for a configuration rendered for another host).
+const MaxConnsCap = 100000
+
+// descriptorReserve is what the edge keeps for itself besides its
+// connections: listeners, the event loops, the metrics endpoint's
+// connections, the resolver's sockets.
+const descriptorReserve = 256
+
+// Descriptors is the most file descriptors an edge with max_conns n
+// holds: two sockets per connection, the splice pipes the event loops
+// may hold (a quarter of n, at least 64, two descriptors each, and as
+// many idle in the pool) and the reserve: about 2.5 per connection.
+func Descriptors(n int) int { return evloop.DescriptorsFor(n) + descriptorReserve }
+
+// MaxConnsFor is max_conns's default under an RLIMIT_NOFILE of nofile:
+// the most connections whose Descriptors fit, at most MaxConnsCap (as
+// HAProxy derives maxconn from ulimit -n).
+func MaxConnsFor(nofile uint64) int {
+	return evloop.MaxConnsFor(nofile, 0, descriptorReserve, MaxConnsCap)
+}
+
 // DefaultConfig returns the defaults of DESIGN.md §2. Origins has no
 // default: it must be given.
 func DefaultConfig() Config {
@@ -116,7 +139,7 @@ func DefaultConfig() Config {
 		ConnectTimeout: 3 * time.Second,
 		OfflineRetry:   60 * time.Second,
 		ProxyProtocol:  ProxyV2,
-		MaxConns:       100000,
+		MaxConns:       MaxConnsCap,
 		DrainTimeout:   30 * time.Second,
 		Keepalive:      15 * time.Second,
 	}

@@ -118,7 +118,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Edge, error)
 		own:    accept.NewOwn(),
 	}
 	e.refusals = accept.NewLimiter(refusalLogBurst, refusalLogWindow, e.now)
-	e.srv = evloop.Server{Handler: (*handler)(e), Log: log, Now: e.now}
+	e.srv = evloop.Server{Handler: (*handler)(e), Log: log, Now: e.now, MaxPipes: evloop.PipesFor(cfg.MaxConns)}
 	e.dial = evloop.DialOptions{Timeout: cfg.ConnectTimeout, NoDelay: true, Keepalive: keepalive(cfg.Keepalive),
 		Sent: e.sent}
 	if cfg.Source != "" {

@@ -109,3 +109,30 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestMaxConnsFromNofile: under the RLIMIT_NOFILE of a default machine
+// (20000) the edge's default max_conns is what fits in it (7847: 2.5
+// descriptors a connection and a reserve), with no warning at start; a
+// max_conns set above what fits starts with the warning.
+func TestMaxConnsFromNofile(t *testing.T) {
+	origin := echoOrigin(t, "A")
+	for _, tc := range []struct {
+		yaml, want string
+		warn       bool
+	}{
+		{"", `"max_conns":7847`, false},
+		{"max_conns: 100000\n", `"max_conns":100000`, true},
+	} {
+		addr := testbed.FreeAddr(t, "127.0.0.1")
+		path := testbed.WriteFile(t, t.TempDir(), "edge.yaml", "listen: ['"+addr+"']\nmetrics: ''\nlog:\n  format: json\norigins: ['"+origin+"']\n"+tc.yaml)
+		p := testbed.StartNofile(t, 20000, edgeBin(t), "--config", path)
+		testbed.WaitOutput(t, p, 10*time.Second, `"msg":"edge listening"`)
+		out := p.Output()
+		if !strings.Contains(out, tc.want) {
+			t.Errorf("%q: want %s in the start line:\n%s", tc.yaml, tc.want, out)
+		}
+		if got := strings.Contains(out, "max_conns needs more descriptors than RLIMIT_NOFILE"); got != tc.warn {
+			t.Errorf("%q: warning %v, want %v:\n%s", tc.yaml, got, tc.warn, out)
+		}
+	}
+}

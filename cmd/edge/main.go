@@ -22,6 +22,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
 	"github.com/edgefleet/edgefleet/relay"
@@ -43,7 +44,21 @@ type edgeFile struct {
 }
 
 func defaults() edgeFile {
-	return edgeFile{Config: relay.DefaultConfig(), Metrics: "127.0.0.1:9101", Log: cli.DefaultLog()}
+	cfg := edgeFile{Config: relay.DefaultConfig(), Metrics: "127.0.0.1:9101", Log: cli.DefaultLog()}
+	if n := nofile(); n > 0 {
+		cfg.MaxConns = relay.MaxConnsFor(n) // what this host's descriptors allow, at most 100000
+	}
+	return cfg
+}
+
+// nofile is RLIMIT_NOFILE's soft limit as the Go runtime raised it (to
+// the hard one), 0 when unknown.
+func nofile() uint64 {
+	var lim syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) != nil {
+		return 0
+	}
+	return lim.Cur
 }
 
 // load reads the configuration (file, environment, flags) and checks it.
@@ -125,6 +140,10 @@ func run(cfg edgeFile, reload func() (edgeFile, error)) {
 		lns = append(lns, ln)
 	}
 	p.ServeHTTP("metrics", cfg.Metrics, bearer(cfg.token, p.Metrics()))
+	if n := nofile(); n > 0 && uint64(relay.Descriptors(cfg.MaxConns)) > n {
+		log.Warn("max_conns needs more descriptors than RLIMIT_NOFILE: past it clients are refused as local-resources",
+			"max_conns", cfg.MaxConns, "descriptors", relay.Descriptors(cfg.MaxConns), "rlimit_nofile", n)
+	}
 	if cfg.Metrics != "" && cfg.token == "" && !loopback(cfg.Metrics) {
 		log.Warn("metrics reachable from other hosts without metrics_token_file: anyone who reaches it reads the edge's counters",
 			"metrics", cfg.Metrics)
@@ -134,7 +153,7 @@ func run(cfg edgeFile, reload func() (edgeFile, error)) {
 	for _, ln := range lns {
 		go func() { serveErr <- e.Serve(ln) }()
 		log.Info("edge listening", "addr", ln.Addr().String(), "name", cfg.Name, "origins", relay.Names(cfg.Origins),
-			"proxy_protocol", cfg.ProxyProtocol, "source", cfg.Source, "metrics", cfg.Metrics)
+			"proxy_protocol", cfg.ProxyProtocol, "source", cfg.Source, "metrics", cfg.Metrics, "max_conns", cfg.MaxConns)
 	}
 
 	failed := p.Wait(serveErr, func() { reloadOrigins(e, &cfg, reload, log) }, cfg.DrainTimeout)

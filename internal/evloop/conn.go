@@ -605,10 +605,7 @@ func (c *Conn) move(d *dir, src, dst int) bool {
 			}
 			if !d.shut {
 				d.shut = true
-				if d.p != nil {
-					splice.PutPipe(d.p)
-					d.p = nil
-				}
+				c.putPipe(d)
 				other := &c.down
 				if d == &c.down {
 					other = &c.up
@@ -620,16 +617,20 @@ func (c *Conn) move(d *dir, src, dst int) bool {
 			return true
 		}
 		if !d.ready {
-			if d.p != nil { // drained: the pipe goes back to the pool
-				splice.PutPipe(d.p)
-				d.p = nil
-			}
+			c.putPipe(d) // drained: the pipe goes back to the pool
 			return true
 		}
 		if d.bulk {
 			if d.p == nil {
+				// Over the pipe budget (Server.MaxPipes) or out of
+				// descriptors: the buffer copies instead.
+				if !c.l.s.takePipe() {
+					d.bulk = false
+					continue
+				}
 				p, err := splice.GetPipe()
 				if err != nil {
+					c.l.s.pipeGone()
 					d.bulk = false
 					continue
 				}
@@ -736,6 +737,16 @@ func (c *Conn) flushOut(d *dir, dst int) (wait, ok bool) {
 	return false, true
 }
 
+// putPipe gives d's pipe (drained) back to the pool and to the budget.
+func (c *Conn) putPipe(d *dir) {
+	if d.p == nil {
+		return
+	}
+	splice.PutPipe(d.p)
+	d.p = nil
+	c.l.s.pipeGone()
+}
+
 // screenMore adds b to the client's bytes held for the screen, and
 // forwards them once they pass. It reports false when c ended.
 func (c *Conn) screenMore(b []byte) bool {
@@ -783,14 +794,12 @@ func (c *Conn) finish(res Result) {
 		l.release(c.sfd)
 	}
 	for _, d := range []*dir{&c.up, &c.down} {
-		if d.p != nil {
-			if d.inPipe > 0 {
-				d.p.Close()
-			} else {
-				splice.PutPipe(d.p)
-			}
+		if d.p != nil && d.inPipe > 0 {
+			d.p.Close() // it holds bytes: not for the pool
 			d.p = nil
+			l.s.pipeGone()
 		}
+		c.putPipe(d)
 		if d.pbuf != nil {
 			pbufs.Put(d.pbuf)
 			d.pbuf, d.pend = nil, nil
