@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/evloop"
 )
 
 // Untrusted policies: what happens to a connection from outside
@@ -47,9 +48,39 @@ type Config struct {
 	MaxConns int `mapstructure:"max_conns"`
 }
 
-// DefaultMaxConns is front.max_conns's default, the edge's max_conns
-// default (DESIGN.md §2).
+// DefaultMaxConns is front.max_conns's default where RLIMIT_NOFILE
+// allows it (the edge's cap, docs/edge.md).
 const DefaultMaxConns = 100000
+
+// descriptorReserve is what the origin keeps for itself besides the
+// connections: listeners, loops, the HTTP endpoints, the core's health
+// checks and files.
+const descriptorReserve = 256
+
+// Descriptors is the most file descriptors the origin holds with
+// front.max_conns n: the front's two sockets per connection and the
+// splice pipes its loops may hold (about 2.5 per connection), two more
+// per connection when the core runs in the process (the inner
+// connection's accepted end and the connection to a server), and the
+// reserve.
+func Descriptors(n int, core bool) int {
+	d := evloop.DescriptorsFor(n) + descriptorReserve
+	if core {
+		d += 2 * n
+	}
+	return d
+}
+
+// MaxConnsFor is front.max_conns's default under an RLIMIT_NOFILE of
+// nofile: the most connections whose Descriptors fit, at most
+// DefaultMaxConns (as HAProxy derives maxconn from ulimit -n).
+func MaxConnsFor(nofile uint64, core bool) int {
+	extra := 0
+	if core {
+		extra = 2
+	}
+	return evloop.MaxConnsFor(nofile, extra, descriptorReserve, DefaultMaxConns)
+}
 
 // DefaultConfig is the front's configuration with DESIGN.md's defaults.
 func DefaultConfig() Config {

@@ -91,7 +91,7 @@ func New(cfg Config, table *PeerTable, log *slog.Logger, reg prometheus.Register
 		f.innerAddr = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	}
 	f.refusals = accept.NewLimiter(refusalLogBurst, refusalLogWindow, f.now)
-	f.srv = evloop.Server{Handler: (*handler)(f), Log: log, Now: f.now}
+	f.srv = evloop.Server{Handler: (*handler)(f), Log: log, Now: f.now, MaxPipes: evloop.PipesFor(cfg.MaxConns)}
 	f.dial = evloop.DialOptions{Timeout: innerDialTimeout, NoDelay: true, Sent: f.sent}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	if err := f.m.register(reg); err != nil {

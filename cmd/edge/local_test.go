@@ -111,7 +111,7 @@ func grepLines(s, sub string) string {
 }
 
 // TestMaxConnsFromNofile: under the RLIMIT_NOFILE of a default machine
-// (20000) the edge's default max_conns is what fits in it (7847: 2.5
+// (20000) the edge's default max_conns is what fits in it (7898: 2.5
 // descriptors a connection and a reserve), with no warning at start; a
 // max_conns set above what fits starts with the warning.
 func TestMaxConnsFromNofile(t *testing.T) {
@@ -120,7 +120,7 @@ func TestMaxConnsFromNofile(t *testing.T) {
 		yaml, want string
 		warn       bool
 	}{
-		{"", `"max_conns":7847`, false},
+		{"", `"max_conns":7898`, false},
 		{"max_conns: 100000\n", `"max_conns":100000`, true},
 	} {
 		addr := testbed.FreeAddr(t, "127.0.0.1")

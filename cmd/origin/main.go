@@ -33,13 +33,29 @@ type originFile struct {
 }
 
 func defaults() originFile {
-	return originFile{
+	cfg := originFile{
 		Front:    origin.DefaultConfig(),
 		PeersAPI: "127.0.0.1:9103",
 		Metrics:  "127.0.0.1:9102",
 		Log:      cli.DefaultLog(),
 		Core:     defaultCore(),
 	}
+	if n := nofile(); n > 0 {
+		// What this host's descriptors allow, the core in the process
+		// (its default) counted: at most 100000.
+		cfg.Front.MaxConns = origin.MaxConnsFor(n, cfg.Core.Enabled)
+	}
+	return cfg
+}
+
+// nofile is RLIMIT_NOFILE's soft limit as the Go runtime raised it (to
+// the hard one), 0 when unknown.
+func nofile() uint64 {
+	var lim syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) != nil {
+		return 0
+	}
+	return lim.Cur
 }
 
 // load reads the configuration (file, environment, flags) and checks what
@@ -186,22 +202,15 @@ func frontListen(addr string) (net.Listener, error) {
 
 // warnNofile warns when front.max_conns open connections could take more
 // descriptors than RLIMIT_NOFILE allows (as raised by the Go runtime):
-// two per connection in the front, two more in the core when it runs in
-// this process, and some for the process itself. Past that a flood can
-// wedge the front and the core: the front's connections hold every
-// descriptor while they wait for the core to accept their inner
-// connections (docs/origin.md, "Out of descriptors").
+// origin.Descriptors, about 2.5 per connection in the front, two more in
+// the core when it runs in this process, and a reserve for the process
+// itself. Past that a flood can wedge the front and the core: the front's
+// connections hold every descriptor while they wait for the core to
+// accept their inner connections (docs/origin.md, "Out of descriptors").
 func warnNofile(log *slog.Logger, maxConns int, core bool) {
-	var lim syscall.Rlimit
-	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) != nil {
-		return
-	}
-	per := 2
-	if core {
-		per = 4
-	}
-	if need := uint64(per)*uint64(maxConns) + 16; need > lim.Cur {
+	n := nofile()
+	if need := origin.Descriptors(maxConns, core); n > 0 && uint64(need) > n {
 		log.Warn("front.max_conns needs more descriptors than RLIMIT_NOFILE: a flood can wedge the front and the core",
-			"max_conns", maxConns, "descriptors_per_connection", per, "rlimit_nofile", lim.Cur)
+			"max_conns", maxConns, "descriptors", need, "rlimit_nofile", n)
 	}
 }

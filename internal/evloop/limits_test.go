@@ -11,10 +11,10 @@ func TestMaxConnsFor(t *testing.T) {
 		extra, reserve, cap int
 		want                int
 	}{
-		{20000, 0, 256, 100000, 7847},      // the edge on a default machine
-		{20000, 2, 256, 100000, 4359},      // the front with the core in the process
+		{20000, 0, 256, 100000, 7898},      // the edge on a default machine
+		{20000, 2, 256, 100000, 4387},      // the front with the core in the process
 		{1 << 20, 0, 4096, 100000, 100000}, // the rendered unit's LimitNOFILE: the cap
-		{1024, 0, 256, 100000, 256},
+		{1024, 0, 256, 100000, 307},
 		{100, 0, 256, 100000, 1}, // nothing fits: still one
 	} {
 		got := MaxConnsFor(tc.nofile, tc.extra, tc.reserve, tc.cap)

@@ -145,9 +145,13 @@ const idlePipes = 64
 func PipesFor(maxConns int) int { return max(idlePipes, maxConns/4) }
 
 // DescriptorsFor is the most descriptors the loops hold for maxConns
-// connections with MaxPipes set to PipesFor: two sockets each, two per
-// pipe in use and two per pipe idle in splice's pool.
-func DescriptorsFor(maxConns int) int { return 2*maxConns + 2*(PipesFor(maxConns)+idlePipes) }
+// connections with MaxPipes set to PipesFor: two sockets each, and two
+// per pipe — at most PipesFor, and at most two per connection. The pool
+// adds none: it makes a pipe only when it has no idle one, so the pipes
+// in use and idle together never outnumber the most in use at once.
+func DescriptorsFor(maxConns int) int {
+	return 2*maxConns + 2*min(PipesFor(maxConns), 2*maxConns)
+}
 
 // MaxConnsFor is the most connections a relay can hold within nofile
 // descriptors (RLIMIT_NOFILE): DescriptorsFor each, extra more per

@@ -83,9 +83,8 @@ func TestStalledConnectionsHoldBoundedPipes(t *testing.T) {
 		s.loops[0].post(func() { close(ran) })
 		<-ran
 	}
-	// The pool keeps up to idlePipes idle pipes besides those in use.
-	if n := pipeFDs(t) - base; n > 2*(budget+idlePipes) {
-		t.Errorf("%d more pipe descriptors with %d stalled connections and MaxPipes %d (at most %d)", n, conns, budget, 2*(budget+idlePipes))
+	if n := pipeFDs(t) - base; n > 2*budget {
+		t.Errorf("%d more pipe descriptors with %d stalled connections and MaxPipes %d (at most %d)", n, conns, budget, 2*budget)
 	}
 	if n := s.pipes.Load(); n > budget {
 		t.Errorf("%d pipes counted in use, over MaxPipes %d", n, budget)
