@@ -22,6 +22,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/accept"
@@ -79,6 +80,7 @@ type conn struct {
 	origin  *origin        // the one being dialled, then the one connected
 	counted bool           // counted in Edge.active
 	upLocal netip.AddrPort // the origin socket's local address while it is recorded in own
+	local   error          // an origin of the plan was not reached for want of a local port (EADDRNOTAVAIL)
 	over    func()         // HandleConn's
 }
 
@@ -253,6 +255,11 @@ func (e *Edge) dialNext(c *evloop.Conn, rc *conn) {
 	if rc.next >= len(rc.plan) {
 		e.orig.release(rc.plan, rc.claim)
 		rc.plan = nil
+		if rc.local != nil { // not every origin failed: some could not be tried
+			e.m.total[ResultLocalResources].Inc()
+			c.Close(reasonCounted, fmt.Errorf("%w: %w", errLocal, rc.local))
+			return
+		}
 		e.m.total[ResultNoOrigin].Inc()
 		c.Close(reasonCounted, errNoOrigin)
 		return
@@ -347,6 +354,18 @@ func (h *handler) failed(c *evloop.Conn, rc *conn, took time.Duration, err error
 	err = fmt.Errorf("dial origin %s: %w", o.name, err)
 	if e.ctx.Err() != nil {
 		c.Close(ResultDrain, err)
+		return
+	}
+	if errors.Is(err, syscall.EADDRNOTAVAIL) {
+		// No local port left toward this origin's address: a shortage of
+		// this destination only (ports are per destination), so the next
+		// origin may have room. This one is not OFFLINE.
+		rc.local = err
+		if ok, suppressed := e.refusals.Allow(); ok {
+			e.log.Warn("no local port left toward an origin: trying the next, none marked offline", "origin", o.name,
+				"err", err, "suppressed", suppressed)
+		}
+		e.dialNext(c, rc)
 		return
 	}
 	if accept.LocalResources(err) { // the next origin would fail the same way

@@ -18,7 +18,8 @@ const (
 	ResultClientProxy = "client-proxy" // the client's first bytes were a PROXY header of its own: refused
 	// ResultLocalResources: refused, the dial to an origin failed for lack
 	// of the edge's own descriptors or memory (EMFILE, ENFILE, ENOBUFS,
-	// ENOMEM); no origin was marked OFFLINE.
+	// ENOMEM), or no origin had a local port left (EADDRNOTAVAIL); no
+	// origin was marked OFFLINE.
 	ResultLocalResources = "local-resources"
 )
 
