@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"syscall"
 	"time"
 
@@ -160,7 +161,7 @@ func run(cfg originFile, reload func() (originFile, error)) error {
 		stopCore = serveCore(cfg.Core, srv, coreLn, peers, log, serveErr)
 	}
 
-	failed := p.Wait(serveErr, func() { reloaded(cfg, reload, log) }, drainTimeout)
+	failed := p.Wait(serveErr, func() { cfg = reloaded(cfg, front, reload, log) }, drainTimeout)
 	ctx, cancel := p.Drain(drainTimeout)
 	defer cancel()
 	if err := front.Shutdown(ctx); err != nil {
@@ -173,19 +174,36 @@ func run(cfg originFile, reload func() (originFile, error)) error {
 	return nil
 }
 
-// reloaded answers SIGHUP: the origin applies nothing at run time, so it
-// re-reads the configuration only to name the keys that changed (they need
-// a restart) instead of dying of the signal's default action.
-func reloaded(cfg originFile, reload func() (originFile, error), log *slog.Logger) {
+// reloaded answers SIGHUP: it re-reads the configuration and applies
+// front.trusted_edges at once (open connections keep going; the new list
+// judges the next ones), names the other keys that changed (they need a
+// restart) and returns the configuration now in force. A bad file keeps
+// the running one.
+func reloaded(cfg originFile, front *origin.Front, reload func() (originFile, error), log *slog.Logger) originFile {
 	next, err := reload()
-	switch changed := cli.Changed(cfg, next); {
-	case err != nil:
+	if err != nil {
 		log.Error("reload failed, keeping the running configuration", "err", err)
+		return cfg
+	}
+	changed := cli.Changed(cfg, next)
+	applied := false
+	if slices.Contains(changed, "front.trusted_edges") {
+		if err := front.SetTrustedEdges(next.Front.TrustedEdges); err != nil {
+			log.Error("reload failed, keeping the running configuration", "err", err)
+			return cfg
+		}
+		log.Info("trusted_edges reloaded", "trusted_edges", next.Front.TrustedEdges, "was", cfg.Front.TrustedEdges)
+		cfg.Front.TrustedEdges = next.Front.TrustedEdges
+		changed = slices.DeleteFunc(changed, func(k string) bool { return k == "front.trusted_edges" })
+		applied = true
+	}
+	switch {
 	case len(changed) > 0:
 		log.Warn("reload: changed keys need a restart, still running with their old values", "keys", changed)
-	default:
+	case !applied:
 		log.Info("reload: configuration unchanged")
 	}
+	return cfg
 }
 
 // goKeepalive is Go's default keepalive for accepted connections: idle
