@@ -25,7 +25,7 @@ func TestLocalFDExhaustionMarksNoOriginOffline(t *testing.T) {
 	addr := testbed.FreeAddr(t, "127.0.0.1")
 	metrics := testbed.FreeAddr(t, "127.0.0.1")
 	path := testbed.WriteFile(t, t.TempDir(), "edge.yaml", "name: edge-bin\nlisten: ['"+addr+"']\nmetrics: '"+metrics+
-		"'\nlog:\n  format: json\noffline_retry: 1m\norigins: ['"+a+"', '"+b+"']\n")
+		"'\nlog:\n  format: json\noffline_retry: 1m\nmax_conns: 100000\norigins: ['"+a+"', '"+b+"']\n") // above what 40 descriptors allow
 	p := testbed.StartNofile(t, 40, edgeBin(t), "--config", path)
 	testbed.WaitTCP(t, addr, 10*time.Second)
 	testbed.WaitTCP(t, metrics, 10*time.Second)

@@ -325,7 +325,9 @@ func TestSurvivesFDExhaustion(t *testing.T) {
 	origin := echoOrigin(t, "A")
 	addr := testbed.FreeAddr(t, "127.0.0.1")
 	path := testbed.WriteFile(t, t.TempDir(), "edge.yaml",
-		"name: edge-bin\nlisten: ['"+addr+"']\nmetrics: ''\nlog:\n  format: json\norigins: ['"+origin+"']\n")
+		// max_conns above what 40 descriptors allow (the default fits
+		// them): the flood must run the edge out.
+		"name: edge-bin\nlisten: ['"+addr+"']\nmetrics: ''\nlog:\n  format: json\nmax_conns: 100000\norigins: ['"+origin+"']\n")
 	p := testbed.StartNofile(t, 40, edgeBin(t), "--config", path)
 	testbed.WaitTCP(t, addr, 10*time.Second)
 	closeAll := testbed.Flood(t, addr, 60)
