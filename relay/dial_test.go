@@ -29,7 +29,7 @@ func (c *tickingClock) Now() time.Time {
 // loopback start and end within one turn of the loop) takes 1 ms or more,
 // so edgefleet_edge_origin_dial_seconds has no observation under 0.5 ms
 // and a positive sum. Timed from the loop's reading of the wake-up, which
-// comes before the dial starts, each observation was negative.
+// comes before the dial starts, each observation would be negative.
 func TestDialSecondsNeverNegative(t *testing.T) {
 	o := startOrigin(t, true, echo)
 	dead := testbed.FreeAddr(t, "127.0.0.1")

@@ -21,9 +21,9 @@ import (
 // the rest filled). The lookup's socket fails with EMFILE, which a
 // *net.DNSError keeps as text only: the client is refused as
 // local-resources and neither origin is marked OFFLINE, so once
-// descriptors are back the first origin serves at once. Read as the
-// origins' failure, both were OFFLINE for offline_retry and the client
-// counted no-origin.
+// descriptors are back the first origin serves at once. (Read as the
+// origins' failure, both would be OFFLINE for offline_retry and the
+// client counted no-origin.)
 func TestDescriptorShortageNamedOriginsStayUp(t *testing.T) {
 	n := testbed.StartNamed(t, testbed.NamedConfig{Zone: "example.test", Records: []string{"o1 IN A 127.0.0.1", "o2 IN A 127.0.0.1"}})
 	old := net.DefaultResolver
