@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"path/filepath"
@@ -15,7 +16,7 @@ import (
 // metrics_allow, the rendering installs the token root-only, the unit
 // hands it to the edge as a credential, the edge's configuration names it
 // (for --check) and cloud-init accepts the metrics port from the allowed
-// hosts only; byte for byte.
+// hosts only; byte for byte, and systemd-analyze verify accepts the unit.
 func TestRenderMetricsToken(t *testing.T) {
 	c := deployConfig()
 	c.Deploy.Metrics = "0.0.0.0:9101"
@@ -31,6 +32,9 @@ func TestRenderMetricsToken(t *testing.T) {
 	golden(t, "edge-1-token.user-data", string(r.UserData))
 	golden(t, "edge-1-token.service", string(r.Unit))
 	golden(t, "edge-1-token.edge.yaml", string(r.EdgeConfig))
+	if out, err := inUnitNamespace(t, r.Unit, "verify"); err != nil || len(bytes.TrimSpace(out)) != 0 {
+		t.Errorf("systemd-analyze verify of the unit with the credential: %v\n%s", err, out)
+	}
 
 	c.Deploy.MetricsTokenFile = testbed.WriteFile(t, t.TempDir(), "short.token", "abc\n")
 	if _, err := Render(c, "edge-1"); err == nil || !strings.Contains(err.Error(), "deploy.metrics_token_file: ") {
