@@ -104,6 +104,7 @@ func (c Config) Validate() error {
 // parsed is Config's private twin, filled once.
 type parsed struct {
 	trusted []netip.Prefix
+	edges   []string // trusted_edges as written
 }
 
 func (c Config) parse() (parsed, error) {
@@ -143,6 +144,7 @@ func (c Config) parse() (parsed, error) {
 		}
 		p.trusted = append(p.trusted, pf)
 	}
+	p.edges = append([]string{}, c.TrustedEdges...)
 	switch c.Untrusted {
 	case UntrustedPassthrough:
 	case UntrustedReject:

@@ -126,6 +126,12 @@ func (f *Front) SetTrustedEdges(edges []string) error {
 	return nil
 }
 
+// TrustedEdges returns trusted_edges as in force now (after the last
+// SetTrustedEdges).
+func (f *Front) TrustedEdges() []string {
+	return append([]string{}, f.trusted.Load().edges...)
+}
+
 // Serve accepts connections on ln and serves them on the event loops
 // until Shutdown (then it returns nil) or until the listener fails for
 // good. Serve takes a *net.TCPListener over: it is closed at once, the

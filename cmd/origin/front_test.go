@@ -277,10 +277,10 @@ func TestSIGHUPNamesRestartKeys(t *testing.T) {
 func TestSIGHUPReloadsTrustedEdges(t *testing.T) {
 	bin := buildOrigin(t)
 	front := testbed.FreeAddr(t, "127.0.0.1")
-	inner := testbed.EchoTCP(t)
+	inner, peers := testbed.EchoTCP(t), testbed.FreeAddr(t, "127.0.0.1")
 	yaml := func(edges string) []byte {
-		return fmt.Appendf(nil, "front:\n  listen: [%q]\n  inner: %q\n  trusted_edges: [%s]\npeers_api: \"\"\nmetrics: \"\"\nlog:\n  format: json\ncore:\n  enabled: false\n",
-			front, inner, edges)
+		return fmt.Appendf(nil, "front:\n  listen: [%q]\n  inner: %q\n  trusted_edges: [%s]\npeers_api: %q\nmetrics: \"\"\nlog:\n  format: json\ncore:\n  enabled: false\n",
+			front, inner, edges, peers)
 	}
 	cfg := testbed.WriteFile(t, t.TempDir(), "origin.yaml", string(yaml("127.0.0.3")))
 	p := testbed.Start(t, bin, "--config", cfg)
@@ -323,6 +323,9 @@ func TestSIGHUPReloadsTrustedEdges(t *testing.T) {
 	if !echoes(held, "", "held after") {
 		t.Error("the connection open across the reload was dropped")
 	}
+	if got := trustedEdges(t, peers); got != `{"trusted_edges":["127.0.0.3","127.0.0.2"]}` {
+		t.Errorf("GET /trusted_edges after the reload: %s", got)
+	}
 	if strings.Contains(p.Output(), "need a restart") {
 		t.Errorf("the reload asked for a restart:\n%s", p.Output())
 	}
@@ -330,7 +333,19 @@ func TestSIGHUPReloadsTrustedEdges(t *testing.T) {
 	os.WriteFile(cfg, yaml(`"fe80::/10"`), 0o600)
 	p.Cmd.Process.Signal(syscall.SIGHUP)
 	testbed.WaitOutput(t, p, 10*time.Second, `"msg":"reload failed, keeping the running configuration","err":"front.trusted_edges: \"fe80::/10\" is link-local`)
-	if c := dial("127.0.0.2"); !echoes(c, header, "still") {
+	if c := dial("127.0.0.2"); !echoes(c, header, "still") || trustedEdges(t, peers) != `{"trusted_edges":["127.0.0.3","127.0.0.2"]}` {
 		t.Error("a refused reload changed the running trusted_edges")
 	}
+}
+
+// trustedEdges is the body of GET /trusted_edges on the peers API.
+func trustedEdges(t *testing.T, peers string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + peers + "/trusted_edges")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return strings.TrimSpace(string(b))
 }

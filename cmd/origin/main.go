@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
@@ -138,6 +139,11 @@ func run(cfg originFile, reload func() (originFile, error)) error {
 	peers := http.NewServeMux()
 	peers.Handle("/peers", table.Handler())
 	peers.Handle("/peers/", table.Handler())
+	// What fleet reads to tell the operator a new edge is not trusted yet.
+	peers.HandleFunc("GET /trusted_edges", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string][]string{"trusted_edges": front.TrustedEdges()})
+	})
 	p.ServeHTTP("peers_api", cfg.PeersAPI, peers)
 	p.ServeHTTP("metrics", cfg.Metrics, p.Metrics())
 
