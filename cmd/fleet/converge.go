@@ -103,7 +103,7 @@ func converge(cmd *cobra.Command, p fleetParts, cfg deploy.Config, fl convergeFl
 	}
 	c := &deploy.Converger{
 		Config: cfg, StatePath: statePath(p.f.path),
-		DNS: p.pub, Firewall: p.fw, Probe: p.probe, Conns: deploy.ScrapeConns,
+		DNS: p.pub, Firewall: p.fw, Probe: p.probe, Conns: cfg.Deploy.Scrape(),
 		Slack: fl.slack, DryRun: fl.dryRun, Locked: locked, Out: out, Every: fl.every,
 	}
 	err := c.Run(ctx)
@@ -326,7 +326,7 @@ bad fleet.yaml or flag.`,
 			if err != nil {
 				return cli.Exit(1, err)
 			}
-			rows := deploy.Status(cmd.Context(), p.f.Config, st, live, p.fw, p.probe, deploy.ScrapeConns)
+			rows := deploy.Status(cmd.Context(), p.f.Config, st, live, p.fw, p.probe, p.f.Config.Deploy.Scrape())
 			return printStatus(cmd, output, rows, p.fw)
 		},
 	}
