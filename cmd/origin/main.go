@@ -17,6 +17,7 @@ import (
 	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/internal/sockopt"
 	"github.com/edgefleet/edgefleet/origin"
+	"github.com/edgefleet/edgefleet/origin/ldap/core"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -205,7 +206,7 @@ func run(cfg originFile, reload func() (originFile, error)) error {
 		stopCore = serveCore(cfg.Core, srv, coreLn, peers, log, serveErr)
 	}
 
-	failed := p.Wait(serveErr, func() { cfg = reloaded(cfg, front, reload, log) }, drainTimeout)
+	failed := p.Wait(serveErr, func() { cfg = reloaded(cfg, front, srv, reload, log) }, drainTimeout)
 	ctx, cancel := p.Drain(drainTimeout)
 	defer cancel()
 	if err := front.Shutdown(ctx); err != nil {
@@ -219,11 +220,12 @@ func run(cfg originFile, reload func() (originFile, error)) error {
 }
 
 // reloaded answers SIGHUP: it re-reads the configuration and applies
-// front.trusted_edges at once (open connections keep going; the new list
-// judges the next ones), names the other keys that changed (they need a
-// restart) and returns the configuration now in force. A bad file keeps
-// the running one.
-func reloaded(cfg originFile, front *origin.Front, reload func() (originFile, error), log *slog.Logger) originFile {
+// front.trusted_edges and the core's pins (core.tls.pins, the file read
+// again) at once — open connections keep going, the next ones are judged
+// by the new values — names the other keys that changed (they need a
+// restart) and returns the configuration now in force. A file that fails a
+// check keeps the whole running configuration.
+func reloaded(cfg originFile, front *origin.Front, srv *core.Server, reload func() (originFile, error), log *slog.Logger) originFile {
 	next, err := reload()
 	if err != nil {
 		log.Error("reload failed, keeping the running configuration", "err", err)
@@ -231,8 +233,20 @@ func reloaded(cfg originFile, front *origin.Front, reload func() (originFile, er
 	}
 	changed := cli.Changed(cfg, next)
 	applied := false
+	undoPins := func() {}
+	if srv != nil && next.Core.Enabled {
+		ok, undo, err := reloadPins(srv, next.Core.TLS.Pins, log)
+		if err != nil {
+			log.Error("reload failed, keeping the running configuration", "err", err)
+			return cfg
+		}
+		applied, undoPins = ok, undo
+		cfg.Core.TLS.Pins = next.Core.TLS.Pins
+		changed = slices.DeleteFunc(changed, func(k string) bool { return k == "core.tls.pins" })
+	}
 	if slices.Contains(changed, "front.trusted_edges") {
 		if err := front.SetTrustedEdges(next.Front.TrustedEdges); err != nil {
+			undoPins()
 			log.Error("reload failed, keeping the running configuration", "err", err)
 			return cfg
 		}
