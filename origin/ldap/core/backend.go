@@ -34,9 +34,9 @@ type backend struct {
 	// clears both.
 	firstBy time.Time
 	probe   bool
-	// heard is the server's count of PDUs received (progress.go); mark
-	// is its value when the first-answer bound was last set.
-	heard *atomic.Uint64
+	// heard is what the core heard from the server (progress.go); mark
+	// is its count when the first-answer bound was last set.
+	heard *progress
 	mark  uint64
 	// held are the client's operations sent while the core's own search
 	// is unanswered, and the bytes for each: they go out once it is
@@ -249,6 +249,8 @@ func (ss *session) rebind(b *backend, cred []byte) (int, error) {
 	if _, err := b.conn.Write(req); err != nil {
 		return 0, err
 	}
+	b.heard.owe()
+	defer b.heard.done()
 	for {
 		m, err := b.nextOwn()
 		if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -301,7 +303,7 @@ func (b *backend) nextOwn() (*wire.Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.heard.Add(1)
+	b.heard.heard()
 	return b.own(raw)
 }
 
@@ -383,6 +385,7 @@ func (ss *session) send(o *op, b *backend) {
 		ss.connEnded(b, err)
 		return
 	}
+	ss.owe(o, b)
 	o.sent = true
 }
 
@@ -400,6 +403,7 @@ func (ss *session) release(b *backend) {
 			ss.connEnded(b, err)
 			return
 		}
+		ss.owe(h.o, b)
 		h.o.sent = true
 	}
 }

@@ -88,6 +88,7 @@ type op struct {
 	sent  bool
 	rule  *dlp.Rule // the OperationRouting rule that routed it, or a balance(LB) user rule; nil for the user target
 	load  string    // the server where it counts as in flight (track)
+	owes  *progress // the server that owes its answer once sent (owe, track)
 	cands []string  // with rule: the server used first, then the failover order
 	ring  []string  // with rule: the list cands walks, wrapping
 	// failed are the servers that failed while this operation was in
