@@ -109,3 +109,23 @@ func searchFilterPDU(id int32, value string) []byte {
 	p.AppendChild(req)
 	return p.Bytes()
 }
+
+// A simple bind with an empty name and a password is anonymous too: slapd
+// refuses it by default (invalidCredentials), and with "allow
+// bind_anon_cred" accepts it as an anonymous bind, ignoring the password.
+// Either way the connection is anonymous and the pre-bind caps stay: a
+// 300 KiB PDU after it gets the core's Notice of Disconnection.
+func TestAnonymousBindWithPasswordKeepsPreBindCaps(t *testing.T) {
+	sl, h := twoServers(t, testbed.SlapdConfig{Allow: []string{"bind_anon_cred"}}, nil)
+	c, r := rawConn(t, h)
+	c.Write(wire.BindRequest(1, "", []byte("anything")))
+	if m := next(t, r); m.Op != wire.TagBindResponse || m.ResultCode != wire.ResultSuccess {
+		t.Fatalf("bind answered %+v, want slapd's success", m)
+	}
+	go c.Write(searchFilterPDU(2, strings.Repeat("x", 300<<10)))
+	n := expectNotice(t, r, wire.ResultProtocolError)
+	if !strings.Contains(n.Diagnostic, "exceeds") {
+		t.Errorf("notice %q, want the size cap", n.Diagnostic)
+	}
+	bothUp(t, h, sl)
+}

@@ -529,10 +529,11 @@ func (ss *session) anonymous() {
 
 // anonymousBind reports whether m, a bind request, asks for no identity:
 // a simple bind without a password (anonymous, or unauthenticated with a
-// name, RFC 4513 §5.1), which grants a client nothing more than not
-// binding does.
+// name, RFC 4513 §5.1) or without a name (slapd's "allow bind_anon_cred"
+// accepts one with a password as anonymous, ignoring the password), which
+// grants a client nothing more than not binding does.
 func anonymousBind(m *wire.Message) bool {
-	return m.BindSimple && len(m.BindPassword) == 0
+	return m.BindSimple && (len(m.BindPassword) == 0 || m.BindName == "")
 }
 
 func (ss *session) busy(b *backend) bool {
