@@ -12,3 +12,7 @@ func SetBusyLimit(t testing.TB, d time.Duration) {
 	busyLimit = d
 	t.Cleanup(func() { busyLimit = old })
 }
+
+// Owing is how many client requests server name owes answers to
+// (progress.go).
+func Owing(s *Server, name string) int64 { return s.heard.of(name).owing.Load() }

@@ -38,6 +38,9 @@ func TestSaturatedBySlowBindsNotOffline(t *testing.T) {
 	}
 	wg.Wait()
 	noneOffline(t, h, sl)
+	if n := core.Owing(h.srv, "L1"); n != 0 {
+		t.Errorf("L1 owes %d answers after every bind was answered", n)
+	}
 }
 
 // The other side of the rule above: a frozen server (SIGSTOP) that owes a
@@ -87,4 +90,9 @@ func TestFrozenServerOwingAnswersGoesOffline(t *testing.T) {
 	if took < 3*time.Second {
 		t.Errorf("L1 was given up after %v, before the busy limit: the searches it owed did not count", took)
 	}
+	if n := core.Owing(h.srv, "L1"); n < 1 {
+		t.Errorf("L1 owes %d answers while the first client's searches wait on it", n)
+	}
+	a.Close()
+	waitWithin(t, 20*time.Second, "the first client's session to end", func() bool { return core.Owing(h.srv, "L1") == 0 })
 }
