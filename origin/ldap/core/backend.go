@@ -34,6 +34,7 @@ type backend struct {
 	// clears both.
 	firstBy time.Time
 	probe   bool
+	probeAt time.Time // when the core's own search was sent
 	// heard is what the core heard from the server (progress.go); mark
 	// is its count when the first-answer bound was last set.
 	heard *progress
@@ -274,7 +275,7 @@ const rebindTimeout = 30 * time.Second
 // answer, bounded as a first answer is (firstAnswer, answered).
 func (ss *session) probeNow(b *backend) error {
 	limit := ss.srv.file.Defaults.ConnectTimeout
-	b.probe = true
+	b.probe, b.probeAt = true, time.Now()
 	b.boundFirst(limit)
 	if _, err := b.conn.Write(wire.RootDSESearch(rebindID)); err != nil {
 		return err

@@ -153,6 +153,7 @@ func (ss *session) owe(o *op, b *backend) {
 // can belong to both.
 func (ss *session) firstAnswer(b *backend) error {
 	b.probe, b.holding = true, true
+	b.probeAt = time.Now()
 	if err := b.boundFirst(ss.srv.file.Defaults.ConnectTimeout); err != nil {
 		return err
 	}
@@ -169,8 +170,10 @@ func (b *backend) boundFirst(limit time.Duration) error {
 }
 
 // answered lifts the first-answer bound once the server has sent a PDU,
-// names it when it expired (errStillBusy when the server was heard from
-// on other connections meanwhile: the bound is renewed), and tells the
+// names it when it expired (errStillBusy when the server was busy
+// meanwhile: the bound is renewed — for busyLimit from the search's
+// sending at most, so that no session waits for ever on a server that
+// serves its other connections but never this one), and tells the
 // reader to skip the answers to the core's own search. Only the
 // backend's reader calls it, for every PDU.
 func (b *backend) answered(raw []byte, err error, limit time.Duration) (skip bool, _ error) {
@@ -181,7 +184,11 @@ func (b *backend) answered(raw []byte, err error, limit time.Duration) (skip boo
 	case b.firstBy.IsZero() && !b.probe:
 		return false, err
 	case err != nil && errors.Is(err, os.ErrDeadlineExceeded) && !b.firstBy.IsZero():
-		if b.heard.busy(b.mark) {
+		busy := b.heard.busy(b.mark)
+		if waited := time.Since(b.probeAt); busy && waited >= busyLimit {
+			return false, fmt.Errorf("no answer to the core's root DSE search within %v, though the server was busy all along: it takes no new work: %w", waited.Round(time.Second), err)
+		}
+		if busy {
 			if err := b.boundFirst(limit); err != nil {
 				return false, err
 			}

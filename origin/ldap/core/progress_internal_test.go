@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ func TestFirstAnswerRenewedWhileServerBusy(t *testing.T) {
 		core, server := net.Pipe()
 		defer core.Close()
 		defer server.Close()
-		b := &backend{name: "L1", conn: core, rd: wire.NewReader(core), heard: new(progress), probe: true}
+		b := &backend{name: "L1", conn: core, rd: wire.NewReader(core), heard: new(progress), probe: true, probeAt: time.Now()}
 		limit := 50 * time.Millisecond
 		if err := b.boundFirst(limit); err != nil {
 			t.Fatal(err)
@@ -78,5 +79,27 @@ func TestProgressOwedAnswers(t *testing.T) {
 	p.done()
 	if p.busy(p.count()) {
 		t.Fatal("owing nothing, nothing heard since the mark: busy")
+	}
+}
+
+// A first-answer bound is renewed while the server is busy, but only for
+// busyLimit from the sending of the core's search: a server that keeps
+// serving other connections and never this one fails then, so that no
+// session waits on it for ever.
+func TestFirstAnswerRenewalBounded(t *testing.T) {
+	core, server := net.Pipe()
+	defer core.Close()
+	defer server.Close()
+	b := &backend{name: "L1", conn: core, rd: wire.NewReader(core), heard: new(progress), probe: true,
+		probeAt: time.Now().Add(-busyLimit)} // sent busyLimit ago
+	limit := 50 * time.Millisecond
+	if err := b.boundFirst(limit); err != nil {
+		t.Fatal(err)
+	}
+	b.heard.heard() // a PDU from L1 on another connection
+	raw, err := b.rd.Next()
+	_, err = b.answered(raw, err, limit)
+	if err == nil || errors.Is(err, errStillBusy) || !strings.Contains(err.Error(), "busy all along") {
+		t.Fatalf("busy past the limit: %v, want a failure saying the server was busy", err)
 	}
 }
