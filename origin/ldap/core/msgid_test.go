@@ -45,5 +45,28 @@ func TestMessageIDReuse(t *testing.T) {
 			}
 		}
 	})
+	t.Run("after its abandon", func(t *testing.T) {
+		c, r := rawConn(t, h)
+		var buf bytes.Buffer
+		buf.Write(searchPDU(7, "ou=bulk,"+testbed.Suffix))
+		buf.Write([]byte{0x30, 0x06, 0x02, 0x01, 0x08, 0x50, 0x01, 0x07}) // abandon 7
+		buf.Write(searchPDU(7, alice))
+		c.Write(buf.Bytes())
+		for {
+			m := next(t, r)
+			if m.ID != 7 {
+				t.Fatalf("answer %+v, want only message id 7's", m)
+			}
+			if m.Op == wire.TagSearchResultDone {
+				if m.ResultCode != wire.ResultSuccess {
+					t.Fatalf("the search reusing an abandoned id: %+v", m)
+				}
+				break
+			}
+		}
+		if got := h.targets("abandon"); len(got) != 1 {
+			t.Errorf("abandons logged %v, want one", got)
+		}
+	})
 	bothUp(t, h, sl)
 }
