@@ -31,7 +31,8 @@ func TestSaturatedBySlowBindsNotOffline(t *testing.T) {
 			c.Bind(slow, "wrong")
 		}()
 	}
-	time.Sleep(300 * time.Millisecond) // the binds are with slapd
+	// Both of slapd's threads are in a bind once two binds are sent.
+	waitWithin(t, 20*time.Second, "two binds sent to L1", func() bool { return core.Owing(h.srv, "L1") >= 2 })
 	c := h.dial(t)
 	if err := c.Bind(alice, "alice-pw"); err != nil {
 		t.Errorf("a bind behind the slow ones: %v", err)
