@@ -52,7 +52,7 @@ type Server struct {
 	proxy  *dlp.Proxy
 	router *dlp.Router
 	health *dlp.Health
-	heard  heard // PDUs received from each server (progress.go)
+	heard  heardFrom // what the core heard from each server (progress.go)
 	// Load balancing and the backend monitor (balance.go, monitor.go).
 	load      *dlp.Load
 	balancers *dlp.Balancers
