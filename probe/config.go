@@ -114,7 +114,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("streak: %d must be at least 1", c.Streak)
 	case c.MinGain < 0:
 		return fmt.Errorf("min_gain: %v must not be negative", c.MinGain)
-	case c.MinGainRatio < 0 || c.MinGainRatio >= 1:
+	case !(c.MinGainRatio >= 0 && c.MinGainRatio < 1): // NaN fails both
+
 		return fmt.Errorf("min_gain_ratio: %v is not in [0, 1)", c.MinGainRatio)
 	case c.Source != "" && net.ParseIP(c.Source) == nil:
 		return fmt.Errorf("source: %q is not an IP address", c.Source)
