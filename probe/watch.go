@@ -112,7 +112,7 @@ func (w *Watcher) Round(ctx context.Context) (Event, bool) {
 	if cur.Name == "" {
 		return Event{}, false // the agent has not dialed yet: no session to watch
 	}
-	addrs, none, ok, err := d.resolve(ctx)
+	addrs, _, none, ok, err := d.resolve(ctx)
 	if !ok {
 		if err == nil && len(addrs) == 1 && cur.Chosen != "" && !onAddrs(cur.Chosen, addrs) {
 			return w.leftToName(cur, gen, none)
