@@ -24,8 +24,8 @@ type Config struct {
 	Budget time.Duration `mapstructure:"budget"`
 	// ConnectTimeout bounds the dial of the name itself, the path
 	// without a choice (TCP connect and TLS handshake together, over
-	// every address Go's dialer walks): a silent first address must not
-	// hang the agent.
+	// every address of the name's walk): a silent first address must
+	// not hang the agent.
 	ConnectTimeout time.Duration `mapstructure:"connect_timeout"`
 	// Interval is the upper bound of the watcher's period: each round
 	// waits a uniformly random time in [0, Interval] (full jitter).
@@ -45,9 +45,9 @@ type Config struct {
 }
 
 // DefaultConnectTimeout is ConnectTimeout's default: several budgets, so
-// that Go's walk of the name's addresses (it gives each the time left
-// divided by the addresses left, but at least 2 s) still reaches a
-// working address behind one or two black holes.
+// that the walk of the name's addresses (as Go's dialer, it gives each
+// the time left divided by the addresses left, but at least 2 s) still
+// reaches a working address behind one or two black holes.
 const DefaultConnectTimeout = 10 * time.Second
 
 // DefaultConfig holds the numbers docs/probe.md gives a reason for (port
@@ -114,7 +114,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("streak: %d must be at least 1", c.Streak)
 	case c.MinGain < 0:
 		return fmt.Errorf("min_gain: %v must not be negative", c.MinGain)
-	case c.MinGainRatio < 0 || c.MinGainRatio >= 1:
+	case !(c.MinGainRatio >= 0 && c.MinGainRatio < 1): // NaN fails both
+
 		return fmt.Errorf("min_gain_ratio: %v is not in [0, 1)", c.MinGainRatio)
 	case c.Source != "" && net.ParseIP(c.Source) == nil:
 		return fmt.Errorf("source: %q is not an IP address", c.Source)

@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +26,7 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.Streak = 0 }, "streak: 0 must be at least 1"},
 		{func(c *Config) { c.MinGain = -time.Millisecond }, "min_gain: -1ms"},
 		{func(c *Config) { c.MinGainRatio = 1 }, "min_gain_ratio: 1 is not in [0, 1)"},
+		{func(c *Config) { c.MinGainRatio = math.NaN() }, "min_gain_ratio: NaN is not in [0, 1)"},
 	} {
 		c := good
 		tc.mod(&c)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"sync"
@@ -129,7 +130,7 @@ func (d *Dialer) Rank(ctx context.Context) Ranking {
 	if err := d.ready(); err != nil {
 		return noChoice(d.Config.Name, nil, d.now(), err.Error())
 	}
-	addrs, r, ok, _ := d.resolve(ctx)
+	addrs, _, r, ok, _ := d.resolve(ctx)
 	if ok {
 		r = d.measure(ctx, addrs)
 	}
@@ -145,23 +146,25 @@ func (d *Dialer) Select(ctx context.Context) Ranking {
 	if err := d.ready(); err != nil {
 		return noChoice(d.Config.Name, nil, d.now(), err.Error())
 	}
-	r, _ := d.sel(ctx)
+	r, _, _ := d.sel(ctx)
 	return r
 }
 
-// sel is Select; it also returns the resolver's error when the name did
-// not resolve, which DialContext returns as the plain dial would have
-// instead of asking the resolver a second time.
-func (d *Dialer) sel(ctx context.Context) (Ranking, error) {
-	addrs, r, ok, lookupErr := d.resolve(ctx)
+// sel is Select; it also returns the addresses it resolved in the
+// resolver's order, which DialContext walks when it dials the name, and
+// the resolver's error when the name did not resolve, which DialContext
+// returns as the plain dial would have: either way the resolver is asked
+// once per dial, not a second time for the name.
+func (d *Dialer) sel(ctx context.Context) (Ranking, []netip.Addr, error) {
+	addrs, order, r, ok, lookupErr := d.resolve(ctx)
 	if !ok {
-		return d.use(r), lookupErr
+		return d.use(r), order, lookupErr
 	}
 	if cur := d.Current(); cur.sameSet(d.Config.Name, d.Config.Port, addrs) && cur.Chosen != "" && d.fresh(cur) {
-		return cur, nil
+		return cur, order, nil
 	}
 	if d.Config.State == "" {
-		return d.use(d.measure(ctx, addrs)), nil
+		return d.use(d.measure(ctx, addrs)), order, nil
 	}
 	st, err := LoadState(d.Config.State)
 	switch {
@@ -169,7 +172,7 @@ func (d *Dialer) sel(ctx context.Context) (Ranking, error) {
 		d.log().Info("no state file: measuring", "target", d.Config.State)
 	case err != nil:
 		d.log().Warn("state file unusable: no choice", "err", err)
-		return d.use(noChoice(d.Config.Name, addrs, d.now(), err.Error())), nil
+		return d.use(noChoice(d.Config.Name, addrs, d.now(), err.Error())), order, nil
 	case !st.sameSet(d.Config.Name, d.Config.Port, addrs):
 		d.log().Info("address set or port changed: measuring", "target", d.Config.Name)
 	case !d.fresh(st):
@@ -177,9 +180,9 @@ func (d *Dialer) sel(ctx context.Context) (Ranking, error) {
 	case st.Chosen == "":
 		d.log().Info("state holds no choice: measuring", "target", d.Config.Name)
 	default:
-		return d.use(st), nil
+		return d.use(st), order, nil
 	}
-	return d.use(d.measure(ctx, addrs)), nil
+	return d.use(d.measure(ctx, addrs)), order, nil
 }
 
 func (d *Dialer) fresh(r Ranking) bool {
@@ -187,23 +190,29 @@ func (d *Dialer) fresh(r Ranking) bool {
 	return age >= 0 && age < d.Config.Stale
 }
 
-// resolve returns the address set, or a no-choice Ranking and false when
-// there is nothing to choose from; err is the resolver's error, if that
-// is why.
-func (d *Dialer) resolve(ctx context.Context) (addrs []string, none Ranking, ok bool, err error) {
-	lookup := d.Lookup
-	if lookup == nil {
-		lookup = func(ctx context.Context, name string) ([]string, error) { return Resolve(ctx, d.Resolver, name) }
+// resolve returns the address set (sorted), the same addresses in the
+// resolver's order (what the dial of the name walks), or a no-choice
+// Ranking and false when there is nothing to choose from; err is the
+// resolver's error, if that is why.
+func (d *Dialer) resolve(ctx context.Context) (addrs []string, order []netip.Addr, none Ranking, ok bool, err error) {
+	if d.Lookup != nil {
+		addrs, err = d.Lookup(ctx, d.Config.Name)
+		for _, a := range addrs {
+			if ip, perr := netip.ParseAddr(a); perr == nil {
+				order = append(order, ip)
+			}
+		}
+	} else if order, err = lookupOrder(ctx, d.Resolver, d.Config.Name); err == nil {
+		addrs = sortedSet(order)
 	}
-	addrs, err = lookup(ctx, d.Config.Name)
 	if err != nil {
-		return nil, noChoice(d.Config.Name, nil, d.now(), err.Error()), false, err
+		return nil, nil, noChoice(d.Config.Name, nil, d.now(), err.Error()), false, err
 	}
 	if len(addrs) < 2 {
 		// Development: the name resolves to one address. Skip everything.
-		return addrs, noChoice(d.Config.Name, addrs, d.now(), fmt.Sprintf("%d address(es): nothing to choose", len(addrs))), false, nil
+		return addrs, order, noChoice(d.Config.Name, addrs, d.now(), fmt.Sprintf("%d address(es): nothing to choose", len(addrs))), false, nil
 	}
-	return addrs, Ranking{}, true, nil
+	return addrs, order, Ranking{}, true, nil
 }
 
 // measure probes the set and saves the ranking; a ranking nobody answered
@@ -327,14 +336,16 @@ func (d *Dialer) commitIf(gen uint64, r Ranking) error {
 // use at that moment ranks it next, so the choice written down is always
 // one of its entries (and an edge that has just left the set is not kept).
 //
-// When the name does not resolve, the resolver's error is returned as
-// the plain dial would return it: the resolver is asked once, not once
-// for the ranking and again for the name.
+// The resolver is asked once per call, as by a plain dial of the name:
+// when the name does not resolve, its error is returned as the plain
+// dial would return it; the dial of the name walks the addresses it
+// gave.
 func (d *Dialer) DialContext(ctx context.Context) (net.Conn, error) {
 	if err := d.ready(); err != nil {
 		return nil, err
 	}
-	if _, err := d.sel(ctx); err != nil {
+	_, order, err := d.sel(ctx)
+	if err != nil {
 		return nil, d.nameErr(err)
 	}
 	tried := map[string]bool{}
@@ -357,7 +368,7 @@ func (d *Dialer) DialContext(ctx context.Context) (net.Conn, error) {
 		}
 		c.Close()
 	}
-	return d.dialName(ctx)
+	return d.dialName(ctx, order)
 }
 
 // nextEdge is the first address of walk(ranking in use) not tried yet.
@@ -439,25 +450,28 @@ func (d *Dialer) nameAddr() string {
 	return net.JoinHostPort(d.Config.Name, strconv.Itoa(d.Config.Port))
 }
 
-// dialName is the connection without edgefleet: the name, through the
-// same resolver, with Go's own walk of its addresses, within
-// ConnectTimeout (handshake included).
-func (d *Dialer) dialName(ctx context.Context) (net.Conn, error) {
+// dialName is the connection without edgefleet: the name's addresses,
+// walked as Go's dialer walks them, within ConnectTimeout (handshake
+// included). They are the addresses sel has just resolved: resolving the
+// name again would ask the resolver twice per dial (a resolver timing out
+// on AAAA queries would cost its timeout twice, and the second time
+// inside ConnectTimeout).
+func (d *Dialer) dialName(ctx context.Context, order []netip.Addr) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.Config.ConnectTimeout)
 	defer cancel()
-	nd := d.Config.dialer()
-	nd.Resolver = d.Resolver
-	td := tls.Dialer{NetDialer: nd, Config: d.tlsConfig()}
-	c, err := td.DialContext(ctx, "tcp", d.nameAddr())
-	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", d.nameAddr(), err)
+	c, err := dialWalk(ctx, d.Config.dialer(), order, d.Config.Port)
+	if err == nil {
+		tc := tls.Client(c, d.tlsConfig())
+		if err = tc.HandshakeContext(ctx); err == nil {
+			return tc, nil
+		}
+		c.Close()
 	}
-	return c, nil
+	return nil, fmt.Errorf("dial %s: %w", d.nameAddr(), err)
 }
 
-// nameErr is the error dialName would return for the resolver's err: Go's
-// dialer reports a failed lookup as a dial error holding the
-// *net.DNSError.
+// nameErr is the error Go's dial of the name returns for the resolver's
+// err: a dial error holding the *net.DNSError.
 func (d *Dialer) nameErr(err error) error {
 	var dnsErr *net.DNSError
 	if errors.As(err, &dnsErr) {

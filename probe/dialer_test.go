@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -113,6 +114,56 @@ func TestDialDNSFailureAsksOnce(t *testing.T) {
 	var dnsErr *net.DNSError
 	if err == nil || !errors.As(err, &dnsErr) || !dnsErr.IsNotFound || !strings.HasSuffix(err.Error(), plainErr.Error()) {
 		t.Fatalf("DialContext: %v, want the plain dial's %q", err, plainErr)
+	}
+}
+
+// TestDialNameAsksOnce: in the paths without a choice that dial the name
+// (one address; a corrupt state file), DialContext asks the resolver as
+// often as a plain dial of the name (counted by a UDP relay in front of
+// the real named), and connects. It walks the addresses it resolved to
+// choose instead of resolving the name again: a resolver that times out
+// on AAAA queries cost its timeout twice (20 s, not 10 s), and the second
+// time inside connect_timeout, so the dial failed where the plain dial
+// connected.
+func TestDialNameAsksOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		kinds []stack.Kind
+		state string
+	}{
+		{"one address", []stack.Kind{kindEdge}, ""},
+		{"corrupt state", []stack.Kind{kindEdge, kindEdge}, `{"name": `},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFleet(t, tc.kinds...)
+			relay := testbed.StartUDPRelay(t, f.named.Addr)
+			resolver := probe.DNSResolver(relay.Addr)
+			cfg := f.config(t)
+			if tc.state != "" {
+				cfg.State = testbed.WriteFile(t, t.TempDir(), "state.json", tc.state)
+			}
+			ctx := context.Background()
+			td := tls.Dialer{NetDialer: &net.Dialer{Resolver: resolver}, Config: f.o.AgentTLS()}
+			c, err := td.DialContext(ctx, "tcp", net.JoinHostPort(cfg.Name, strconv.Itoa(cfg.Port)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Close()
+			plain := relay.Queries()
+
+			d := &probe.Dialer{Config: cfg, TLS: f.o.AgentTLS(), Resolver: resolver}
+			c, err = d.DialContext(ctx)
+			if err != nil {
+				t.Fatalf("DialContext: %v", err)
+			}
+			defer c.Close()
+			if got := relay.Queries() - plain; got != plain {
+				t.Fatalf("DialContext sent %d DNS queries, the plain dial %d", got, plain)
+			}
+			if r := d.Current(); r.Chosen != "" || !slices.Contains(f.addrs, c.RemoteAddr().String()) {
+				t.Fatalf("connected to %s with %+v in use, want no choice and one of %v", c.RemoteAddr(), r, f.addrs)
+			}
+		})
 	}
 }
 

@@ -76,6 +76,16 @@ func (r Ranking) sameSet(name string, port int, addrs []string) bool {
 // CGO_ENABLED=0 that is Go's own resolver reading /etc/resolv.conf and
 // /etc/hosts).
 func Resolve(ctx context.Context, r *net.Resolver, name string) ([]string, error) {
+	ips, err := lookupOrder(ctx, r, name)
+	if err != nil {
+		return nil, err
+	}
+	return sortedSet(ips), nil
+}
+
+// lookupOrder is the IPs of name through r (nil: the system resolver) in
+// the resolver's order, the order Go's dialer walks them in.
+func lookupOrder(ctx context.Context, r *net.Resolver, name string) ([]netip.Addr, error) {
 	if r == nil {
 		r = net.DefaultResolver
 	}
@@ -83,10 +93,17 @@ func Resolve(ctx context.Context, r *net.Resolver, name string) ([]string, error
 	if err != nil {
 		return nil, fmt.Errorf("resolve %s: %w", name, err)
 	}
+	for i := range ips {
+		ips[i] = ips[i].Unmap()
+	}
+	return ips, nil
+}
+
+// sortedSet is ips sorted and de-duplicated, as strings: an address set.
+func sortedSet(ips []netip.Addr) []string {
 	seen := map[netip.Addr]bool{}
 	var out []netip.Addr
 	for _, ip := range ips {
-		ip = ip.Unmap()
 		if !seen[ip] {
 			seen[ip] = true
 			out = append(out, ip)
@@ -97,7 +114,7 @@ func Resolve(ctx context.Context, r *net.Resolver, name string) ([]string, error
 	for i, ip := range out {
 		s[i] = ip.String()
 	}
-	return s, nil
+	return s
 }
 
 // DNSResolver is a resolver that asks server (host:port) directly: for

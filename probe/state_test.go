@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
+	"github.com/edgefleet/edgefleet/internal/testbed/stack"
 	"github.com/edgefleet/edgefleet/probe"
 )
 
@@ -105,7 +106,8 @@ func FuzzParseState(f *testing.F) {
 }
 
 // TestStateSetChange: a state file measured on another set is stale even
-// though its chosen address is still in the current set: Select measures.
+// though its chosen address is still in the current set: Select measures;
+// so is a fresh one of the same set measured for another name.
 func TestStateSetChange(t *testing.T) {
 	f := newFleet(t, kindEdge, kindEdge)
 	cfg := f.config(t)
@@ -130,6 +132,19 @@ func TestStateSetChange(t *testing.T) {
 	}
 	if r := f.dialer(cfg).Select(context.Background()); !r.MeasuredAt.Equal(same.MeasuredAt) || r.Chosen != same.Chosen {
 		t.Fatalf("same set, fresh: Select gave %+v, want the state %+v", r, same)
+	}
+	// The same set, fresh, but measured for another name (one state path
+	// shared by two agents' configurations): not used, measured again.
+	other := same
+	other.Name = "other." + stack.Zone
+	if err := probe.SaveState(cfg.State, other); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.dialer(cfg).Select(context.Background()); r.Name != cfg.Name || !r.MeasuredAt.After(other.MeasuredAt) {
+		t.Fatalf("a state of another name: Select gave %+v, want a new measurement of %s", r, cfg.Name)
+	}
+	if st, err := probe.LoadState(cfg.State); err != nil || st.Name != cfg.Name {
+		t.Fatalf("state after measuring: %+v %v, want %s's", st, err, cfg.Name)
 	}
 }
 

@@ -101,7 +101,8 @@ func (w *Watcher) Run(ctx context.Context, events chan<- Event) error {
 // Round is one round of the watcher; it reports a switch, already made
 // the Dialer's choice (and saved), for the agent to reconnect. A round
 // whose ranking in use was replaced while it probed (by a dial, a
-// failover) changes nothing: the next round starts from the new one.
+// failover) changes nothing: the next round starts from the new one; nor
+// does one whose ctx ended while it probed.
 func (w *Watcher) Round(ctx context.Context) (Event, bool) {
 	d := w.Dialer
 	if d.ready() != nil {
@@ -111,7 +112,7 @@ func (w *Watcher) Round(ctx context.Context) (Event, bool) {
 	if cur.Name == "" {
 		return Event{}, false // the agent has not dialed yet: no session to watch
 	}
-	addrs, none, ok, err := d.resolve(ctx)
+	addrs, _, none, ok, err := d.resolve(ctx)
 	if !ok {
 		if err == nil && len(addrs) == 1 && cur.Chosen != "" && !onAddrs(cur.Chosen, addrs) {
 			return w.leftToName(cur, gen, none)
@@ -151,6 +152,12 @@ func (w *Watcher) remeasure(ctx context.Context, cur Ranking, gen uint64, addrs 
 	}
 	next := Ranking{Name: d.Config.Name, Addresses: addrs, MeasuredAt: d.now(),
 		Ranking: Measure(ctx, addrs, d.Config.Port, d.probe)}
+	if ctx.Err() != nil {
+		// The agent is stopping: the probes cut short failed for that,
+		// not for the edges. Written down, they would leave a restart
+		// no edge to fail over to until the next re-measure.
+		return Event{}, false
+	}
 	best := next.Ranking[0]
 	again, idx, inSet := next.Entry(cur.Chosen)
 	reason, to, quiet := ReasonBetterEdge, best, false
@@ -217,6 +224,9 @@ func (w *Watcher) retryAbove(ctx context.Context, cur Ranking, gen uint64) (Even
 	}
 	results := make([]Result, idx+1) // above, then the current edge
 	parallel(idx+1, func(i int) { results[i] = d.probe(ctx, cur.Ranking[i].Addr) })
+	if ctx.Err() != nil {
+		return Event{}, false // stopping: the failures say nothing of the edges' streaks
+	}
 	now := results[idx]
 
 	pick, ok := w.streakPick(results[:idx], now, false)

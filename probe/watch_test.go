@@ -594,3 +594,36 @@ func TestWatcherRoundReplaced(t *testing.T) {
 		t.Fatalf("the next round did not measure the new set: %+v", cur)
 	}
 }
+
+// TestWatcherRoundCancelled: the agent shuts down (the watcher's context
+// ends) while a stale re-measure is probing. The probes cut short fail
+// with the context's error, which says nothing about the edges: the
+// round changes nothing, in memory or in the state file, instead of
+// writing a fresh ranking of failures that would leave a restarted agent
+// no edge to fail over to for an hour.
+func TestWatcherRoundCancelled(t *testing.T) {
+	d, f, clock := newFakeDialer(t, 10, 100)
+	before, err := LoadState(d.Config.State)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d.Probe = func(pctx context.Context, addr string) Result {
+		cancel() // the agent stops while this round probes
+		if pctx.Err() != nil {
+			return Result{Addr: addr, Error: "tls handshake " + addr + ": " + pctx.Err().Error()}
+		}
+		return f.probe(pctx, addr)
+	}
+	clock.Advance(2 * time.Hour)
+	if ev, ok := (&Watcher{Dialer: d}).Round(ctx); ok {
+		t.Fatalf("an event from a cancelled round: %+v", ev)
+	}
+	after, err := LoadState(d.Config.State)
+	if err != nil || !after.MeasuredAt.Equal(before.MeasuredAt) || !after.Ranking[1].OK {
+		t.Fatalf("state after a cancelled re-measure: %+v %v, want the one before, %+v", after, err, before)
+	}
+	if cur := d.Current(); !cur.MeasuredAt.Equal(before.MeasuredAt) || cur.Chosen != edgeA {
+		t.Fatalf("ranking in use after a cancelled re-measure: %+v", cur)
+	}
+}

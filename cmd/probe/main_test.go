@@ -207,6 +207,7 @@ func TestBadConfiguration(t *testing.T) {
 		{[]string{"monitor", "--name", "n", "--metrics", "9104"}, `metrics: "9104" is not host:port`},
 		{[]string{"monitor", "--config", testbed.WriteFile(t, dir, "mon.yaml", "name: n\nmonitor_interval: 0s\n")}, "monitor_interval: 0s must be positive"},
 		{[]string{"rank", "--config", cfgFile}, `unknown key "budgit"`},
+		{[]string{"watch", "--config", testbed.WriteFile(t, dir, "nan.yaml", "name: n\nmin_gain_ratio: .nan\n")}, "min_gain_ratio: NaN is not in [0, 1)"},
 		{[]string{}, "a command is required"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
