@@ -19,11 +19,14 @@ type fakeWorld struct {
 	events  []string
 	dns     RRSet
 	allowed []string // edge names the firewall lets in
+	fw      []Edge   // the edges it lets in
 	probe   map[string]ProbeResult
 	conns   []int // successive answers of the metrics endpoint
 	clock   *testbed.Clock
 	// checkErr is what the server answers a key check.
 	checkErr error
+	// logRechecks logs the probes of published edges too.
+	logRechecks bool
 }
 
 func (w *fakeWorld) log(format string, args ...any) {
@@ -61,21 +64,77 @@ func (d fakeDNS) Apply(_ context.Context, c Change) error {
 
 type fakeFirewall struct{ w *fakeWorld }
 
-func (f fakeFirewall) Allow(edges []Edge) (bool, error) {
-	var names []string
+func names(edges []Edge) []string {
+	var n []string
 	for _, e := range edges {
-		names = append(names, e.Name)
+		n = append(n, e.Name)
 	}
-	slices.Sort(names)
-	if slices.Equal(names, f.w.allowed) {
-		return false, nil
-	}
-	f.w.allowed = names
-	f.w.log("firewall %s", strings.Join(names, " "))
-	return true, nil
+	slices.Sort(n)
+	return n
 }
 
-func (f fakeFirewall) Allowed() (map[netip.Addr]bool, error) { return nil, nil }
+// rules are the edges as the fake's rules: "+ edge e1 192.0.2.1".
+func rules(edges []Edge) []string {
+	var r []string
+	for _, e := range edges {
+		for _, a := range e.Addrs() {
+			r = append(r, "edge "+e.Name+" "+a.String())
+		}
+	}
+	slices.Sort(r)
+	return r
+}
+
+func (f fakeFirewall) Diff(edges []Edge) ([]string, error) {
+	var d []string
+	have, want := rules(f.w.fw), rules(edges)
+	for _, r := range have {
+		if !slices.Contains(want, r) {
+			d = append(d, "- "+r)
+		}
+	}
+	for _, r := range want {
+		if !slices.Contains(have, r) {
+			d = append(d, "+ "+r)
+		}
+	}
+	return d, nil
+}
+
+// Allow logs a change of the names let in only.
+func (f fakeFirewall) Allow(edges []Edge) (func() error, error) {
+	n := names(edges)
+	prev, prevFW := f.w.allowed, f.w.fw
+	f.w.allowed, f.w.fw = n, slices.Clone(edges)
+	if !slices.Equal(n, prev) {
+		f.w.log("firewall %s", strings.Join(n, " "))
+	}
+	return func() error {
+		f.w.allowed, f.w.fw = prev, prevFW
+		f.w.log("firewall restored %s", strings.Join(prev, " "))
+		return nil
+	}, nil
+}
+
+func (f fakeFirewall) Allowed() (map[netip.Addr]bool, error) {
+	m := map[netip.Addr]bool{}
+	for a := range f.sources() {
+		m[a] = true
+	}
+	return m, nil
+}
+
+func (f fakeFirewall) Sources() (map[netip.Addr]string, error) { return f.sources(), nil }
+
+func (f fakeFirewall) sources() map[netip.Addr]string {
+	m := map[netip.Addr]string{}
+	for _, e := range f.w.fw {
+		for _, a := range e.Addrs() {
+			m[a] = e.Name
+		}
+	}
+	return m
+}
 
 var (
 	e1 = Edge{Name: "e1", IPv4: "192.0.2.1", Metrics: "192.0.2.1:9101"}
@@ -89,6 +148,7 @@ func world(t *testing.T) (*fakeWorld, func(edges ...Edge) *Converger) {
 	w := &fakeWorld{
 		dns:     RRSet{A: addrs("192.0.2.1", "192.0.2.2"), TTLA: 60},
 		allowed: []string{"e1", "e2"},
+		fw:      []Edge{e1, e2},
 		probe:   map[string]ProbeResult{},
 		conns:   []int{1, 1, 0},
 		clock:   testbed.NewClock(time.Date(2026, 12, 1, 6, 0, 0, 0, time.UTC)),
@@ -101,7 +161,12 @@ func world(t *testing.T) (*fakeWorld, func(edges ...Edge) *Converger) {
 		return &Converger{
 			Config: cfg, StatePath: statePath, DNS: fakeDNS{w}, Firewall: fakeFirewall{w},
 			Probe: func(_ context.Context, addr string) ProbeResult {
-				w.log("probe %s", addr)
+				// The probes of published edges around a firewall change
+				// are logged only with logRechecks: the event lists of
+				// most tests are about the steps.
+				if a, err := netip.ParseAddrPort(addr); err != nil || !w.dns.Has(a.Addr()) || w.logRechecks {
+					w.log("probe %s", addr)
+				}
 				if r, ok := w.probe[addr]; ok {
 					return r
 				}
@@ -157,7 +222,7 @@ func TestConvergeRotate(t *testing.T) {
 		t.Fatalf("waited %v in all, want at least TTL 60s + slack 5s", waited)
 	}
 	out := c.Out.(*testbed.Buffer).String()
-	for _, line := range []string{"resolvers may hold it 1m5s more (TTL 1m0s + slack 5s)", "e1 has 1 active connections; waiting up to 30s more", "e1 has no active connection", "done: ldap.example.net. answers 192.0.2.2 192.0.2.3 2001:db8::3"} {
+	for _, line := range []string{"resolvers may hold it 1m5s more (TTL 1m0s + slack 5s)", "e1 has 1 active connection; waiting up to 30s more", "e1 has no active connection", "done: ldap.example.net. answers 192.0.2.2 192.0.2.3 2001:db8::3"} {
 		if !strings.Contains(out, line) {
 			t.Errorf("progress lacks %q:\n%s", line, out)
 		}
@@ -297,7 +362,7 @@ func TestReconcile(t *testing.T) {
 	// e1 is re-addressed; e2 is published; e3 is new.
 	cfg.Edges = []Edge{{Name: "e1", IPv4: "192.0.2.11"}, e2, e3}
 	live := RRSet{A: addrs("192.0.2.1", "192.0.2.2", "192.0.2.9")}
-	Reconcile(cfg, st, live)
+	Reconcile(cfg, st, live, nil)
 	want := map[string]string{"e1": StateNew, "e1.old": StateDraining, "e2": StateActive, "e3": StateNew, "gone": StateDraining}
 	if len(st.Edges) != len(want) {
 		t.Fatalf("state: %s", st.Marshal())
@@ -314,8 +379,10 @@ func TestReconcile(t *testing.T) {
 
 type fakeAllowed map[netip.Addr]bool
 
-func (f fakeAllowed) Allow([]Edge) (bool, error)            { return false, nil }
-func (f fakeAllowed) Allowed() (map[netip.Addr]bool, error) { return f, nil }
+func (f fakeAllowed) Diff([]Edge) ([]string, error)           { return nil, nil }
+func (f fakeAllowed) Allow([]Edge) (func() error, error)      { return nil, nil }
+func (f fakeAllowed) Allowed() (map[netip.Addr]bool, error)   { return f, nil }
+func (f fakeAllowed) Sources() (map[netip.Addr]string, error) { return nil, nil }
 
 // TestStatus: one row per inventory edge and per draining edge, each
 // column from its source.
@@ -419,8 +486,9 @@ func TestConvergeReaddressTwice(t *testing.T) {
 	if !slices.Equal(*allowed, wantAllowed) {
 		t.Fatalf("the firewall allowed:\n%s\nwant:\n%s", strings.Join(*allowed, "\n"), strings.Join(wantAllowed, "\n"))
 	}
-	want := []string{
-		"firewall e1 e1.old e1.old2 e2", "probe 192.0.2.21:636", "dns add A 192.0.2.21 (e1)", "dns remove A 192.0.2.11 (e1.old2)",
+	want := []string{ // 192.0.2.1 drains, let in: probed around the firewall change
+		"probe 192.0.2.1:636", "firewall e1 e1.old e1.old2 e2", "probe 192.0.2.1:636",
+		"probe 192.0.2.21:636", "dns add A 192.0.2.21 (e1)", "dns remove A 192.0.2.11 (e1.old2)",
 		"conns 192.0.2.1:9101 = 0", "conns 192.0.2.1:9101 = 0", "firewall e1 e2",
 	}
 	if !slices.Equal(w.events, want) {
@@ -452,24 +520,25 @@ func readdressInterrupted(t *testing.T, w *fakeWorld, conv func(edges ...Edge) *
 // recordAllowed makes c's firewall record, for each Allow, the edges
 // with their IPv4 addresses ("e1=192.0.2.1 e2=192.0.2.2").
 func recordAllowed(c *Converger) *[]string {
-	var allowed []string
-	fw := c.Firewall
-	c.Firewall = firewallFunc(func(edges []Edge) (bool, error) {
-		var s []string
-		for _, e := range edges {
-			s = append(s, e.Name+"="+e.IPv4)
-		}
-		slices.Sort(s)
-		allowed = append(allowed, strings.Join(s, " "))
-		return fw.Allow(edges)
-	})
-	return &allowed
+	r := &recordingFirewall{Firewall: c.Firewall}
+	c.Firewall = r
+	return &r.allowed
 }
 
-type firewallFunc func(edges []Edge) (bool, error)
+type recordingFirewall struct {
+	Firewall
+	allowed []string
+}
 
-func (f firewallFunc) Allow(edges []Edge) (bool, error)      { return f(edges) }
-func (f firewallFunc) Allowed() (map[netip.Addr]bool, error) { return nil, nil }
+func (r *recordingFirewall) Allow(edges []Edge) (func() error, error) {
+	var s []string
+	for _, e := range edges {
+		s = append(s, e.Name+"="+e.IPv4)
+	}
+	slices.Sort(s)
+	r.allowed = append(r.allowed, strings.Join(s, " "))
+	return r.Firewall.Allow(edges)
+}
 
 // TestConvergeReaddressBack: an edge moved back to the address that still
 // drains under "<name>.old" publishes it again at once: that entry is

@@ -131,6 +131,10 @@ func DefaultConfig() Config {
 	}
 }
 
+// maxEdgeName is the longest edge name (a DNS label's length), in the
+// inventory and in the state file alike.
+const maxEdgeName = 63
+
 var (
 	edgeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 	label    = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)

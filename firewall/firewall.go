@@ -57,6 +57,11 @@ type Config struct {
 	Force bool
 	// CreateChain creates a missing hook chain instead of refusing.
 	CreateChain bool
+	// Owner names the inventory the rules belong to (its DNS name); it is
+	// written into the jump's comment. Rules of another owner are never
+	// replaced or removed (unless Force): one host, one inventory's rules.
+	// Rules without an owner are anyone's.
+	Owner string
 }
 
 // Edge is one allowed source; either address may be empty.
@@ -99,6 +104,9 @@ func (c Config) Validate() error {
 		if _, err := parseAddr(c.Address); err != nil {
 			errs = append(errs, fmt.Errorf("origin.address: %w", err))
 		}
+	}
+	if c.Owner != "" && !safeName.MatchString(c.Owner) {
+		errs = append(errs, fmt.Errorf("owner %q: use letters, digits, . _ - (it goes into a rule comment)", c.Owner))
 	}
 	for _, e := range c.Edges {
 		if !safeName.MatchString(e.Name) {

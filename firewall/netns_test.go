@@ -238,7 +238,7 @@ func TestDockerUser(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				return fw.Watch(ctx, c, 50*time.Millisecond, nil)
+				return fw.Watch(ctx, Static(c), 50*time.Millisecond, nil)
 			})
 		}()
 		defer func() {
@@ -448,7 +448,7 @@ func TestWatchWaitsForDockerUser(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			return fw.Watch(ctx, c, 20*time.Millisecond, nil)
+			return fw.Watch(ctx, Static(c), 20*time.Millisecond, nil)
 		})
 	}()
 	defer func() {
