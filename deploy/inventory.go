@@ -349,3 +349,37 @@ func inZone(name, zone string) bool {
 	z := strings.ToLower(strings.TrimSuffix(zone, "."))
 	return n == z || strings.HasSuffix(n, "."+z)
 }
+
+// CheckEdgeAddrs refuses an edge address that can never be an edge:
+// unspecified, broadcast, multicast, loopback (unless allowLoopback: the
+// one-machine demo), or an address of the origin itself (origin.address,
+// and own: the addresses of the host fleet runs on when it is the
+// origin's) — publishing the origin would bypass the edges.
+func (c Config) CheckEdgeAddrs(allowLoopback bool, own []netip.Addr) error {
+	var errs []error
+	origin := map[netip.Addr]bool{}
+	for _, a := range own {
+		origin[a.Unmap()] = true
+	}
+	if a, err := netip.ParseAddr(c.Origin.Address); err == nil {
+		origin[a.Unmap()] = true
+	}
+	for i, e := range c.Edges {
+		for fam, s := range map[string]string{"ipv4": e.IPv4, "ipv6": e.IPv6} {
+			a, err := netip.ParseAddr(s)
+			if err != nil {
+				continue
+			}
+			key := fmt.Sprintf("edges[%d].%s", i, fam)
+			switch {
+			case a.IsUnspecified(), a.IsMulticast(), a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+				errs = append(errs, fmt.Errorf("%s: %s (edge %q) is not the address of one host", key, a, e.Name))
+			case a.IsLoopback() && !allowLoopback:
+				errs = append(errs, fmt.Errorf("%s: %s (edge %q) is a loopback address: no agent can reach it (--allow-loopback for a fleet on one machine)", key, a, e.Name))
+			case origin[a] && !a.IsLoopback():
+				errs = append(errs, fmt.Errorf("%s: %s (edge %q) is an address of the origin: publishing it would let agents bypass the edges", key, a, e.Name))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -38,7 +38,7 @@ type State struct {
 	Inventory *InventoryID `json:"inventory,omitempty"`
 	// TTLChanges are the TTLs the name's records had before a change that
 	// resolvers may still hold.
-	TTLChanges []TTLChange            `json:"ttl_changes,omitempty"`
+	TTLChanges []TTLChange           `json:"ttl_changes,omitempty"`
 	Edges      map[string]*EdgeState `json:"edges"`
 }
 

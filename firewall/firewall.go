@@ -77,6 +77,8 @@ func DefaultConfig() Config { return Config{Chain: DockerUser} }
 var (
 	safeName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,63}$`)
 	ifName   = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,15}$`)
+	// ownerName is a domain name, as the inventory's name is.
+	ownerName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,253}$`)
 )
 
 // IsInterfaceName reports whether s can be a Linux network interface name
@@ -105,7 +107,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("origin.address: %w", err))
 		}
 	}
-	if c.Owner != "" && !safeName.MatchString(c.Owner) {
+	if c.Owner != "" && !ownerName.MatchString(c.Owner) {
 		errs = append(errs, fmt.Errorf("owner %q: use letters, digits, . _ - (it goes into a rule comment)", c.Owner))
 	}
 	for _, e := range c.Edges {

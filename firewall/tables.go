@@ -263,7 +263,7 @@ func (fw *Firewall) Plan(c Config) (*Plan, error) {
 	p.prefix = fw.prefix
 	var refusals []error
 	if foreign != "" {
-		msg := fmt.Sprintf("the firewall holds the rules of inventory %q: refusing to replace them with those of %q (one inventory's rules per host)", foreign, ownerName(c.Owner))
+		msg := fmt.Sprintf("the firewall holds the rules of inventory %q: refusing to replace them with those of %q (one inventory's rules per host)", foreign, displayOwner(c.Owner))
 		if !c.Force {
 			return nil, errors.New(msg + "; --force replaces them")
 		}
@@ -403,7 +403,7 @@ func (fw *Firewall) dropChain(ipt *iptables.IPTables, chain string, l live) erro
 	return ipt.ClearAndDeleteChain("filter", chain)
 }
 
-func ownerName(owner string) string {
+func displayOwner(owner string) string {
 	if owner == "" {
 		return "(unnamed)"
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -25,12 +27,13 @@ func init() {
 // convergeFlags are the options of apply, rotate and status that are not
 // inventory keys.
 type convergeFlags struct {
-	fw      firewallFlags
-	noFW    bool
-	dryRun  bool
-	slack   time.Duration
-	every   time.Duration
-	timeout time.Duration
+	fw            firewallFlags
+	noFW          bool
+	dryRun        bool
+	allowLoopback bool
+	slack         time.Duration
+	every         time.Duration
+	timeout       time.Duration
 }
 
 func (fl *convergeFlags) register(fs *pflag.FlagSet, withDryRun bool) {
@@ -43,15 +46,48 @@ func (fl *convergeFlags) register(fs *pflag.FlagSet, withDryRun bool) {
 		fs.BoolVar(&fl.dryRun, "dry-run", false, "print what would be done, change nothing")
 		fs.DurationVar(&fl.slack, "slack", 5*time.Second, "added to the TTL a removed edge waits for")
 		fs.DurationVar(&fl.every, "progress", 5*time.Second, "how often a wait prints its progress")
+		fs.BoolVar(&fl.allowLoopback, "allow-loopback", false, "accept loopback edge addresses (a fleet on one machine: the demo)")
 	}
+}
+
+// check refuses flag values no run could use (exit 2).
+func (fl convergeFlags) check() error {
+	if fl.slack < 0 {
+		return cli.Exit(cli.ExitConfig, fmt.Errorf("--slack %v: must not be negative", fl.slack))
+	}
+	if fl.every <= 0 {
+		return cli.Exit(cli.ExitConfig, fmt.Errorf("--progress %v: must be positive", fl.every))
+	}
+	return nil
+}
+
+// checkEdges refuses an address that must never be an edge (exit 2); with
+// the firewall managed, fleet runs on the origin host, whose own
+// addresses are refused too.
+func checkEdges(cfg deploy.Config, fl convergeFlags) error {
+	var own []netip.Addr
+	if !fl.noFW {
+		if addrs, err := net.InterfaceAddrs(); err == nil {
+			for _, a := range addrs {
+				if p, err := netip.ParsePrefix(a.String()); err == nil {
+					own = append(own, p.Addr())
+				}
+			}
+		}
+	}
+	if err := cfg.CheckEdgeAddrs(fl.allowLoopback, own); err != nil {
+		return cli.Exit(cli.ExitConfig, err)
+	}
+	return nil
 }
 
 // fleetParts are the live peers convergence and status talk to.
 type fleetParts struct {
-	f     fleetFile
-	pub   *deploy.Publisher
-	fw    deploy.Firewall
-	probe deploy.ProbeFunc
+	f        fleetFile
+	pub      *deploy.Publisher
+	fw       deploy.Firewall
+	iptables *firewall.Firewall // nil with --no-firewall
+	probe    deploy.ProbeFunc
 }
 
 // setupFleet loads the inventory and opens DNS, the firewall and the probe.
@@ -71,6 +107,7 @@ func setupFleet(cmd *cobra.Command, fl convergeFlags) (fleetParts, error) {
 			return p, err
 		}
 		p.fw = deploy.IPTables{FW: fw, Base: fc}
+		p.iptables = fw
 	}
 	serverName := p.f.Probe.ServerName
 	if serverName == "" {
@@ -89,14 +126,16 @@ func setupFleet(cmd *cobra.Command, fl convergeFlags) (fleetParts, error) {
 }
 
 // converge runs the six steps for cfg until done, SIGINT or SIGTERM;
-// locked says the caller holds the state lock.
-func converge(cmd *cobra.Command, p fleetParts, cfg deploy.Config, fl convergeFlags, locked bool) error {
+// locked says the caller holds the state lock; beforePublish (may be nil)
+// runs once the new edges passed their probes.
+func converge(cmd *cobra.Command, p fleetParts, cfg deploy.Config, fl convergeFlags, locked bool, beforePublish func() error) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	c := &deploy.Converger{
 		Config: cfg, StatePath: statePath(p.f.path),
 		DNS: p.pub, Firewall: p.fw, Probe: p.probe, Conns: deploy.ScrapeConns,
 		Slack: fl.slack, DryRun: fl.dryRun, Locked: locked, Out: cmd.OutOrStdout(), Every: fl.every,
+		BeforePublish: beforePublish,
 	}
 	if err := c.Run(ctx); err != nil {
 		if errors.Is(err, context.Canceled) {
@@ -123,11 +162,17 @@ fleet.yaml: an interrupted run resumes, a run with nothing to do changes
 nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := fl.check(); err != nil {
+				return err
+			}
 			p, err := setupFleet(cmd, fl)
 			if err != nil {
 				return err
 			}
-			return converge(cmd, p, p.f.Config, fl, false)
+			if err := checkEdges(p.f.Config, fl); err != nil {
+				return err
+			}
+			return converge(cmd, p, p.f.Config, fl, false, nil)
 		},
 	}
 	fl.register(cmd.Flags(), true)
@@ -154,6 +199,9 @@ fleet.yaml already edited and resumes.`,
 			if out == "" {
 				return errors.New("--out: the edge to rotate out is required")
 			}
+			if err := fl.check(); err != nil {
+				return err
+			}
 			p, err := setupFleet(cmd, fl)
 			if err != nil {
 				return err
@@ -167,11 +215,14 @@ fleet.yaml already edited and resumes.`,
 				}
 				defer unlock()
 			}
-			cfg, err := rotateInventory(cmd, p, out, newEdge, fl.dryRun)
+			cfg, write, err := rotateInventory(cmd, p, out, newEdge, fl.dryRun)
 			if err != nil {
 				return err
 			}
-			return converge(cmd, p, cfg, fl, true)
+			if err := checkEdges(cfg, fl); err != nil {
+				return err
+			}
+			return converge(cmd, p, cfg, fl, true, write)
 		},
 	}
 	cmd.Flags().StringVar(&out, "out", "", "the edge leaving the fleet")
@@ -197,10 +248,13 @@ func parseIn(s string) (deploy.Edge, error) {
 	return e, nil
 }
 
-// rotateInventory writes fleet.yaml with out replaced by in (unless that
-// is already done: a resumed rotation) and returns the new inventory,
-// after recording out in the state file so that it can be drained by name.
-func rotateInventory(cmd *cobra.Command, p fleetParts, out string, in deploy.Edge, dryRun bool) (deploy.Config, error) {
+// rotateInventory returns the inventory with out replaced by in, and
+// write, which records out in the state file (so that it can be drained
+// by name) and then writes fleet.yaml: the convergence calls it once the
+// DNS server has accepted the key and in has passed its probe, so a
+// rotation that fails before leaves fleet.yaml as it was. Already done (a
+// resumed rotation), write is nil.
+func rotateInventory(cmd *cobra.Command, p fleetParts, out string, in deploy.Edge, dryRun bool) (deploy.Config, func() error, error) {
 	cfg := p.f.Config
 	old, hasOld := cfg.Edge(out)
 	cur, hasIn := cfg.Edge(in.Name)
@@ -208,14 +262,14 @@ func rotateInventory(cmd *cobra.Command, p fleetParts, out string, in deploy.Edg
 	switch {
 	case hasIn && cur.IPv4 == in.IPv4 && cur.IPv6 == in.IPv6 && (!hasOld || readdress):
 		fmt.Fprintf(cmd.OutOrStdout(), "fleet.yaml already lists %s instead of %s: resuming\n", in, out)
-		return cfg, nil
+		return cfg, nil, nil
 	case !hasOld:
-		return cfg, fmt.Errorf("--out %s: no such edge in fleet.yaml", out)
+		return cfg, nil, fmt.Errorf("--out %s: no such edge in fleet.yaml", out)
 	case hasIn && !readdress:
-		return cfg, fmt.Errorf("--in %s: already in fleet.yaml", in.Name)
+		return cfg, nil, fmt.Errorf("--in %s: already in fleet.yaml", in.Name)
 	}
 	if p.f.path == "" {
-		return cfg, errors.New("rotate edits fleet.yaml: give --config or run beside fleet.yaml")
+		return cfg, nil, errors.New("rotate edits fleet.yaml: give --config or run beside fleet.yaml")
 	}
 	next := cfg
 	next.Edges = nil
@@ -226,37 +280,44 @@ func rotateInventory(cmd *cobra.Command, p fleetParts, out string, in deploy.Edg
 		next.Edges = append(next.Edges, e)
 	}
 	if err := next.Validate(); err != nil {
-		return cfg, fmt.Errorf("--in: %w", err)
+		return cfg, nil, fmt.Errorf("--in: %w", err)
 	}
 	if dryRun {
-		fmt.Fprintf(cmd.OutOrStdout(), "would edit %s: %s out, %s in\n", p.f.path, out, in)
-		return next, nil
+		fmt.Fprintf(cmd.OutOrStdout(), "would edit %s: %s out, %s in (once %s passed its probe)\n", p.f.path, out, in, in.Name)
+		return next, nil, nil
 	}
 	src, err := os.ReadFile(p.f.path)
 	if err != nil {
-		return cfg, fmt.Errorf("config: %w", err)
+		return cfg, nil, fmt.Errorf("config: %w", err)
 	}
 	edited, err := deploy.RotateInventory(src, out, in)
 	if err != nil {
-		return cfg, err
+		return cfg, nil, err
 	}
 	// The state remembers out before the file forgets it.
 	sp := statePath(p.f.path)
 	st, err := deploy.LoadState(sp)
 	if err != nil {
-		return cfg, err
+		return cfg, nil, err
+	}
+	if err := st.Adopt(cfg, sp); err != nil {
+		return cfg, nil, err
 	}
 	if st.Edges[out] == nil {
 		st.Edges[out] = &deploy.EdgeState{IPv4: old.IPv4, IPv6: old.IPv6, Metrics: old.Metrics, State: deploy.StateActive}
 		if err := st.Save(sp); err != nil {
-			return cfg, err
+			return cfg, nil, err
 		}
 	}
-	if err := deploy.WriteFileAtomic(p.f.path, edited, 0o600); err != nil {
-		return cfg, err
+	write := func() error {
+		deploy.RemoveTemps(p.f.path) // of a rotation killed while writing it; we hold the lock
+		if err := deploy.WriteFileAtomic(p.f.path, edited, 0o600); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "edited %s: %s out, %s in\n", p.f.path, out, in)
+		return nil
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "edited %s: %s out, %s in\n", p.f.path, out, in)
-	return next, nil
+	return next, write, nil
 }
 
 func statusCommand() *cobra.Command {

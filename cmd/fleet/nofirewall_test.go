@@ -47,13 +47,21 @@ edges:
 	testbed.Start(t, fleetBin(t), "--config", inv, "dns", "serve")
 	waitDNS(t, server)
 
+	// Loopback edges are refused unless asked for: no agent reaches them.
 	r := fleetRun(t, nil, "--config", inv, "apply", "--no-firewall", "--slack", "0s")
+	if r.code != 2 || !strings.Contains(r.stderr, "edges[0].ipv4: 127.0.0.2 (edge \"e1\") is a loopback address") {
+		t.Fatalf("apply with loopback edges: exit %d, want 2\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = fleetRun(t, nil, "--config", inv, "apply", "--no-firewall", "--slack", "-1s", "--allow-loopback")
+	oneLineFailure(t, "negative slack", r, 2, "--slack -1s: must not be negative")
+
+	r = fleetRun(t, nil, "--config", inv, "apply", "--no-firewall", "--allow-loopback", "--slack", "0s")
 	if r.code != 0 || !strings.Contains(r.stdout, "step 1/6 firewall: skipped (no firewall)") || !strings.Contains(r.stdout, "step 2/6 probe: e2 127.0.0.3:"+p+" ok") {
 		t.Fatalf("apply: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	wantSet(t, "after apply", digSet(t, server, "ldap.example.test", "A"), "127.0.0.2", "127.0.0.3")
 
-	r = fleetRun(t, nil, "--config", inv, "rotate", "--no-firewall", "--slack", "0s", "--out", "e1", "--in", "e3=127.0.0.4")
+	r = fleetRun(t, nil, "--config", inv, "rotate", "--no-firewall", "--allow-loopback", "--slack", "0s", "--out", "e1", "--in", "e3=127.0.0.4")
 	t.Logf("rotate:\n%s", r.stdout)
 	if r.code != 0 || !strings.Contains(r.stdout, "e1 has no metrics endpoint: waiting drain_timeout") {
 		t.Fatalf("rotate: exit %d\n%s%s", r.code, r.stdout, r.stderr)
@@ -67,7 +75,7 @@ edges:
 	}
 
 	inv = yaml("  - {name: e2, ipv4: 127.0.0.3}\n", "  - {name: e3, ipv4: 127.0.0.4}\n", "  - {name: e4, ipv4: 127.0.0.5}\n")
-	r = fleetRun(t, nil, "--config", inv, "apply", "--no-firewall")
+	r = fleetRun(t, nil, "--config", inv, "apply", "--no-firewall", "--allow-loopback")
 	oneLineFailure(t, "dead edge", r, 1, "end-to-end probe failed: e4 not published")
 	wantSet(t, "after the dead edge", digSet(t, server, "ldap.example.test", "A"), "127.0.0.3", "127.0.0.4")
 	r = fleetRun(t, nil, "--config", inv, "status", "--no-firewall")

@@ -260,7 +260,7 @@ edges:
 	second := startFleet(t, orig, args...)
 	second.waitLine(t, "step 5/6 drain: e1 has ") // 1 (the session) or more active connections
 	// Another convergence of the same inventory meanwhile is refused.
-	oneLineFailure(t, "apply during rotate", fleetRun(t, orig, "--config", inv, "apply", "--chain", "INPUT"), 1, "another fleet apply or rotate is running on this inventory")
+	oneLineFailure(t, "apply during rotate", fleetRun(t, orig, "--config", inv, "apply", "--chain", "INPUT"), 1, "is running on this inventory")
 	if _, err := sess.WhoAmI(nil); err != nil {
 		t.Errorf("e1's session broke while e1 drained: %v", err)
 	}
