@@ -4,14 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
+	"github.com/miekg/dns"
 )
 
 // fakes record every change in one event log, in order.
@@ -56,6 +60,12 @@ func (d fakeDNS) Apply(_ context.Context, c Change) error {
 		d.w.dns.remove(c.Addr)
 		if len(d.w.dns.Addrs()) == 0 {
 			return errors.New("the set is empty")
+		}
+	case OpTTL:
+		if c.Type == dns.TypeAAAA {
+			d.w.dns.TTLAAAA = c.TTL
+		} else {
+			d.w.dns.TTLA = c.TTL
 		}
 	}
 	d.w.log("dns %s", c.Describe())
@@ -563,5 +573,191 @@ func TestConvergeReaddressBack(t *testing.T) {
 	}
 	if !slices.Equal(w.events, want) {
 		t.Fatalf("events:\n%s\nwant:\n%s", strings.Join(w.events, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestConvergeFirewallRegression: a firewall change after which an edge
+// that got through before no longer does (a wrong pin) is undone: the
+// previous rules are restored and the run fails before any DNS change.
+func TestConvergeFirewallRegression(t *testing.T) {
+	w, conv := world(t)
+	conv(e1, e2).Run(context.Background())
+	w.logRechecks = true
+	w.events = nil
+	c := conv(e1, e2, e3)
+	inner := c.Probe
+	changed := false
+	c.Probe = func(ctx context.Context, addr string) ProbeResult {
+		if changed && addr == "192.0.2.2:636" {
+			w.log("probe %s", addr)
+			return ProbeResult{Error: "tcp connect 192.0.2.2:636: timeout"}
+		}
+		return inner(ctx, addr)
+	}
+	c.Firewall = &hookFirewall{Firewall: c.Firewall, after: func() { changed = true }}
+	err := c.Run(context.Background())
+	if !errors.Is(err, ErrRegression) || !strings.Contains(err.Error(), "e2 192.0.2.2:636") || !strings.Contains(err.Error(), "the previous rules are restored") {
+		t.Fatalf("err = %v", err)
+	}
+	want := []string{"probe 192.0.2.1:636", "probe 192.0.2.2:636", "firewall e1 e2 e3", "probe 192.0.2.1:636", "probe 192.0.2.2:636", "firewall restored e1 e2"}
+	if !slices.Equal(w.events, want) {
+		t.Fatalf("events:\n%s\nwant:\n%s", strings.Join(w.events, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+type hookFirewall struct {
+	Firewall
+	after func()
+}
+
+func (h *hookFirewall) Allow(edges []Edge) (func() error, error) {
+	undo, err := h.Firewall.Allow(edges)
+	h.after()
+	return undo, err
+}
+
+// TestConvergeUnlisted: with no state file, an address published in DNS
+// and let in by the firewall that fleet.yaml does not list leaves by the
+// safe order: DNS first, then TTL + slack and the drain, then the
+// firewall — under the name its firewall rule gives.
+func TestConvergeUnlisted(t *testing.T) {
+	w, conv := world(t) // e1 and e2 published and allowed; no state file
+	start := w.clock.Now()
+	c := conv(e2)
+	allowed := recordAllowed(c)
+	if err := c.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"dns remove A 192.0.2.1 (e1)", "firewall e2"}
+	if !slices.Equal(w.events, want) {
+		t.Fatalf("events %q, want %q", w.events, want)
+	}
+	if !slices.Equal(*allowed, []string{"e2=192.0.2.2"}) {
+		t.Fatalf("the firewall allowed %q: e1 must stay until step 6", *allowed)
+	}
+	if waited := w.clock.Now().Sub(start); waited < 95*time.Second {
+		t.Fatalf("waited %v, want TTL 60s + slack 5s + drain_timeout 30s", waited)
+	}
+}
+
+// TestConvergeUntrustedDraining: a draining entry whose addresses are
+// neither in DNS nor let in by the firewall (a state of another run, a
+// run killed after step 6) is forgotten: the firewall is not opened to
+// it, not even for a moment.
+func TestConvergeUntrustedDraining(t *testing.T) {
+	w, conv := world(t)
+	conv(e1, e2).Run(context.Background())
+	st, _ := LoadState(conv().StatePath)
+	st.Edges["e4.old"] = &EdgeState{IPv4: "198.51.100.4", State: StateDraining, LeftDNS: w.clock.Now(), TTL: 60}
+	st.Save(conv().StatePath)
+	c := conv(e1, e2)
+	allowed := recordAllowed(c)
+	if err := c.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(*allowed) != 0 || len(w.events) != 0 {
+		t.Fatalf("allowed %q, events %q", *allowed, w.events)
+	}
+	out := c.Out.(*testbed.Buffer).String()
+	if strings.Contains(out, "e4.old") {
+		t.Errorf("the run speaks of e4.old:\n%s", out)
+	}
+	st, _ = LoadState(c.StatePath)
+	if st.Edges["e4.old"] != nil {
+		t.Errorf("e4.old is still in the state: %s", st.Marshal())
+	}
+}
+
+// TestConvergeTTLHistory: records whose TTL was lowered shortly before an
+// edge left DNS may be held for the old TTL: the wait lasts until then.
+func TestConvergeTTLHistory(t *testing.T) {
+	w, conv := world(t)
+	w.dns.TTLA = 600
+	c := conv(e1, e2) // ttl: 60 in fleet.yaml: the A set is rewritten
+	if err := c.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := LoadState(c.StatePath)
+	if len(st.TTLChanges) != 1 || st.TTLChanges[0].TTL != 600 {
+		t.Fatalf("the TTL change is not recorded: %s", st.Marshal())
+	}
+	changed := w.clock.Now()
+	w.clock.Advance(10 * time.Second)
+	w.conns = []int{0}
+	c = conv(e2)
+	if err := c.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if held := changed.Add(600*time.Second + 5*time.Second); w.clock.Now().Before(held) {
+		t.Fatalf("e1 left the firewall at %v, before the TTL-600 copies expire (%v)", w.clock.Now(), held)
+	}
+	if out := c.Out.(*testbed.Buffer).String(); !strings.Contains(out, "(the TTL 10m0s its records had until 2026-12-01T06:00:00Z + slack 5s)") {
+		t.Errorf("output:\n%s", out)
+	}
+}
+
+// TestConvergeDrainRefused: an edge whose metrics endpoint refuses
+// connections is down: nothing is left to drain, no drain_timeout wait.
+func TestConvergeDrainRefused(t *testing.T) {
+	w, conv := world(t)
+	conv(e1, e2).Run(context.Background())
+	start := w.clock.Now()
+	c := conv(e2)
+	c.Conns = func(context.Context, string) (int, error) {
+		return 0, fmt.Errorf("metrics http://192.0.2.1:9101/metrics: %w", &net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)})
+	}
+	if err := c.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if waited := w.clock.Now().Sub(start); waited != 65*time.Second {
+		t.Errorf("waited %v, want TTL 60s + slack 5s only", waited)
+	}
+	if out := c.Out.(*testbed.Buffer).String(); !strings.Contains(out, "e1: its metrics endpoint refuses connections: the edge is down, nothing left to drain") {
+		t.Errorf("output:\n%s", out)
+	}
+}
+
+// TestConvergeDrainProgress: the drain loop prints at the --progress
+// interval, not at each poll; a wait of less than a second left says
+// "1s more", never "0s more".
+func TestConvergeDrainProgress(t *testing.T) {
+	w, conv := world(t)
+	conv(e1, e2).Run(context.Background())
+	w.conns = []int{3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 0}
+	c := conv(e2)
+	c.Every = 5 * time.Second
+	c.Slack = 500 * time.Millisecond
+	if err := c.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	out := c.Out.(*testbed.Buffer).String()
+	if n := strings.Count(out, "e1 has 3 active connections"); n != 3 {
+		t.Errorf("%d progress lines for 12 polls a second apart, want 3 (every 5s):\n%s", n, out)
+	}
+	if strings.Contains(out, " 0s more") || !strings.Contains(out, "resolvers may hold it 1s more") {
+		t.Errorf("output:\n%s", out)
+	}
+}
+
+// TestConvergeBeforePublish: the hook runs once the new edges passed their
+// probes, before the first DNS change — and not at all when a probe fails.
+func TestConvergeBeforePublish(t *testing.T) {
+	w, conv := world(t)
+	conv(e1, e2).Run(context.Background())
+	w.probe["192.0.2.3:636"] = ProbeResult{Error: "refused"}
+	c := conv(e2, e3)
+	c.BeforePublish = func() error { w.log("hook"); return nil }
+	if err := c.Run(context.Background()); !errors.Is(err, ErrProbe) || slices.Contains(w.events, "hook") {
+		t.Fatalf("err %v, events %q", err, w.events)
+	}
+	delete(w.probe, "192.0.2.3:636")
+	w.events = nil
+	c = conv(e2, e3)
+	c.BeforePublish = func() error { w.log("hook"); return nil }
+	if err := c.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.Index(w.events, "hook"); i < 0 || !strings.HasPrefix(w.events[i+1], "dns add") || strings.HasPrefix(w.events[i-1], "dns") {
+		t.Fatalf("events %q", w.events)
 	}
 }
