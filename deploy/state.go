@@ -237,14 +237,33 @@ func (s *State) Sorted() []string {
 var ErrLocked = errors.New("another fleet command that changes DNS or the firewall (apply, rotate, firewall apply|remove|watch, dns apply) is running on this inventory")
 
 // LockState takes the state file's lock (fleet.state.json.lock, flock):
-// one convergence at a time per inventory. The lock goes with the process,
+// one writer of DNS and the firewall at a time per inventory. A lock held
+// for a moment (a round of `fleet firewall watch`) is waited for, up to
+// LockWait; one held longer is an error. The lock goes with the process,
 // so a killed command leaves none behind.
-func LockState(path string) (unlock func(), err error) {
+func LockState(path string) (unlock func(), err error) { return lockState(path, LockWait) }
+
+// TryLockState is LockState without the wait: `fleet firewall watch`
+// skips its round instead.
+func TryLockState(path string) (unlock func(), err error) { return lockState(path, 0) }
+
+// LockWait is how long LockState waits for a lock held by another command.
+var LockWait = 3 * time.Second
+
+func lockState(path string, wait time.Duration) (unlock func(), err error) {
 	f, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("state lock: %w", err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	deadline := time.Now().Add(wait)
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if !errors.Is(err, unix.EWOULDBLOCK) || !time.Now().Before(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			return nil, fmt.Errorf("state %s: %w", path, ErrLocked)

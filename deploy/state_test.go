@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,12 +61,26 @@ func TestLockState(t *testing.T) {
 	if _, err := LockState(path); err == nil || !strings.Contains(err.Error(), "is running on this inventory") {
 		t.Fatalf("second lock: %v", err)
 	}
+	if _, err := TryLockState(path); !errors.Is(err, ErrLocked) {
+		t.Fatalf("try while held: %v", err)
+	}
 	unlock()
 	unlock2, err := LockState(path)
 	if err != nil {
 		t.Fatalf("lock after unlock: %v", err)
 	}
-	unlock2()
+	// A lock held for a moment (a watch round) is waited for.
+	released := make(chan struct{})
+	go func() {
+		<-released
+		unlock2()
+	}()
+	close(released)
+	unlock3, err := LockState(path)
+	if err != nil {
+		t.Fatalf("a lock released while waiting: %v", err)
+	}
+	unlock3()
 }
 
 // TestDocStateFile: the state file shown in docs/dns-deploy.md parses.

@@ -68,7 +68,7 @@ func firewallPlan(fl *firewallFlags) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				c, _, err := allowedRules(cmd.Context(), f, fw, *fl, false)
+				c, _, err := allowedRules(cmd.Context(), f, fw, *fl, nil)
 				if err != nil {
 					return err
 				}
@@ -94,7 +94,7 @@ func firewallApply(fl *firewallFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, unlock, err := allowedRules(cmd.Context(), f, fw, *fl, true)
+			c, unlock, err := allowedRules(cmd.Context(), f, fw, *fl, deploy.LockState)
 			if err != nil {
 				return err
 			}
@@ -127,7 +127,7 @@ func firewallCheck(fl *firewallFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, _, err := allowedRules(cmd.Context(), f, fw, *fl, false)
+			c, _, err := allowedRules(cmd.Context(), f, fw, *fl, nil)
 			if err != nil {
 				return err
 			}
@@ -213,7 +213,7 @@ func firewallWatch(fl *firewallFlags) *cobra.Command {
 				if err != nil {
 					return firewall.Config{}, nil, err
 				}
-				c, unlock, err := allowedRules(ctx, f, fw, *fl, true)
+				c, unlock, err := allowedRules(ctx, f, fw, *fl, deploy.TryLockState)
 				if errors.Is(err, deploy.ErrLocked) {
 					return c, nil, fmt.Errorf("%w: %w", firewall.ErrBusy, err)
 				}
@@ -248,13 +248,13 @@ func firewallInventory(cmd *cobra.Command, fl firewallFlags) (fleetFile, *firewa
 // enforces, computed as apply and rotate compute it: the inventory's
 // edges, the state's draining ones, and every address live in DNS
 // (dns.server, when set) or in the firewall that the inventory does not
-// list — it stays until a convergence has drained it. With lock, the
-// inventory's lock is taken first and unlock releases it.
-func allowedRules(ctx context.Context, f fleetFile, fw *firewall.Firewall, fl firewallFlags, lock bool) (firewall.Config, func(), error) {
+// list — it stays until a convergence has drained it. With lock (non-nil),
+// the inventory's lock is taken first and unlock releases it.
+func allowedRules(ctx context.Context, f fleetFile, fw *firewall.Firewall, fl firewallFlags, lock func(string) (func(), error)) (firewall.Config, func(), error) {
 	c := firewallConfig(f.Config, fl)
 	unlock := func() {}
-	if lock {
-		u, err := deploy.LockState(statePath(f.path))
+	if lock != nil {
+		u, err := lock(statePath(f.path))
 		if err != nil {
 			return c, nil, cli.Exit(1, err)
 		}

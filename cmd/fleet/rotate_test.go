@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -243,6 +244,9 @@ edges:
 	}
 	t.Logf("fleet rotate --dry-run:\n%s", r.stdout)
 
+	// A firewall watch runs throughout: it must never undo the rotation
+	// (drop e3 before fleet.yaml lists it, or e1 while it drains).
+	watch := startFleet(t, orig, "--config", inv, "firewall", "--chain", "INPUT", "watch", "--interval", "200ms")
 	args := []string{"--config", inv, "rotate", "--chain", "INPUT", "--out", "e1", "--in", "e3=" + edges["e3"] + ",fd77::13", "--slack", "1s", "--progress", "200ms"}
 	// First run: killed in the middle of the TTL wait.
 	first := startFleet(t, orig, args...)
@@ -271,9 +275,12 @@ edges:
 	}
 	out2 := second.output()
 	t.Logf("second rotate:\n%s", out2)
-	time.Sleep(300 * time.Millisecond) // the watcher sees the last change
+	time.Sleep(500 * time.Millisecond) // the watchers see the last change
 	stop()
 	wg.Wait()
+	watch.cmd.Process.Signal(syscall.SIGTERM)
+	watch.cmd.Wait()
+	t.Logf("firewall watch during the rotation:\n%s", watch.output())
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -385,6 +392,30 @@ edges:
 	}
 	r = fleetRun(t, orig, "--config", inv, "status", "--chain", "INPUT")
 	t.Logf("fleet status:\n%s", r.stdout)
+
+	// A typo in origin.interface is refused before anything changes; a
+	// wrong origin.address (no edge's connection matches it) is caught by
+	// the probes after the change and the previous rules come back.
+	cur, _ := os.ReadFile(inv)
+	rulesBefore := orig.Run("iptables", "-S")
+	os.WriteFile(inv, []byte(strings.Replace(string(cur), "interface: eth0}", "interface: eth9}", 1)), 0o600)
+	oneLineFailure(t, "interface typo", fleetRun(t, orig, "--config", inv, "apply", "--chain", "INPUT"), 1, `origin.interface: no interface "eth9" on this host`)
+	if got := orig.Run("iptables", "-S"); got != rulesBefore {
+		t.Errorf("a refused interface changed the rules:\n%s", got)
+	}
+	os.WriteFile(inv, []byte(strings.Replace(string(cur), "interface: eth0}", "interface: eth0, address: 10.77.0.99}", 1)), 0o600)
+	r = fleetRun(t, orig, "--config", inv, "apply", "--chain", "INPUT")
+	t.Logf("apply with a wrong origin.address:\n%s%s", r.stdout, r.stderr)
+	oneLineFailure(t, "wrong address", r, 1, "firewall change broke a working edge")
+	if got := orig.Run("iptables", "-S"); strings.Contains(got, "10.77.0.99") || !strings.Contains(got, "-s "+edges["e3"]+"/32") {
+		t.Errorf("the previous rules are not back:\n%s", got)
+	}
+	os.WriteFile(inv, cur, 0o600)
+	var res probe.Result
+	agent.Do(func() error { res = probe.Probe(context.Background(), edges["e3"]+":636", agentTLS, 5*time.Second); return nil })
+	if !res.OK {
+		t.Errorf("e3 after the restore: %s", res.Error)
+	}
 }
 
 // fleetProc is a fleet run in the background whose output is read line by
