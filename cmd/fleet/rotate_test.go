@@ -412,7 +412,10 @@ edges:
 	}
 	os.WriteFile(inv, cur, 0o600)
 	var res probe.Result
-	agent.Do(func() error { res = probe.Probe(context.Background(), edges["e3"]+":636", agentTLS, 5*time.Second); return nil })
+	agent.Do(func() error {
+		res = probe.Probe(context.Background(), edges["e3"]+":636", agentTLS, 5*time.Second)
+		return nil
+	})
 	if !res.OK {
 		t.Errorf("e3 after the restore: %s", res.Error)
 	}
