@@ -126,6 +126,20 @@ func TestFleetBinary(t *testing.T) {
 		}
 	})
 
+	// A second inventory on the same host (another name, another port)
+	// would replace the first's rules: refused, and so is its remove.
+	other := testbed.WriteFile(t, t.TempDir(), "fleet.yaml", strings.ReplaceAll(strings.ReplaceAll(fleetYAML, "PORT", "9636"), "ldap.example.net", "ldap2.example.net"))
+	rules := d.Host.Run("iptables", "-S")
+	if out, code := fleet(t, d.Host, bin, "--config", other, "firewall", "apply"); code == 0 || !strings.Contains(out, `the firewall holds the rules of inventory "ldap.example.net": refusing to replace them with those of "ldap2.example.net"`) {
+		t.Errorf("apply of a second inventory: exit %d\n%s", code, out)
+	}
+	if out, code := fleet(t, d.Host, bin, "--config", other, "firewall", "remove"); code != 1 || !strings.Contains(out, `holds the rules of inventory "ldap.example.net"`) {
+		t.Errorf("remove by a second inventory: exit %d\n%s", code, out)
+	}
+	if got := d.Host.Run("iptables", "-S"); got != rules {
+		t.Errorf("the second inventory changed the first's rules:\n%s", got)
+	}
+
 	if out, code := fleet(t, d.Host, bin, "--config", cfg, "firewall", "remove"); code != 0 {
 		t.Fatalf("remove: exit %d\n%s", code, out)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -72,6 +73,21 @@ edges:
 	t.Logf("status:\n%s", r.stdout)
 	if r.code != 0 || strings.Count(r.stdout, " active\n") != 2 || !strings.Contains(r.stdout, "e3    127.0.0.4  yes     -") {
 		t.Fatalf("status: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	// A rotation that fails before publishing leaves fleet.yaml as it
+	// was: a dead new edge, and a DNS server that does not answer.
+	before, _ := os.ReadFile(inv)
+	r = fleetRun(t, nil, "--config", inv, "rotate", "--no-firewall", "--allow-loopback", "--out", "e2", "--in", "e4=127.0.0.5")
+	oneLineFailure(t, "rotate to a dead edge", r, 1, "end-to-end probe failed: e4 not published")
+	if after, _ := os.ReadFile(inv); string(after) != string(before) {
+		t.Errorf("a failed rotation changed fleet.yaml:\n%s", after)
+	}
+	downInv := testbed.WriteFile(t, dir, "down.yaml", strings.Replace(string(before), server, testbed.FreeAddr(t, "127.0.0.1"), 1))
+	downBefore, _ := os.ReadFile(downInv)
+	r = fleetRun(t, nil, "--config", downInv, "rotate", "--timeout", "1s", "--no-firewall", "--allow-loopback", "--out", "e2", "--in", "e4=127.0.0.5")
+	if after, _ := os.ReadFile(downInv); r.code != 1 || string(after) != string(downBefore) {
+		t.Errorf("rotate with the DNS server down: exit %d, fleet.yaml changed: %v\n%s", r.code, string(after) != string(downBefore), r.stderr)
 	}
 
 	inv = yaml("  - {name: e2, ipv4: 127.0.0.3}\n", "  - {name: e3, ipv4: 127.0.0.4}\n", "  - {name: e4, ipv4: 127.0.0.5}\n")

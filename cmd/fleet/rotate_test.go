@@ -372,13 +372,22 @@ edges:
 		t.Errorf("status still lists e1:\n%s", r.stdout)
 	}
 
-	// Removing an edge: e2 leaves fleet.yaml; apply drains and drops it.
+	// Removing an edge, with the state file moved away (a fresh
+	// checkout): e2 leaves fleet.yaml; apply still removes it in the safe
+	// order — DNS, the TTL wait, its drain (drain_timeout: the state that
+	// knew its metrics is gone), then the firewall.
+	os.Rename(filepath.Join(dir, deploy.StateFile), filepath.Join(dir, "moved-away.json"))
 	head, _, _ := strings.Cut(string(yml), "edges:")
 	os.WriteFile(inv, []byte(head+"edges:\n  - {name: e3, ipv4: "+edges["e3"]+", ipv6: \"fd77::13\"}\n"), 0o600)
 	r = fleetRun(t, orig, "--config", inv, "apply", "--chain", "INPUT", "--slack", "1s", "--progress", "1s")
-	t.Logf("fleet apply without e2:\n%s", r.stdout)
-	if r.code != 0 || !strings.Contains(r.stdout, "step 4/6 dns: remove A "+edges["e2"]+" (e2), read back") || !strings.Contains(r.stdout, "step 6/6 firewall: applied, allowing e3\n") {
-		t.Errorf("removing e2: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	t.Logf("fleet apply without e2 and without a state file:\n%s", r.stdout)
+	out := r.stdout
+	dnsAt := strings.Index(out, "step 4/6 dns: remove A "+edges["e2"]+" (e2), read back")
+	waitAt := strings.Index(out, "step 5/6 wait: e2 left DNS")
+	drainAt := strings.Index(out, "step 5/6 drain: e2")
+	fwAt := strings.Index(out, "step 6/6 firewall: applied, allowing e3\n")
+	if r.code != 0 || strings.Contains(out, "step 1/6 firewall: applied") || dnsAt < 0 || waitAt < dnsAt || drainAt < waitAt || fwAt < drainAt {
+		t.Errorf("removing e2 without a state: exit %d, not DNS, wait, drain, firewall in that order\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	// Adding an edge: e1 comes back.
 	os.WriteFile(inv, []byte(head+"edges:\n  - {name: e3, ipv4: "+edges["e3"]+", ipv6: \"fd77::13\"}\n  - {name: e1, ipv4: "+edges["e1"]+", metrics: \""+edges["e1"]+":9101\"}\n"), 0o600)
