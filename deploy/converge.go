@@ -617,15 +617,15 @@ func (c *Converger) allow(ctx context.Context, step string, edges []Edge, st *St
 	if len(broken) == 0 {
 		return nil
 	}
-	why := fmt.Sprintf("%s: after the firewall change %s no longer gets through (%s)", ErrRegression, strings.Join(broken, "; "), "check origin.interface and origin.address")
+	why := fmt.Errorf("%w: after the change %s no longer gets through (check origin.interface and origin.address)", ErrRegression, strings.Join(broken, "; "))
 	if undo == nil {
-		return errors.New(why)
+		return why
 	}
 	if err := undo(); err != nil {
-		return fmt.Errorf("%s; restoring the previous rules failed too: %w", why, err)
+		return fmt.Errorf("%w; restoring the previous rules failed too: %w", why, err)
 	}
 	c.printf("step %s firewall: the previous rules are restored", step)
-	return fmt.Errorf("%w: %s no longer gets through after the change (check origin.interface and origin.address): the previous rules are restored", ErrRegression, strings.Join(broken, "; "))
+	return fmt.Errorf("%w: the previous rules are restored", why)
 }
 
 // cached is until when resolvers may hold a removed edge's records, and

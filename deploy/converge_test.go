@@ -761,3 +761,27 @@ func TestConvergeBeforePublish(t *testing.T) {
 		t.Fatalf("events %q", w.events)
 	}
 }
+
+// TestConvergeKilledAfterDrop: a run killed after step 6 (e1 dropped by
+// the firewall) but before the state was saved leaves e1 draining in the
+// state; the rerun does not let e1 in again, not even for a moment.
+func TestConvergeKilledAfterDrop(t *testing.T) {
+	w, conv := world(t)
+	conv(e1, e2).Run(context.Background())
+	// What the killed run had done: e1 out of DNS and the firewall, its
+	// state entry still draining.
+	w.dns.remove(netip.MustParseAddr("192.0.2.1"))
+	w.allowed, w.fw = []string{"e2"}, []Edge{e2}
+	st, _ := LoadState(conv().StatePath)
+	st.Edges["e1"].State, st.Edges["e1"].LeftDNS, st.Edges["e1"].TTL = StateDraining, w.clock.Now(), 60
+	st.Save(conv().StatePath)
+	w.events = nil
+	c := conv(e2)
+	allowed := recordAllowed(c)
+	if err := c.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(*allowed) != 0 || len(w.events) != 0 {
+		t.Fatalf("the rerun allowed %q, events %q", *allowed, w.events)
+	}
+}
