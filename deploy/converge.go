@@ -81,6 +81,12 @@ type Converger struct {
 	// probe, before the first DNS change: rotate writes fleet.yaml there,
 	// so that a rotation that fails before leaves it as it was.
 	BeforePublish func() error
+	// Trusted is the origin's front.trusted_edges, when known (nil: not
+	// checked): a new edge outside it is warned about before step 1, since
+	// the origin would not honour its PROXY headers. TrustedFrom names
+	// where it was read.
+	Trusted     []netip.Prefix
+	TrustedFrom string
 	// Out receives the progress lines.
 	Out io.Writer
 	// Now and Sleep are the clock (nil: the real one).
@@ -368,6 +374,13 @@ func (c *Converger) Plan(ctx context.Context) ([]Step, *run, error) {
 	r := &run{st: st, live: live, dns: dnsPlan}
 	save := func() error { return st.Save(c.StatePath) }
 	var steps []Step
+
+	if c.Trusted != nil {
+		if u := Untrusted(cfg.Edges, st, c.Trusted); len(u) > 0 {
+			line := fmt.Sprintf("warning: %s outside front.trusted_edges of %s: the origin will not honour its PROXY headers (add it there and reload the origin first)", strings.Join(u, ", "), c.TrustedFrom)
+			steps = append(steps, Step{Plan: line, run: func(context.Context) error { c.printf("%s", line); return nil }})
+		}
+	}
 
 	// 1. The firewall allows every listed edge, and still the draining ones.
 	allow := slices.Clone(cfg.Edges)

@@ -785,3 +785,25 @@ func TestConvergeKilledAfterDrop(t *testing.T) {
 		t.Fatalf("the rerun allowed %q, events %q", *allowed, w.events)
 	}
 }
+
+// TestConvergeUntrustedWarning: a new edge outside the origin's
+// front.trusted_edges is named before step 1, in the plan and the run;
+// the published ones are not.
+func TestConvergeUntrustedWarning(t *testing.T) {
+	_, conv := world(t)
+	conv(e1, e2).Run(context.Background())
+	for _, dry := range []bool{true, false} {
+		c := conv(e2, e3)
+		c.DryRun = dry
+		c.Trusted = []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}
+		c.TrustedFrom = "/etc/edgefleet/origin.yaml"
+		if err := c.Run(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		out := c.Out.(*testbed.Buffer).String()
+		want := "warning: e3 2001:db8::3 outside front.trusted_edges of /etc/edgefleet/origin.yaml: the origin will not honour its PROXY headers (add it there and reload the origin first)\nstep 1/6 firewall:"
+		if !strings.Contains(out, want) || strings.Contains(out, "e3 192.0.2.3 outside") {
+			t.Errorf("dry run %v:\n%s", dry, out)
+		}
+	}
+}

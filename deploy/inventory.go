@@ -24,6 +24,7 @@ import (
 	"net/netip"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -79,6 +80,10 @@ type Origin struct {
 	Ports     []int  `mapstructure:"ports"`
 	Interface string `mapstructure:"interface"`
 	Address   string `mapstructure:"address"`
+	// Config is the origin's own configuration file (origin.yaml), where
+	// fleet reads front.trusted_edges to warn about a new edge outside it
+	// (optional).
+	Config string `mapstructure:"config"`
 }
 
 // Edge is one relay of the fleet.
@@ -382,4 +387,22 @@ func (c Config) CheckEdgeAddrs(allowLoopback bool, own []netip.Addr) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Untrusted lists the addresses of the edges not yet published that no
+// prefix of trusted (the origin's front.trusted_edges) contains, as
+// "e3 10.77.0.13": the origin would not honour their PROXY headers.
+func Untrusted(edges []Edge, st *State, trusted []netip.Prefix) []string {
+	var out []string
+	for _, e := range edges {
+		if s := st.Edges[e.Name]; s != nil && s.State == StateActive {
+			continue
+		}
+		for _, a := range e.Addrs() {
+			if !slices.ContainsFunc(trusted, func(p netip.Prefix) bool { return p.Contains(a.Unmap()) }) {
+				out = append(out, e.Name+" "+a.String())
+			}
+		}
+	}
+	return out
 }

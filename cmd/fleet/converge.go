@@ -18,6 +18,7 @@ import (
 	"github.com/edgefleet/edgefleet/probe"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v3"
 )
 
 func init() {
@@ -131,7 +132,12 @@ func setupFleet(cmd *cobra.Command, fl convergeFlags) (fleetParts, error) {
 func converge(cmd *cobra.Command, p fleetParts, cfg deploy.Config, fl convergeFlags, locked bool, beforePublish func() error) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	trusted, err := trustedEdges(cfg.Origin.Config)
+	if err != nil {
+		return cli.Exit(cli.ExitConfig, err)
+	}
 	c := &deploy.Converger{
+		Trusted: trusted, TrustedFrom: cfg.Origin.Config,
 		Config: cfg, StatePath: statePath(p.f.path),
 		DNS: p.pub, Firewall: p.fw, Probe: p.probe, Conns: deploy.ScrapeConns,
 		Slack: fl.slack, DryRun: fl.dryRun, Locked: locked, Out: cmd.OutOrStdout(), Every: fl.every,
@@ -144,6 +150,42 @@ func converge(cmd *cobra.Command, p fleetParts, cfg deploy.Config, fl convergeFl
 		return cli.Exit(1, err)
 	}
 	return nil
+}
+
+// trustedEdges reads front.trusted_edges from the origin's configuration
+// file (origin.config); nil when none is named.
+func trustedEdges(path string) ([]netip.Prefix, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("origin.config: %w", err)
+	}
+	var oc struct {
+		Front struct {
+			TrustedEdges []string `yaml:"trusted_edges"`
+		} `yaml:"front"`
+	}
+	if err := yaml.Unmarshal(b, &oc); err != nil {
+		return nil, fmt.Errorf("origin.config %s: %w", path, err)
+	}
+	out := []netip.Prefix{}
+	for _, s := range oc.Front.TrustedEdges {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return nil, fmt.Errorf("origin.config %s: front.trusted_edges: %q is not a CIDR or an IP address", path, s)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 func applyCommand() *cobra.Command {
