@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"github.com/edgefleet/edgefleet/deploy"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -74,6 +76,14 @@ edges:
 	if r.code != 0 || strings.Count(r.stdout, " active\n") != 2 || !strings.Contains(r.stdout, "e3    127.0.0.4  yes     -") {
 		t.Fatalf("status: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+
+	// A state file of another inventory is refused, nothing changes.
+	sp := filepath.Join(dir, deploy.StateFile)
+	own, _ := os.ReadFile(sp)
+	os.WriteFile(sp, []byte(strings.Replace(string(own), `"name": "ldap.example.test"`, `"name": "ldap.other.test"`, 1)), 0o600)
+	oneLineFailure(t, "foreign state", fleetRun(t, nil, "--config", inv, "apply", "--no-firewall", "--allow-loopback"), 1,
+		"belongs to another inventory (name ldap.other.test, zone example.test, origin ports [8636])")
+	os.WriteFile(sp, own, 0o600)
 
 	// A rotation that fails before publishing leaves fleet.yaml as it
 	// was: a dead new edge, and a DNS server that does not answer.

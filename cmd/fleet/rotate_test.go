@@ -239,7 +239,8 @@ edges:
 	// A dry run changes nothing, fleet.yaml included.
 	before, _ := os.ReadFile(inv)
 	r = fleetRun(t, orig, "--config", inv, "rotate", "--chain", "INPUT", "--out", "e1", "--in", "e3="+edges["e3"]+",fd77::13", "--dry-run")
-	if after, _ := os.ReadFile(inv); r.code != 0 || string(after) != string(before) || !strings.Contains(r.stdout, "step 4/6 dns: would remove A "+edges["e1"]+" (e1)") {
+	if after, _ := os.ReadFile(inv); r.code != 0 || string(after) != string(before) || !strings.Contains(r.stdout, "step 4/6 dns: would remove A "+edges["e1"]+" (e1)") ||
+		!strings.Contains(r.stdout, "  + -A EDGEFLEET -s "+edges["e3"]+"/32 -i eth0 -p tcp") {
 		t.Fatalf("rotate --dry-run: exit %d\n%s%s\nfleet.yaml:\n%s", r.code, r.stdout, r.stderr, after)
 	}
 	t.Logf("fleet rotate --dry-run:\n%s", r.stdout)
