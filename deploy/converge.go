@@ -171,6 +171,8 @@ func Reconcile(cfg Config, st *State, live RRSet, fw map[netip.Addr]string) {
 		base := fw[a]
 		if !edgeName.MatchString(base) || len(base) > 40 {
 			base = "unlisted-" + strings.ReplaceAll(a.String(), ":", "-")
+		} else if _, listed := cfg.Edge(base); listed {
+			base += ".old" // the edge's old address, as a re-addressing names it
 		}
 		name, ok := unknown[base]
 		if s := st.Edges[name]; !ok || (a.Is4() && s.IPv4 != "") || (a.Is6() && s.IPv6 != "") {
@@ -278,12 +280,15 @@ func freeName(st *State, cfg Config, base string) string {
 }
 
 // Step is one action of a convergence: Plan says what it would do (what
-// --dry-run prints; empty for bookkeeping), run does it and prints its
+// --dry-run prints; empty for bookkeeping), Run does it and prints its
 // progress.
 type Step struct {
 	Plan string
 	run  func(ctx context.Context) error
 }
+
+// Run does the step.
+func (s Step) Run(ctx context.Context) error { return s.run(ctx) }
 
 // run is what the steps of one convergence share.
 type run struct {
@@ -307,7 +312,10 @@ func (c *Converger) Run(ctx context.Context) error {
 		}
 		defer unlock()
 	}
-	steps, r, err := c.Plan(ctx)
+	if !c.DryRun {
+		RemoveTemps(c.StatePath) // of a run killed while saving; we hold the lock
+	}
+	steps, r, err := c.plan(ctx)
 	if err != nil {
 		return err
 	}
@@ -330,7 +338,7 @@ func (c *Converger) Run(ctx context.Context) error {
 		return err
 	}
 	for _, s := range steps {
-		if err := s.run(ctx); err != nil {
+		if err := s.Run(ctx); err != nil {
 			return err
 		}
 	}
@@ -338,12 +346,14 @@ func (c *Converger) Run(ctx context.Context) error {
 }
 
 // Plan reads the state file, DNS and the firewall and returns the steps
-// that converge them, changing nothing.
-func (c *Converger) Plan(ctx context.Context) ([]Step, *run, error) {
+// that would converge them, changing nothing: what --dry-run prints.
+func (c *Converger) Plan(ctx context.Context) ([]Step, error) {
+	steps, _, err := c.plan(ctx)
+	return steps, err
+}
+
+func (c *Converger) plan(ctx context.Context) ([]Step, *run, error) {
 	cfg := c.Config
-	if !c.DryRun {
-		RemoveTemps(c.StatePath) // of a run killed while saving; we hold the lock
-	}
 	st, err := LoadState(c.StatePath)
 	if err != nil {
 		return nil, nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -805,5 +806,36 @@ func TestConvergeUntrustedWarning(t *testing.T) {
 		if !strings.Contains(out, want) || strings.Contains(out, "e3 192.0.2.3 outside") {
 			t.Errorf("dry run %v:\n%s", dry, out)
 		}
+	}
+}
+
+// TestReconcileUnlisted: addresses live in DNS or the firewall that the
+// inventory and the state do not name become draining entries: named for
+// their firewall rule ("<name>.old" when that name is an inventory edge's
+// now), or "unlisted-<address>" for one only DNS answers.
+func TestReconcileUnlisted(t *testing.T) {
+	cfg := validConfig()
+	cfg.Edges = []Edge{{Name: "e1", IPv4: "192.0.2.11"}, e2}
+	live := RRSet{A: addrs("192.0.2.1", "192.0.2.2", "192.0.2.7"), AAAA: addrs("2001:db8::7")}
+	fw := map[netip.Addr]string{
+		netip.MustParseAddr("192.0.2.1"): "e1", netip.MustParseAddr("192.0.2.2"): "e2",
+		netip.MustParseAddr("192.0.2.5"): "e5", netip.MustParseAddr("2001:db8::5"): "e5",
+	}
+	st := NewState()
+	Reconcile(cfg, st, live, fw)
+	want := map[string]string{
+		"e1": "new 192.0.2.11 ", "e2": "active 192.0.2.2 ",
+		"e1.old": "draining 192.0.2.1 ", "e5": "draining 192.0.2.5 2001:db8::5",
+		"unlisted-192.0.2.7": "draining 192.0.2.7 ", "unlisted-2001-db8--7": "draining  2001:db8::7",
+	}
+	got := map[string]string{}
+	for name, s := range st.Edges {
+		got[name] = s.State + " " + s.IPv4 + " " + s.IPv6
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("state:\n%s\nwant %q", st.Marshal(), want)
+	}
+	if _, err := ParseState(st.Marshal()); err != nil {
+		t.Fatalf("the state does not read back: %v", err)
 	}
 }

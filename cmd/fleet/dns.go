@@ -43,6 +43,7 @@ additions before removals so the set is never empty, each read back.
 		},
 	}
 
+	var allowLoopback bool
 	apply := &cobra.Command{
 		Use:   "apply",
 		Short: "publish exactly the inventory's edges: one UPDATE per change, each read back",
@@ -52,9 +53,13 @@ additions before removals so the set is never empty, each read back.
 			if err != nil {
 				return err
 			}
+			if err := f.CheckEdgeAddrs(allowLoopback, nil); err != nil {
+				return cli.Exit(cli.ExitConfig, err)
+			}
 			return applyDNS(cmd.Context(), cmd.OutOrStdout(), f, pub)
 		},
 	}
+	apply.Flags().BoolVar(&allowLoopback, "allow-loopback", false, "accept loopback edge addresses (a fleet on one machine: the demo)")
 
 	var format string
 	list := &cobra.Command{
