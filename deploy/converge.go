@@ -613,42 +613,59 @@ func (c *Converger) allow(ctx context.Context, step string, edges []Edge, st *St
 		c.printf("step %s firewall: in sync, allowing %s", step, edgeNames(edges))
 		return nil
 	}
-	var working []string
+	var probed []Edge
 	for _, e := range edges {
-		if s := st.Edges[e.Name]; s == nil || (s.State != StateActive && s.State != StateDraining) {
-			continue
-		}
-		for _, a := range e.Addrs() {
-			addr := net.JoinHostPort(a.String(), strconv.Itoa(c.Config.Probe.Port))
-			if c.Probe(ctx, addr).OK {
-				working = append(working, e.Name+" "+addr)
-			}
+		if s := st.Edges[e.Name]; s != nil && (s.State == StateActive || s.State == StateDraining) {
+			probed = append(probed, e)
 		}
 	}
+	working := Working(ctx, c.Probe, c.Config.Probe.Port, probed)
 	undo, err := c.Firewall.Allow(edges)
 	if err != nil {
 		return fmt.Errorf("firewall: %w", err)
 	}
 	c.printf("step %s firewall: applied, allowing %s", step, edgeNames(edges))
+	err = Regressed(ctx, c.Probe, working)
+	if err == nil || undo == nil {
+		return err
+	}
+	if uerr := undo(); uerr != nil {
+		return fmt.Errorf("%w; restoring the previous rules failed too: %w", err, uerr)
+	}
+	c.printf("step %s firewall: the previous rules are restored", step)
+	return fmt.Errorf("%w: the previous rules are restored", err)
+}
+
+// Working probes every address of edges and returns those that get
+// through now ("e2 10.77.0.12:636"), for Regressed to probe again after a
+// firewall change.
+func Working(ctx context.Context, probe ProbeFunc, port int, edges []Edge) []string {
+	var working []string
+	for _, e := range edges {
+		for _, a := range e.Addrs() {
+			addr := net.JoinHostPort(a.String(), strconv.Itoa(port))
+			if probe(ctx, addr).OK {
+				working = append(working, e.Name+" "+addr)
+			}
+		}
+	}
+	return working
+}
+
+// Regressed probes the working addresses again: an error (ErrRegression)
+// names those that no longer get through.
+func Regressed(ctx context.Context, probe ProbeFunc, working []string) error {
 	var broken []string
 	for _, w := range working {
 		_, addr, _ := strings.Cut(w, " ")
-		if r := c.Probe(ctx, addr); !r.OK {
+		if r := probe(ctx, addr); !r.OK {
 			broken = append(broken, w+": "+r.Error)
 		}
 	}
 	if len(broken) == 0 {
 		return nil
 	}
-	why := fmt.Errorf("%w: after the change %s no longer gets through (check origin.interface and origin.address)", ErrRegression, strings.Join(broken, "; "))
-	if undo == nil {
-		return why
-	}
-	if err := undo(); err != nil {
-		return fmt.Errorf("%w; restoring the previous rules failed too: %w", why, err)
-	}
-	c.printf("step %s firewall: the previous rules are restored", step)
-	return fmt.Errorf("%w: the previous rules are restored", why)
+	return fmt.Errorf("%w: after the change %s no longer gets through (check origin.interface and origin.address)", ErrRegression, strings.Join(broken, "; "))
 }
 
 // cached is until when resolvers may hold a removed edge's records, and

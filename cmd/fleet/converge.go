@@ -110,20 +110,26 @@ func setupFleet(cmd *cobra.Command, fl convergeFlags) (fleetParts, error) {
 		p.fw = deploy.IPTables{FW: fw, Base: fc}
 		p.iptables = fw
 	}
-	serverName := p.f.Probe.ServerName
+	p.probe, err = probeFunc(p.f.Config)
+	return p, err
+}
+
+// probeFunc is the end-to-end probe through an edge, as the inventory's
+// probe section configures it.
+func probeFunc(cfg deploy.Config) (deploy.ProbeFunc, error) {
+	serverName := cfg.Probe.ServerName
 	if serverName == "" {
-		serverName = strings.TrimSuffix(p.f.Name, ".")
+		serverName = strings.TrimSuffix(cfg.Name, ".")
 	}
-	conf, err := probe.ClientTLS(p.f.Probe.CA, p.f.Probe.Cert, p.f.Probe.Key, serverName)
+	conf, err := probe.ClientTLS(cfg.Probe.CA, cfg.Probe.Cert, cfg.Probe.Key, serverName)
 	if err != nil {
-		return p, fmt.Errorf("probe: %w", err)
+		return nil, fmt.Errorf("probe: %w", err)
 	}
-	budget := p.f.Probe.Budget
-	p.probe = func(ctx context.Context, addr string) deploy.ProbeResult {
+	budget := cfg.Probe.Budget
+	return func(ctx context.Context, addr string) deploy.ProbeResult {
 		r := probe.Probe(ctx, addr, conf, budget)
 		return deploy.ProbeResult{OK: r.OK, HandshakeMS: r.TLSHandshakeMS, Error: r.Error}
-	}
-	return p, nil
+	}, nil
 }
 
 // converge runs the six steps for cfg until done, SIGINT or SIGTERM;

@@ -106,8 +106,29 @@ func firewallApply(fl *firewallFlags) *cobra.Command {
 			for _, w := range p.Warnings {
 				log.Warn(w)
 			}
+			// With the agent's certificate (probe.cert), the edges that
+			// get through before are probed again after: a regression
+			// puts the previous rules back.
+			var probeEdge deploy.ProbeFunc
+			var working []string
+			saved, err := fw.Save()
+			if err != nil {
+				return cli.Exit(1, err)
+			}
+			if f.Probe.Cert != "" {
+				if probeEdge, err = probeFunc(f.Config); err != nil {
+					return err
+				}
+				working = deploy.Working(cmd.Context(), probeEdge, f.Probe.Port, f.Edges)
+			}
 			if err := fw.Apply(p); err != nil {
 				return cli.Exit(1, err)
+			}
+			if err := deploy.Regressed(cmd.Context(), probeEdge, working); err != nil {
+				if rerr := fw.Restore(saved); rerr != nil {
+					return cli.Exit(1, fmt.Errorf("%w; restoring the previous rules failed too: %w", err, rerr))
+				}
+				return cli.Exit(1, fmt.Errorf("%w: the previous rules are restored", err))
 			}
 			for _, f := range p.Families {
 				log.Info("firewall applied", "family", f.Name, "chain", p.Chain(), "hook", f.Hook, "rules", len(f.Rules), "backend", fw.Backend())

@@ -420,6 +420,11 @@ edges:
 	if got := orig.Run("iptables", "-S"); strings.Contains(got, "10.77.0.99") || !strings.Contains(got, "-s "+edges["e3"]+"/32") {
 		t.Errorf("the previous rules are not back:\n%s", got)
 	}
+	r = fleetRun(t, orig, "--config", inv, "firewall", "--chain", "INPUT", "apply")
+	oneLineFailure(t, "firewall apply with a wrong address", r, 1, "firewall change broke a working edge")
+	if got := orig.Run("iptables", "-S"); strings.Contains(got, "10.77.0.99") || !strings.Contains(got, "-s "+edges["e3"]+"/32") {
+		t.Errorf("fleet firewall apply did not restore the previous rules:\n%s", got)
+	}
 	os.WriteFile(inv, cur, 0o600)
 	var res probe.Result
 	agent.Do(func() error {
