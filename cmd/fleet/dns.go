@@ -144,6 +144,7 @@ func applyDNS(ctx context.Context, w io.Writer, f fleetFile, pub *deploy.Publish
 		return cli.Exit(1, err)
 	}
 	defer unlock()
+	deploy.RemoveTemps(sp) // of a run killed while saving; we hold the lock
 	st, err := deploy.LoadState(sp)
 	if err != nil {
 		return cli.Exit(1, err)

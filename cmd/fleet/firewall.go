@@ -64,11 +64,11 @@ func firewallPlan(fl *firewallFlags) *cobra.Command {
 					return err
 				}
 			} else {
-				f, fw, _, err := firewallInventory(cmd, *fl)
+				f, fw, log, err := firewallInventory(cmd, *fl)
 				if err != nil {
 					return err
 				}
-				c, _, err := allowedRules(cmd.Context(), f, fw, *fl, nil)
+				c, _, err := allowedRules(cmd.Context(), f, fw, *fl, nil, dnsWarning(log))
 				if err != nil {
 					return err
 				}
@@ -94,7 +94,7 @@ func firewallApply(fl *firewallFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, unlock, err := allowedRules(cmd.Context(), f, fw, *fl, deploy.LockState)
+			c, unlock, err := allowedRules(cmd.Context(), f, fw, *fl, deploy.LockState, dnsWarning(log))
 			if err != nil {
 				return err
 			}
@@ -144,11 +144,11 @@ func firewallCheck(fl *firewallFlags) *cobra.Command {
 		Short: "compare the live rules with the plan: exit 1 and a diff when they differ",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f, fw, _, err := firewallInventory(cmd, *fl)
+			f, fw, log, err := firewallInventory(cmd, *fl)
 			if err != nil {
 				return err
 			}
-			c, _, err := allowedRules(cmd.Context(), f, fw, *fl, nil)
+			c, _, err := allowedRules(cmd.Context(), f, fw, *fl, nil, dnsWarning(log))
 			if err != nil {
 				return err
 			}
@@ -229,12 +229,13 @@ func firewallWatch(fl *firewallFlags) *cobra.Command {
 			// Each round reads fleet.yaml and the state again, under the
 			// inventory's lock: a rotation's new or draining edge is never
 			// dropped, and a round never runs beside apply or rotate.
+			warn := dnsWarning(log)
 			src := func() (firewall.Config, func(), error) {
 				f, _, err := loadFleet(cmd)
 				if err != nil {
 					return firewall.Config{}, nil, err
 				}
-				c, unlock, err := allowedRules(ctx, f, fw, *fl, deploy.TryLockState)
+				c, unlock, err := allowedRules(ctx, f, fw, *fl, deploy.TryLockState, warn)
 				if errors.Is(err, deploy.ErrLocked) {
 					return c, nil, fmt.Errorf("%w: %w", firewall.ErrBusy, err)
 				}
@@ -265,13 +266,25 @@ func firewallInventory(cmd *cobra.Command, fl firewallFlags) (fleetFile, *firewa
 	return f, fw, log, err
 }
 
+// dnsWarning logs a DNS server that does not answer once per error: the
+// firewall commands go on without what only DNS names.
+func dnsWarning(log *slog.Logger) func(error) {
+	var last string
+	return func(err error) {
+		if err.Error() != last {
+			log.Warn("dns not read: the allowed set is the inventory's, the state's and the live rules' edges", "err", err)
+		}
+		last = err.Error()
+	}
+}
+
 // allowedRules is the rule set every command that writes the firewall
 // enforces, computed as apply and rotate compute it: the inventory's
 // edges, the state's draining ones, and every address live in DNS
 // (dns.server, when set) or in the firewall that the inventory does not
 // list — it stays until a convergence has drained it. With lock (non-nil),
 // the inventory's lock is taken first and unlock releases it.
-func allowedRules(ctx context.Context, f fleetFile, fw *firewall.Firewall, fl firewallFlags, lock func(string) (func(), error)) (firewall.Config, func(), error) {
+func allowedRules(ctx context.Context, f fleetFile, fw *firewall.Firewall, fl firewallFlags, lock func(string) (func(), error), warn func(error)) (firewall.Config, func(), error) {
 	c := firewallConfig(f.Config, fl)
 	unlock := func() {}
 	if lock != nil {
@@ -292,6 +305,9 @@ func allowedRules(ctx context.Context, f fleetFile, fw *firewall.Firewall, fl fi
 	if err := st.Adopt(f.Config, statePath(f.path)); err != nil {
 		return fail(err)
 	}
+	// DNS adds what it answers and the rules do not let in; a server that
+	// does not answer adds nothing, and drops nothing either: what DNS
+	// published and the rules let in is among the live rules' sources.
 	var live deploy.RRSet
 	if f.DNS.Server != "" && f.ValidateDNS() == nil {
 		pub, err := deploy.NewPublisher(f.Config)
@@ -299,7 +315,8 @@ func allowedRules(ctx context.Context, f fleetFile, fw *firewall.Firewall, fl fi
 			return fail(err)
 		}
 		if live, err = pub.Read(ctx); err != nil {
-			return fail(err)
+			warn(err)
+			live = deploy.RRSet{}
 		}
 	}
 	src, err := fw.SourceNames(c.Chain)
