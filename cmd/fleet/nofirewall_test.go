@@ -64,7 +64,24 @@ edges:
 	}
 	wantSet(t, "after apply", digSet(t, server, "ldap.example.test", "A"), "127.0.0.2", "127.0.0.3")
 
+	// fleet.yaml is a symlink into a checkout: rotate writes through it.
+	checkout := filepath.Join(dir, "checkout")
+	os.Mkdir(checkout, 0o700)
+	if err := os.Rename(inv, filepath.Join(checkout, "fleet.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	os.Symlink(filepath.Join(checkout, "fleet.yaml"), inv)
+	os.WriteFile(filepath.Join(checkout, ".fleet.yaml.tmp4711"), []byte("left by a killed rotate"), 0o600)
 	r = fleetRun(t, nil, "--config", inv, "rotate", "--no-firewall", "--allow-loopback", "--slack", "0s", "--out", "e1", "--in", "e3=127.0.0.4")
+	if fi, err := os.Lstat(inv); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("rotate replaced the symlinked fleet.yaml: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(checkout, "fleet.yaml")); !strings.Contains(string(b), "e3") {
+		t.Errorf("the checkout's fleet.yaml after rotate:\n%s", b)
+	}
+	if _, err := os.Stat(filepath.Join(checkout, ".fleet.yaml.tmp4711")); err == nil {
+		t.Errorf("the stale temp file of fleet.yaml is still there")
+	}
 	t.Logf("rotate:\n%s", r.stdout)
 	if r.code != 0 || !strings.Contains(r.stdout, "e1 has no metrics endpoint: waiting drain_timeout") {
 		t.Fatalf("rotate: exit %d\n%s%s", r.code, r.stdout, r.stderr)
