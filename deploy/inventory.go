@@ -9,7 +9,8 @@
 //	pub, err := deploy.NewPublisher(cfg)   // reads and updates the name's RRsets
 //	plan, err := deploy.PlanDNS(cfg.Name, live, cfg.Edges, ttl, nil)
 //	c := &deploy.Converger{Config: cfg, StatePath: p, DNS: pub, Firewall: fw, Probe: probe}
-//	err = c.Run(ctx)                       // the six steps of DESIGN.md §8
+//	steps, err := c.Plan(ctx)              // what --dry-run prints
+//	err = c.Run(ctx)                       // the six steps (docs/dns-deploy.md)
 //
 // The package never reads fleet.yaml itself: cmd/fleet does, with the
 // strict loader, into the plain Config below; the probe, the firewall, the
@@ -31,7 +32,7 @@ import (
 	"github.com/edgefleet/edgefleet/firewall"
 )
 
-// Config is fleet.yaml (DESIGN.md §8).
+// Config is fleet.yaml (docs/dns-deploy.md).
 type Config struct {
 	Name   string `mapstructure:"name"` // FQDN whose A/AAAA set is the edge list
 	Zone   string `mapstructure:"zone"`
@@ -48,7 +49,7 @@ type Config struct {
 }
 
 // Probe is how fleet reaches the origin through an edge, as an agent
-// would (DESIGN.md §6): a full TLS handshake with the agent's client
+// would (docs/probe.md): a full TLS handshake with the agent's client
 // certificate, verified against ServerName, and one LDAP round trip.
 type Probe struct {
 	CA         string        `mapstructure:"ca"`
