@@ -10,6 +10,8 @@
 //	plan, err := fw.Plan(cfg)                             // exact rules, next generation
 //	err = fw.Apply(plan)                                  // build, swap, delete the old chain
 //	report, err := fw.Check(cfg)                          // report.Diff is empty when in sync
+//	snap, err := fw.Save()                                // the live rules, for Restore to put back
+//	err = fw.Watch(ctx, firewall.Static(cfg), 5*time.Second, log)
 //
 // NewPlan is the pure half (no iptables involved): the golden tests and
 // `fleet firewall plan` print what it returns.
