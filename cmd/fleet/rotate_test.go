@@ -434,6 +434,34 @@ edges:
 	if !res.OK {
 		t.Errorf("e3 after the restore: %s", res.Error)
 	}
+
+	// A TTL lowered just before a removal (the usual preparation): ttl 8,
+	// then 2, then e1 leaves. A resolver that fetched the TTL-8 records
+	// just before they were replaced holds them 8 s: e1 stays allowed
+	// until then (plus slack), not 2 s after it left DNS.
+	withTTL := func(ttl string, b []byte) []byte {
+		return []byte(strings.Replace(string(b), "ttl: 3\n", "ttl: "+ttl+"\n", 1))
+	}
+	os.WriteFile(inv, withTTL("8", cur), 0o600)
+	if r := fleetRun(t, orig, "--config", inv, "apply", "--chain", "INPUT"); r.code != 0 || !strings.Contains(r.stdout, "ttl A -> 8") {
+		t.Fatalf("ttl 8: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	lowered := time.Now() // no later than the TTL-2 rewrite
+	os.WriteFile(inv, withTTL("2", cur), 0o600)
+	if r := fleetRun(t, orig, "--config", inv, "apply", "--chain", "INPUT"); r.code != 0 || !strings.Contains(r.stdout, "ttl A -> 2") {
+		t.Fatalf("ttl 2: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	head, _, _ = strings.Cut(string(withTTL("2", cur)), "edges:")
+	os.WriteFile(inv, []byte(head+"edges:\n  - {name: e3, ipv4: "+edges["e3"]+", ipv6: \"fd77::13\"}\n"), 0o600)
+	r = fleetRun(t, orig, "--config", inv, "apply", "--chain", "INPUT", "--slack", "1s", "--progress", "1s")
+	dropped := time.Now() // no earlier than e1's drop
+	t.Logf("apply removing e1 after the TTL went 8 -> 2:\n%s", r.stdout)
+	if r.code != 0 || !strings.Contains(r.stdout, "(the TTL 8s its records had until ") || !strings.Contains(r.stdout, "step 6/6 firewall: applied, allowing e3\n") {
+		t.Errorf("removal after a lowered TTL: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if held := lowered.Add(8*time.Second + time.Second); dropped.Before(held) {
+		t.Errorf("e1 left the firewall by %v, before the TTL-8 copies (fetched up to %v) expired at %v", dropped, lowered, held)
+	}
 }
 
 // fleetProc is a fleet run in the background whose output is read line by
