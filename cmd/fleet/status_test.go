@@ -99,10 +99,12 @@ edges:
 // unreadable is a firewall whose rules cannot be read.
 type unreadable struct{}
 
-func (unreadable) Allow([]deploy.Edge) (bool, error) { return false, nil }
-func (unreadable) Allowed() (map[netip.Addr]bool, error) {
-	return nil, errors.New("iptables -S EDGEFLEET: exit status 4: Permission denied (you must be root)")
-}
+var errUnreadable = errors.New("iptables -S EDGEFLEET: exit status 4: Permission denied (you must be root)")
+
+func (unreadable) Diff([]deploy.Edge) ([]string, error)      { return nil, errUnreadable }
+func (unreadable) Allow([]deploy.Edge) (func() error, error) { return nil, errUnreadable }
+func (unreadable) Allowed() (map[netip.Addr]bool, error)     { return nil, errUnreadable }
+func (unreadable) Sources() (map[netip.Addr]string, error)   { return nil, errUnreadable }
 
 // TestStatusFirewallUnreadable: rows whose firewall column is "?" make
 // status exit 1 with the reason the rules could not be read.
