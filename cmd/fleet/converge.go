@@ -422,8 +422,9 @@ its address, whether DNS answers it and the firewall lets it in, the TLS
 handshake time of a fresh probe through it to the origin, its active
 connections (from metrics) and its state (active, draining, new, failed).
 An address live in DNS or the firewall that no edge has is a row of its
-own (state unknown). Every address of an edge is probed. Exit 0: every row
-is well; 1: a row is failed or unknown, or a peer could not be read; 2: a
+own (state unknown) until a run adopts it as draining. Every address of an
+edge is probed. Exit 0: every row is well; 1: a row is failed or unknown,
+a peer could not be read, or the state file is another inventory's; 2: a
 bad fleet.yaml or flag.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -438,12 +439,20 @@ bad fleet.yaml or flag.`,
 			if err != nil {
 				return cli.Exit(1, err)
 			}
-			st, err := deploy.LoadState(statePath(p.f.path))
+			sp := statePath(p.f.path)
+			st, err := deploy.LoadState(sp)
 			if err != nil {
 				return cli.Exit(1, err)
 			}
+			// Another inventory's state says nothing of this fleet: the
+			// rows are built without it (its addresses unknown) and the
+			// exit status says why, as apply would refuse it.
+			foreign := st.Adopt(p.f.Config, sp)
+			if foreign != nil {
+				st = deploy.NewState()
+			}
 			rows := deploy.Status(cmd.Context(), p.f.Config, st, live, p.fw, p.probe, deploy.ScrapeConns)
-			return printStatus(cmd, output, rows, p.fw)
+			return printStatus(cmd, output, rows, p.fw, foreign)
 		},
 	}
 	fl.register(cmd.Flags(), false)

@@ -61,6 +61,9 @@ additions before removals so the set is never empty, each read back.
 			if err != nil {
 				return err
 			}
+			if err := needEdges(f); err != nil {
+				return err
+			}
 			if err := f.CheckEdgeAddrs(allowLoopback, nil); err != nil {
 				return cli.Exit(cli.ExitConfig, err)
 			}

@@ -100,6 +100,12 @@ edges:
 	os.WriteFile(sp, []byte(strings.Replace(string(own), `"name": "ldap.example.test"`, `"name": "ldap.other.test"`, 1)), 0o600)
 	oneLineFailure(t, "foreign state", fleetRun(t, nil, "--config", inv, "apply", "--no-firewall", "--allow-loopback"), 1,
 		"belongs to another inventory (name ldap.other.test, zone example.test, origin ports [8636])")
+	// status shows the fleet without it and exits 1 saying why.
+	r = fleetRun(t, nil, "--config", inv, "status", "--no-firewall")
+	oneLineFailure(t, "status with a foreign state", r, 1, "belongs to another inventory (name ldap.other.test")
+	if strings.Count(r.stdout, " active\n") != 2 {
+		t.Errorf("status with a foreign state:\n%s", r.stdout)
+	}
 	os.WriteFile(sp, own, 0o600)
 
 	// A rotation that fails before publishing leaves fleet.yaml as it
