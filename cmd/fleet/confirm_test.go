@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -117,6 +120,19 @@ edges:
 	r := fleetRun(t, nil, "--config", inv, "apply", "--no-firewall", "--allow-loopback") // stdin is not a terminal
 	if r.code != 0 || strings.Contains(r.stderr, "[y/N]") {
 		t.Fatalf("apply without a terminal: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	// --output json on a terminal, stdout to a file (a pipe to jq): the
+	// preview and the question are on the terminal, the file holds the
+	// run's one object.
+	jsonOut := filepath.Join(dir, "apply.json")
+	cmd := exec.Command("script", "-q", "-e", "-c", fleetBin(t)+" --config '"+inv+"' apply --no-firewall --allow-loopback --output json >'"+jsonOut+"'", "/dev/null")
+	cmd.Stdin = strings.NewReader("y\n")
+	term, err := cmd.CombinedOutput()
+	var res applyJSON
+	if b, _ := os.ReadFile(jsonOut); err != nil || json.Unmarshal(b, &res) != nil || !res.Converged || res.DryRun ||
+		!strings.Contains(string(term), "step 3/6 dns: ldap.example.test. in sync: 127.0.0.2") || !strings.Contains(string(term), "[y/N]") {
+		t.Fatalf("apply --output json on a terminal: %v\nterminal:\n%s\nstdout:\n%s", err, term, b)
 	}
 }
 
