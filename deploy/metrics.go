@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -25,12 +26,49 @@ func MetricsURL(endpoint string) string {
 // ScrapeConns reads edgefleet_edge_connections_active from an edge's
 // Prometheus endpoint (text exposition format).
 func ScrapeConns(ctx context.Context, endpoint string) (int, error) {
+	return scrapeConns(ctx, endpoint, "")
+}
+
+// Scrape is how fleet reads an edge's active connections: ScrapeConns
+// with the bearer token of deploy.metrics_token_file, when set (the
+// edge's metrics_token_file holds the same token).
+func (d Deploy) Scrape() func(ctx context.Context, endpoint string) (int, error) {
+	return func(ctx context.Context, endpoint string) (int, error) {
+		token := ""
+		if d.MetricsTokenFile != "" {
+			var err error
+			if token, err = ReadMetricsToken(d.MetricsTokenFile); err != nil {
+				return 0, fmt.Errorf("deploy.metrics_token_file: %w", err)
+			}
+		}
+		return scrapeConns(ctx, endpoint, token)
+	}
+}
+
+// ReadMetricsToken reads a metrics bearer token file: one word of 16
+// characters or more (what the edge's metrics_token_file accepts).
+func ReadMetricsToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	tok := strings.TrimSpace(string(b))
+	if len(tok) < 16 || strings.ContainsAny(tok, " \t\r\n") {
+		return "", fmt.Errorf("%s: the token must be one word of at least 16 characters", path)
+	}
+	return tok, nil
+}
+
+func scrapeConns(ctx context.Context, endpoint, token string) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	url := MetricsURL(endpoint)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, fmt.Errorf("metrics %s: %w", url, err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

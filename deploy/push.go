@@ -220,6 +220,15 @@ func Push(ctx context.Context, p PushConfig) (PushResult, error) {
 		}
 	}
 
+	if tok := p.Files.MetricsToken; tok != nil {
+		// In place before the switch: the new configuration's --check
+		// reads it, and a rollback keeps a token the old one ignores or
+		// shares.
+		h := sha256.Sum256(tok)
+		if err := put(client, root+MetricsTokenPath, 0o600, bytes.NewReader(tok), hex.EncodeToString(h[:])); err != nil {
+			return res, fmt.Errorf("edge %s: upload %s: %w", p.Edge, path.Base(MetricsTokenPath), err)
+		}
+	}
 	script := "sh -c " + shellQuote(activateScript) + " activate " + shellQuote(root) + " " + sum
 	out, err := runRemote(client, script, nil)
 	var re *remoteError
@@ -300,8 +309,12 @@ func hostKeyAlgorithms(k ssh.PublicKey) []string {
 // it and checks the SHA-256 the host reads back.
 func put(c *ssh.Client, name string, mode os.FileMode, r io.Reader, sum string) error {
 	q := shellQuote(name)
-	cmd := fmt.Sprintf("set -eu; umask 022; mkdir -p %s; cat > %s; chown 0:0 %s; chmod %04o %s; sync %s; sha256sum %s",
-		shellQuote(path.Dir(name)), q, q, mode, q, q, q)
+	umask := "022"
+	if mode&0o077 == 0 { // a secret: never readable by others, not even while it is written
+		umask = "077"
+	}
+	cmd := fmt.Sprintf("set -eu; umask 022; mkdir -p %s; umask %s; cat > %s; chown 0:0 %s; chmod %04o %s; sync %s; sha256sum %s",
+		shellQuote(path.Dir(name)), umask, q, q, mode, q, q, q)
 	out, err := runRemote(c, cmd, r)
 	if err != nil {
 		return err

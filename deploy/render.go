@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -30,15 +31,19 @@ const (
 	ConfigPath = "/etc/edgefleet/edge.yaml"
 	UnitPath   = "/etc/systemd/system/" + UnitName
 	UnitName   = "edgefleet-edge.service"
+	// MetricsTokenPath holds the metrics bearer token on an edge host
+	// (root only); the unit hands it to the edge as a credential.
+	MetricsTokenPath = "/etc/edgefleet/metrics.token"
 )
 
 // MaxUserData is the user-data size the common clouds accept (EC2, GCE,
 // Hetzner, Scaleway: 16 KiB before base64).
 const MaxUserData = 16 << 10
 
-// LimitNOFILE is the unit's file descriptor limit: two per relayed
-// connection (client and origin) at the edge's default max_conns of
-// 100,000, plus the splice pipes of the busy ones, fits with room.
+// LimitNOFILE is the unit's file descriptor limit: what an edge holds at
+// the default max_conns of 100,000 (relay.Descriptors: two sockets per
+// connection and the splice pipes the loops may hold, about 2.5 per
+// connection) fits with room.
 const LimitNOFILE = 1 << 20
 
 // Deploy is the `deploy:` section of fleet.yaml: what every edge runs and
@@ -53,6 +58,14 @@ type Deploy struct {
 	Origins        []string      `mapstructure:"origins"`         // what the edges dial; empty: origin.address with each of origin.ports
 	Metrics        string        `mapstructure:"metrics"`         // the edge's metrics listen address; "" disables
 	DrainTimeout   time.Duration `mapstructure:"drain_timeout"`   // the edge's drain_timeout; the unit's stop timeout follows it
+
+	// MetricsTokenFile is a file on fleet's host holding the bearer token
+	// of the edges' metrics: rendered onto each edge (its
+	// metrics_token_file) and sent by fleet when it reads the drain.
+	MetricsTokenFile string `mapstructure:"metrics_token_file"`
+	// MetricsAllow lists the hosts (CIDRs) that may reach the edges'
+	// metrics port; cloud-init drops every other source at first boot.
+	MetricsAllow []string `mapstructure:"metrics_allow"`
 }
 
 // DefaultDeploy is the edge's own defaults (docs/edge.md) and bin/edge,
@@ -70,6 +83,8 @@ type Rendering struct {
 	EdgeConfig []byte // edgefleet edge YAML, installed at ConfigPath
 	Unit       []byte // installed at UnitPath
 	UserData   []byte // #cloud-config
+	// MetricsToken is installed at MetricsTokenPath (nil: no token).
+	MetricsToken []byte
 }
 
 //go:embed templates
@@ -96,23 +111,35 @@ func Render(c Config, name string) (*Rendering, error) {
 	d.BinarySHA256, _ = ParseSHA256(d.BinarySHA256)
 	origins := d.origins(c.Origin)
 	rc := relay.DefaultConfig()
-	rc.Name, rc.Listen, rc.Origins, rc.DrainTimeout = e.Name, d.Listen, origins, d.DrainTimeout
+	rc.Name, rc.Listen, rc.Origins, rc.DrainTimeout = e.Name, d.Listen, relay.OriginList(origins...), d.DrainTimeout
 	if err := rc.Validate(); err != nil {
 		return nil, fmt.Errorf("edge %s configuration: %w", e.Name, err)
 	}
 	if err := accept.ListenOverlap(rc.Listen); err != nil {
 		return nil, fmt.Errorf("deploy.listen: %w", err)
 	}
-	if 2*rc.MaxConns+4096 > LimitNOFILE {
+	if relay.Descriptors(rc.MaxConns)+4096 > LimitNOFILE {
 		return nil, fmt.Errorf("edge %s: max_conns %d needs more descriptors than LimitNOFILE %d", e.Name, rc.MaxConns, LimitNOFILE)
 	}
+	r := &Rendering{Edge: e}
+	if d.MetricsTokenFile != "" {
+		tok, err := ReadMetricsToken(d.MetricsTokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("deploy.metrics_token_file: %w", err)
+		}
+		r.MetricsToken = []byte(tok + "\n")
+	}
+	metrics := metricsListen(e, d)
+	allow, err := metricsAllow(d, metrics)
+	if err != nil {
+		return nil, err
+	}
 	data := map[string]any{
-		"Edge": e, "Deploy": d, "Relay": rc, "LimitNOFILE": LimitNOFILE, "Metrics": metricsListen(e, d),
+		"Edge": e, "Deploy": d, "Relay": rc, "LimitNOFILE": LimitNOFILE, "Metrics": metrics,
+		"MetricsToken": string(r.MetricsToken), "MetricsTokenPath": MetricsTokenPath, "MetricsAllow": allow,
 		"TimeoutStopSec": int64((rc.DrainTimeout + 10*time.Second).Round(time.Second) / time.Second),
 		"BinDir":         BinDir, "BinLink": BinLink, "ConfigPath": ConfigPath, "UnitPath": UnitPath, "UnitName": UnitName,
 	}
-	r := &Rendering{Edge: e}
-	var err error
 	if r.EdgeConfig, err = execute("edge.yaml", data); err != nil {
 		return nil, err
 	}
@@ -160,6 +187,43 @@ func metricsListen(e Edge, d Deploy) string {
 		return u.Host
 	}
 	return d.Metrics
+}
+
+// metricsAllow is the firewall rules of deploy.metrics_allow: for the
+// metrics port, an ACCEPT per allowed CIDR and a DROP of the rest, per
+// family (iptables, ip6tables).
+func metricsAllow(d Deploy, metrics string) ([]string, error) {
+	if len(d.MetricsAllow) == 0 || metrics == "" {
+		return nil, nil
+	}
+	_, port, err := net.SplitHostPort(metrics)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %q is not host:port", metrics)
+	}
+	var v4, v6 []string
+	for _, a := range d.MetricsAllow {
+		p, err := netip.ParsePrefix(a)
+		if err != nil {
+			ip, ierr := netip.ParseAddr(a)
+			if ierr != nil || ip.Zone() != "" {
+				return nil, fmt.Errorf("deploy.metrics_allow: %q is not a CIDR or an IP address", a)
+			}
+			p = netip.PrefixFrom(ip, ip.BitLen())
+		}
+		if p.Addr().Is4In6() {
+			p = netip.PrefixFrom(p.Addr().Unmap(), max(0, p.Bits()-96))
+		}
+		p = p.Masked()
+		rule := "-p tcp --dport " + port + " -s " + p.String() + " -j ACCEPT"
+		if p.Addr().Is4() {
+			v4 = append(v4, "iptables -I INPUT "+strconv.Itoa(len(v4)+1)+" "+rule)
+		} else {
+			v6 = append(v6, "ip6tables -I INPUT "+strconv.Itoa(len(v6)+1)+" "+rule)
+		}
+	}
+	out := append(v4, "iptables -I INPUT "+strconv.Itoa(len(v4)+1)+" -p tcp --dport "+port+" -j DROP")
+	out = append(out, v6...)
+	return append(out, "ip6tables -I INPUT "+strconv.Itoa(len(v6)+1)+" -p tcp --dport "+port+" -j DROP"), nil
 }
 
 // origins is deploy.origins, or origin.address with each origin port.

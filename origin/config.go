@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/evloop"
 )
 
 // Untrusted policies: what happens to a connection from outside
@@ -46,9 +48,39 @@ type Config struct {
 	MaxConns int `mapstructure:"max_conns"`
 }
 
-// DefaultMaxConns is front.max_conns's default, the edge's max_conns
-// default (docs/edge.md).
+// DefaultMaxConns is front.max_conns's default where RLIMIT_NOFILE
+// allows it (the edge's cap, docs/edge.md).
 const DefaultMaxConns = 100000
+
+// descriptorReserve is what the origin keeps for itself besides the
+// connections: listeners, loops, the HTTP endpoints, the core's health
+// checks and files.
+const descriptorReserve = 256
+
+// Descriptors is the most file descriptors the origin holds with
+// front.max_conns n: the front's two sockets per connection and the
+// splice pipes its loops may hold (about 2.5 per connection), two more
+// per connection when the core runs in the process (the inner
+// connection's accepted end and the connection to a server), and the
+// reserve.
+func Descriptors(n int, core bool) int {
+	d := evloop.DescriptorsFor(n) + descriptorReserve
+	if core {
+		d += 2 * n
+	}
+	return d
+}
+
+// MaxConnsFor is front.max_conns's default under an RLIMIT_NOFILE of
+// nofile: the most connections whose Descriptors fit, at most
+// DefaultMaxConns (as HAProxy derives maxconn from ulimit -n).
+func MaxConnsFor(nofile uint64, core bool) int {
+	extra := 0
+	if core {
+		extra = 2
+	}
+	return evloop.MaxConnsFor(nofile, extra, descriptorReserve, DefaultMaxConns)
+}
 
 // DefaultConfig is the front's configuration with the defaults of docs/origin.md.
 func DefaultConfig() Config {
@@ -72,6 +104,7 @@ func (c Config) Validate() error {
 // parsed is Config's private twin, filled once.
 type parsed struct {
 	trusted []netip.Prefix
+	edges   []string // trusted_edges as written
 }
 
 func (c Config) parse() (parsed, error) {
@@ -80,13 +113,20 @@ func (c Config) parse() (parsed, error) {
 		return p, errors.New("front.listen: at least one address is required")
 	}
 	for _, l := range c.Listen {
-		if _, _, err := net.SplitHostPort(l); err != nil {
+		_, port, err := net.SplitHostPort(l)
+		if err != nil {
 			return p, fmt.Errorf("front.listen: %q is not host:port", l)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 { // 0: the kernel picks (tests)
+			return p, fmt.Errorf("front.listen: %q: port %q is outside 1-65535", l, port)
 		}
 	}
 	ihost, iport, err := net.SplitHostPort(c.Inner)
 	if err != nil || ihost == "" || iport == "" {
 		return p, fmt.Errorf("front.inner: %q is not host:port", c.Inner)
+	}
+	if n, err := strconv.Atoi(iport); err != nil || n < 1 || n > 65535 {
+		return p, fmt.Errorf("front.inner: %q: port %q is outside 1-65535", c.Inner, iport)
 	}
 	if l := accept.SelfTarget(c.Listen, c.Inner); l != "" {
 		return p, fmt.Errorf("front.inner: %q is the front's own listen address %q: every connection would be forwarded to itself", c.Inner, l)
@@ -99,8 +139,12 @@ func (c Config) parse() (parsed, error) {
 		if err != nil {
 			return p, fmt.Errorf("front.trusted_edges: %q is not a CIDR or an IP address", s)
 		}
+		if linkLocal.Bits() <= pf.Bits() && linkLocal.Contains(pf.Addr()) {
+			return p, fmt.Errorf("front.trusted_edges: %q is link-local: a link-local peer is never trusted (a prefix cannot name its link)", s)
+		}
 		p.trusted = append(p.trusted, pf)
 	}
+	p.edges = append([]string{}, c.TrustedEdges...)
 	switch c.Untrusted {
 	case UntrustedPassthrough:
 	case UntrustedReject:
@@ -118,6 +162,9 @@ func (c Config) parse() (parsed, error) {
 	}
 	return p, nil
 }
+
+// linkLocal is IPv6's link-local unicast prefix.
+var linkLocal = netip.MustParsePrefix("fe80::/10")
 
 var errShortMapped = errors.New("an IPv4-mapped prefix needs at least /96")
 
@@ -150,15 +197,16 @@ func parsePrefix(s string) (netip.Prefix, error) {
 	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
-// trusts reports whether addr (the measured peer) is inside trusted_edges.
-func (p parsed) trusts(addr net.Addr) bool {
-	ap, ok := addrPort(addr)
-	return ok && p.trustsAddr(ap.Addr())
-}
-
-// trustsAddr is trusts for an address in netip form.
+// trustsAddr reports whether ip (the measured peer, as the event loops
+// give it) is inside trusted_edges. A link-local peer never is, whatever
+// the prefixes: the loops' address has no zone (fe80::7 on one link and
+// fe80::7 on another are two hosts, and a prefix cannot name a link), so
+// the check fails closed.
 func (p parsed) trustsAddr(ip netip.Addr) bool {
 	ip = ip.Unmap()
+	if ip.Is6() && ip.IsLinkLocalUnicast() {
+		return false
+	}
 	for _, pf := range p.trusted {
 		if pf.Contains(ip) {
 			return true

@@ -1,7 +1,6 @@
 package origin
 
 import (
-	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -25,6 +24,14 @@ func TestConfigValidate(t *testing.T) {
 		{"inner is localhost", func(c *Config) { c.Listen = []string{"127.0.0.1:8636"}; c.Inner = "localhost:8636" }, `front.inner: "localhost:8636" is the front's own listen address "127.0.0.1:8636": every connection would be forwarded to itself`},
 		{"inner is v4-mapped", func(c *Config) { c.Listen = []string{"127.0.0.1:8636"}; c.Inner = "[::ffff:127.0.0.1]:8636" }, `front.inner: "[::ffff:127.0.0.1]:8636" is the front's own listen address "127.0.0.1:8636": every connection would be forwarded to itself`},
 		{"inner is 0.0.0.0", func(c *Config) { c.Listen = []string{"127.0.0.1:8636"}; c.Inner = "0.0.0.0:8636" }, `front.inner: "0.0.0.0:8636" is the front's own listen address "127.0.0.1:8636": every connection would be forwarded to itself`},
+		{"inner port too high", func(c *Config) { c.Inner = "127.0.0.1:99999" }, `front.inner: "127.0.0.1:99999": port "99999" is outside 1-65535`},
+		{"inner port negative", func(c *Config) { c.Inner = "127.0.0.1:-1" }, `front.inner: "127.0.0.1:-1": port "-1" is outside 1-65535`},
+		{"inner port zero", func(c *Config) { c.Inner = "127.0.0.1:0" }, `front.inner: "127.0.0.1:0": port "0" is outside 1-65535`},
+		{"inner port by name", func(c *Config) { c.Inner = "127.0.0.1:ldaps" }, `front.inner: "127.0.0.1:ldaps": port "ldaps" is outside 1-65535`},
+		{"listen port too high", func(c *Config) { c.Listen = []string{":99999"} }, `front.listen: ":99999": port "99999" is outside 1-65535`},
+		{"link-local edges", func(c *Config) { c.TrustedEdges = []string{"fe80::/10"} }, `front.trusted_edges: "fe80::/10" is link-local: a link-local peer is never trusted (a prefix cannot name its link)`},
+		{"link-local edge", func(c *Config) { c.TrustedEdges = []string{"fe80::7"} }, `front.trusted_edges: "fe80::7" is link-local: a link-local peer is never trusted (a prefix cannot name its link)`},
+		{"prefix around link-local", func(c *Config) { c.TrustedEdges = []string{"::/0"} }, ""},
 		{"max_conns zero", func(c *Config) { c.MaxConns = 0 }, `front.max_conns: 0 must be positive`},
 		{"inner on another address, same port", func(c *Config) { c.Listen = []string{"192.0.2.1:8636"}; c.Inner = "127.0.0.1:8636" }, ""},
 		{"bad cidr", func(c *Config) { c.TrustedEdges = []string{"10.0.0.0/33"} }, `front.trusted_edges: "10.0.0.0/33" is not a CIDR or an IP address`},
@@ -69,23 +76,21 @@ func TestTrusts(t *testing.T) {
 		"192.0.2.77:1":            true,
 		"[::1]:1":                 false,
 	} {
-		a, _ := net.ResolveTCPAddr("tcp", addr)
-		if got := p.trusts(a); got != want {
-			t.Errorf("trusts(%s) = %v, want %v", addr, got, want)
+		if got := p.trustsAddr(netip.MustParseAddrPort(addr).Addr()); got != want {
+			t.Errorf("trustsAddr(%s) = %v, want %v", addr, got, want)
 		}
 	}
-	if p.trusts(nil) {
-		t.Error("trusts(nil) = true")
+	// The loops give a link-local peer without its zone: inside a prefix
+	// that covers fe80::/10 it is still never trusted (fail closed). The
+	// path through the loops is TestLinkLocalPeerNeverTrusted.
+	all := parsed{trusted: []netip.Prefix{netip.MustParsePrefix("::/0")}}
+	for _, a := range []string{"fe80::7", "fe80::7%eth0", "febf::1"} {
+		if all.trustsAddr(netip.MustParseAddr(a)) {
+			t.Errorf("link-local %s trusted by ::/0", a)
+		}
 	}
-	// A link-local peer carries its zone; trusted_edges cannot name one, so
-	// such a peer is never trusted, even inside fe80::/10: fail closed (the
-	// same fe80:: address on two links is two hosts).
-	ll := parsed{trusted: []netip.Prefix{netip.MustParsePrefix("fe80::/10")}}
-	if ll.trusts(&net.TCPAddr{IP: net.ParseIP("fe80::7"), Port: 1, Zone: "eth0"}) {
-		t.Error("a zoned link-local peer was trusted")
-	}
-	if !ll.trusts(&net.TCPAddr{IP: net.ParseIP("fe80::7"), Port: 1}) {
-		t.Error("fe80::7 without a zone not trusted by fe80::/10")
+	if !all.trustsAddr(netip.MustParseAddr("2001:db8::7")) {
+		t.Error("2001:db8::7 not trusted by ::/0")
 	}
 }
 

@@ -22,7 +22,7 @@ func TestThroughOurEdge(t *testing.T) {
 		t.Run(version, func(t *testing.T) {
 			// The edge dials the front from 127.0.0.1: that is the edge.
 			h := newHarness(t, func(c *Config) { c.TrustedEdges = []string{"127.0.0.1"} })
-			edge := startOurEdge(t, func(c *relay.Config) { c.Origins, c.ProxyProtocol = []string{h.addr}, version })
+			edge := startOurEdge(t, func(c *relay.Config) { c.Origins, c.ProxyProtocol = relay.OriginList(h.addr), version })
 
 			c := dialFrom(t, clientIP, edge.addr)
 			p := roundTrip(t, c, nil, payload)
@@ -104,7 +104,7 @@ func TestEdgeRefusesClientProxyHeader(t *testing.T) {
 	for _, version := range []string{relay.ProxyOff, relay.ProxyV2} {
 		t.Run(version, func(t *testing.T) {
 			h := newHarness(t, func(c *Config) { c.TrustedEdges = []string{"127.0.0.1"} })
-			edge := startOurEdge(t, func(c *relay.Config) { c.Origins, c.ProxyProtocol = []string{h.addr}, version })
+			edge := startOurEdge(t, func(c *relay.Config) { c.Origins, c.ProxyProtocol = relay.OriginList(h.addr), version })
 			t.Cleanup(func() {
 				if t.Failed() {
 					t.Logf("edge log:\n%s", edge.logs.String())

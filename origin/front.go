@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/accept"
@@ -42,8 +43,10 @@ type Front struct {
 	// nil means time.Now. Set it before Serve.
 	Now func() time.Time
 
-	cfg      Config
-	p        parsed
+	cfg Config
+	// trusted is trusted_edges parsed; SetTrustedEdges replaces it while
+	// the loops read it.
+	trusted  atomic.Pointer[parsed]
 	table    *PeerTable
 	log      *slog.Logger
 	m        *metrics
@@ -80,18 +83,18 @@ func New(cfg Config, table *PeerTable, log *slog.Logger, reg prometheus.Register
 	}
 	f := &Front{
 		cfg:   cfg,
-		p:     p,
 		table: table,
 		log:   log,
 		m:     newMetrics(table),
 		idle:  make(chan struct{}),
 		own:   accept.NewOwn(),
 	}
+	f.trusted.Store(&p)
 	if ap, err := netip.ParseAddrPort(cfg.Inner); err == nil {
 		f.innerAddr = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	}
 	f.refusals = accept.NewLimiter(refusalLogBurst, refusalLogWindow, f.now)
-	f.srv = evloop.Server{Handler: (*handler)(f), Log: log, Now: f.now}
+	f.srv = evloop.Server{Handler: (*handler)(f), Log: log, Now: f.now, MaxPipes: evloop.PipesFor(cfg.MaxConns)}
 	f.dial = evloop.DialOptions{Timeout: innerDialTimeout, NoDelay: true, Sent: f.sent}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	if err := f.m.register(reg); err != nil {
@@ -105,6 +108,28 @@ func (f *Front) now() time.Time {
 		return f.Now()
 	}
 	return time.Now()
+}
+
+// SetTrustedEdges replaces trusted_edges (SIGHUP in cmd/origin) without
+// touching a connection: each is judged by the list in force when it was
+// accepted, the next ones by edges. A list the configuration check
+// refuses (a bad prefix, link-local, empty with untrusted: reject)
+// leaves the running one and is returned as an error.
+func (f *Front) SetTrustedEdges(edges []string) error {
+	c := f.cfg
+	c.TrustedEdges = edges
+	p, err := c.parse()
+	if err != nil {
+		return err
+	}
+	f.trusted.Store(&p)
+	return nil
+}
+
+// TrustedEdges returns trusted_edges as in force now (after the last
+// SetTrustedEdges).
+func (f *Front) TrustedEdges() []string {
+	return append([]string{}, f.trusted.Load().edges...)
 }
 
 // Serve accepts connections on ln and serves them on the event loops
@@ -245,7 +270,7 @@ func (h *handler) Open(c *evloop.Conn) {
 	}
 	fc.counted = true
 	fc.start = c.Now()
-	fc.trusted = f.p.trustsAddr(c.Peer().Addr())
+	fc.trusted = f.trusted.Load().trustsAddr(c.Peer().Addr())
 	if !fc.trusted && f.cfg.Untrusted == UntrustedReject {
 		f.refuse(fc, ResultUntrusted, "untrusted source rejected", nil)
 		c.Close(reasonCounted, nil)

@@ -61,6 +61,17 @@ func newHarness(t *testing.T, mod func(*Config)) *harness {
 // startInner starts on the front's table (nil: an echoInner).
 func newHarnessWith(t *testing.T, ip string, startInner func(*PeerTable) string, mod func(*Config)) *harness {
 	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newHarnessOn(t, ln, startInner, mod)
+}
+
+// newHarnessOn is newHarnessWith on a listener of the caller's (one in a
+// network namespace).
+func newHarnessOn(t *testing.T, ln net.Listener, startInner func(*PeerTable) string, mod func(*Config)) *harness {
+	t.Helper()
 	if _, checked := leakChecked.LoadOrStore(t, true); !checked {
 		// Registered before the first harness's own cleanup: runs after
 		// every harness of the test has shut down.
@@ -79,12 +90,9 @@ func newHarnessWith(t *testing.T, ip string, startInner func(*PeerTable) string,
 	if mod != nil {
 		mod(&h.cfg)
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	h.addr = ln.Addr().String()
 	h.cfg.Listen = []string{h.addr}
+	var err error
 	h.front, err = New(h.cfg, h.table, slog.New(slog.NewJSONHandler(h.logs, nil)), h.reg)
 	if err != nil {
 		t.Fatal(err)

@@ -16,7 +16,7 @@ func TestEdgeSource(t *testing.T) {
 	for _, source := range []string{"127.0.0.3", "127.0.0.4"} {
 		t.Run(source, func(t *testing.T) {
 			edge := startOurEdge(t, func(c *relay.Config) {
-				c.Name, c.Origins, c.Source = "edge-"+source, []string{h.addr}, source
+				c.Name, c.Origins, c.Source = "edge-"+source, relay.OriginList(h.addr), source
 			})
 			c := dialFrom(t, clientIP, edge.addr)
 			p := roundTrip(t, c, nil, payload)

@@ -72,7 +72,7 @@ func TestAttackEveryStageLeavesNothing(t *testing.T) {
 		}
 	}()
 	refused := testbed.FreeAddr(t, "127.0.0.1")
-	e := startEdge(t, Config{Origins: []string{refused, o.addr}, MaxConns: 8})
+	e := startEdge(t, Config{Origins: OriginList(refused, o.addr), MaxConns: 8})
 	close(hold)
 	// warm up: pipes in the pool, loops running
 	for range 3 {
@@ -148,7 +148,7 @@ func TestAttackEveryStageLeavesNothing(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if v := e.value(t, "edgefleet_edge_origin_up", "origin", o.addr); v != 1 {
+	if v := e.value(t, "edgefleet_edge_origin_up", "origin", "o2"); v != 1 {
 		t.Fatalf("the working origin is marked down (%v): a client counted against it", v)
 	}
 }

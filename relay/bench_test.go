@@ -32,7 +32,7 @@ func BenchmarkShortConnection(b *testing.B) {
 		}
 	}()
 	cfg := DefaultConfig()
-	cfg.Origins = []string{o.addr}
+	cfg.Origins = OriginList(o.addr)
 	e, err := New(cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), nil)
 	if err != nil {
 		b.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/evloop"
 )
 
 // Config is the edge's configuration (docs/edge.md). cmd/edge fills it from
@@ -16,7 +17,7 @@ import (
 type Config struct {
 	Name           string        `mapstructure:"name"`            // sent in TLV 0xE0; default: hostname
 	Listen         []string      `mapstructure:"listen"`          // used by cmd/edge; Serve takes any listener
-	Origins        []string      `mapstructure:"origins"`         // host:port, tried in order
+	Origins        []Origin      `mapstructure:"origins"`         // tried in order
 	ConnectTimeout time.Duration `mapstructure:"connect_timeout"` // per origin attempt
 	OfflineRetry   time.Duration `mapstructure:"offline_retry"`   // how long a failed origin stays OFFLINE
 	ProxyProtocol  string        `mapstructure:"proxy_protocol"`  // v2, v1 or off
@@ -26,6 +27,73 @@ type Config struct {
 	// Source is the local IP origin connections are made from (HAProxy's
 	// source, nginx's proxy_bind); empty: the kernel picks.
 	Source string `mapstructure:"source"`
+}
+
+// Origin is one entry of origins: the host:port the edge dials, and the
+// name it goes by everywhere the edge speaks — the origin label of
+// edgefleet_edge_origin_up, log lines, errors. The address is what the
+// edges exist to hide, and anyone who reaches an edge's metrics or reads
+// its shipped logs would learn it. In a file an entry is a section
+// ({name: o1, address: "10.1.2.3:8636"}) or a plain "host:port"; an
+// origin without a name is o1, o2, … by its position in the list.
+type Origin struct {
+	Name    string `mapstructure:"name"`
+	Address string `mapstructure:"address"`
+}
+
+// UnmarshalText reads the plain form of an entry, "host:port" (the
+// environment, flags and a list of strings in the file).
+func (o *Origin) UnmarshalText(b []byte) error {
+	*o = Origin{Address: string(b)}
+	return nil
+}
+
+// OriginList is origins given by address alone (named by position).
+func OriginList(addrs ...string) []Origin {
+	out := make([]Origin, len(addrs))
+	for i, a := range addrs {
+		out[i] = Origin{Address: a}
+	}
+	return out
+}
+
+// named returns origins with every name filled in: an entry without one
+// is o1, o2, … by its position.
+func named(origins []Origin) []Origin {
+	out := make([]Origin, len(origins))
+	for i, o := range origins {
+		if o.Name == "" {
+			o.Name = "o" + strconv.Itoa(i+1)
+		}
+		out[i] = o
+	}
+	return out
+}
+
+// Names returns the origins' names in order (what the edge logs).
+func Names(origins []Origin) []string {
+	out := make([]string, 0, len(origins))
+	for _, o := range named(origins) {
+		out = append(out, o.Name)
+	}
+	return out
+}
+
+// maxOriginName bounds an origin's name (a label value, a log field).
+const maxOriginName = 63
+
+// checkOriginName accepts letters, digits, '-' and '_': no dot and no
+// colon, so a name can be neither an IP address nor a DNS name.
+func checkOriginName(n string) error {
+	if n == "" || len(n) > maxOriginName {
+		return fmt.Errorf("%q must be 1-%d characters", n, maxOriginName)
+	}
+	for _, r := range n {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return fmt.Errorf("%q may hold only letters, digits, '-' and '_' (a name, never an address)", n)
+		}
+	}
+	return nil
 }
 
 // Values of Config.ProxyProtocol.
@@ -39,6 +107,28 @@ const (
 // most 253 bytes anyway.
 const maxNameLen = 255
 
+// MaxConnsCap is max_conns's default where RLIMIT_NOFILE allows it (and
+// DefaultConfig's, for a configuration rendered for another host).
+const MaxConnsCap = 100000
+
+// descriptorReserve is what the edge keeps for itself besides its
+// connections: listeners, the event loops, the metrics endpoint's
+// connections, the resolver's sockets.
+const descriptorReserve = 256
+
+// Descriptors is the most file descriptors an edge with max_conns n
+// holds: two sockets per connection, the splice pipes the event loops
+// may hold (a quarter of n, at least 64, two descriptors each, and as
+// many idle in the pool) and the reserve: about 2.5 per connection.
+func Descriptors(n int) int { return evloop.DescriptorsFor(n) + descriptorReserve }
+
+// MaxConnsFor is max_conns's default under an RLIMIT_NOFILE of nofile:
+// the most connections whose Descriptors fit, at most MaxConnsCap (as
+// HAProxy derives maxconn from ulimit -n).
+func MaxConnsFor(nofile uint64) int {
+	return evloop.MaxConnsFor(nofile, 0, descriptorReserve, MaxConnsCap)
+}
+
 // DefaultConfig returns the defaults of docs/edge.md. Origins has no
 // default: it must be given.
 func DefaultConfig() Config {
@@ -49,7 +139,7 @@ func DefaultConfig() Config {
 		ConnectTimeout: 3 * time.Second,
 		OfflineRetry:   60 * time.Second,
 		ProxyProtocol:  ProxyV2,
-		MaxConns:       100000,
+		MaxConns:       MaxConnsCap,
 		DrainTimeout:   30 * time.Second,
 		Keepalive:      15 * time.Second,
 	}
@@ -79,15 +169,26 @@ func (c Config) Validate() error {
 	if len(c.Origins) == 0 {
 		return fmt.Errorf("origins: at least one origin (host:port) is required")
 	}
-	seen := map[string]bool{}
-	for _, a := range c.Origins {
-		if err := checkHostPort(a, false); err != nil {
+	seen, names := map[string]bool{}, map[string]bool{}
+	for i, o := range c.Origins {
+		if err := checkHostPort(o.Address, false); err != nil {
 			return fmt.Errorf("origins: %w", err)
 		}
-		if seen[a] {
-			return fmt.Errorf("origins: %q is listed twice", a)
+		if seen[o.Address] {
+			return fmt.Errorf("origins: %q is listed twice", o.Address)
 		}
-		seen[a] = true
+		seen[o.Address] = true
+		if o.Name != "" {
+			if err := checkOriginName(o.Name); err != nil {
+				return fmt.Errorf("origins[%d].name: %w", i, err)
+			}
+		}
+	}
+	for i, o := range named(c.Origins) {
+		if names[o.Name] {
+			return fmt.Errorf("origins[%d].name: %q is the name of another origin", i, o.Name)
+		}
+		names[o.Name] = true
 	}
 	switch {
 	case c.ConnectTimeout <= 0:
@@ -116,9 +217,9 @@ func (c Config) Validate() error {
 // resolver), so it is checked where the edge runs — New and cmd/edge —
 // not where a configuration is rendered for another machine.
 func (c Config) CheckSelf() error {
-	for _, a := range c.Origins {
-		if l := accept.SelfTarget(c.Listen, a); l != "" {
-			return fmt.Errorf("origins: %q is the edge's own listen address %q: every connection would be relayed to itself", a, l)
+	for _, o := range c.Origins {
+		if l := accept.SelfTarget(c.Listen, o.Address); l != "" {
+			return fmt.Errorf("origins: %q is the edge's own listen address %q: every connection would be relayed to itself", o.Address, l)
 		}
 	}
 	if c.Source != "" {

@@ -22,6 +22,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/accept"
@@ -79,6 +80,7 @@ type conn struct {
 	origin  *origin        // the one being dialled, then the one connected
 	counted bool           // counted in Edge.active
 	upLocal netip.AddrPort // the origin socket's local address while it is recorded in own
+	local   error          // an origin of the plan was not reached for want of a local port (EADDRNOTAVAIL)
 	over    func()         // HandleConn's
 }
 
@@ -118,30 +120,30 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Edge, error)
 		own:    accept.NewOwn(),
 	}
 	e.refusals = accept.NewLimiter(refusalLogBurst, refusalLogWindow, e.now)
-	e.srv = evloop.Server{Handler: (*handler)(e), Log: log, Now: e.now}
+	e.srv = evloop.Server{Handler: (*handler)(e), Log: log, Now: e.now, MaxPipes: evloop.PipesFor(cfg.MaxConns)}
 	e.dial = evloop.DialOptions{Timeout: cfg.ConnectTimeout, NoDelay: true, Keepalive: keepalive(cfg.Keepalive),
 		Sent: e.sent}
 	if cfg.Source != "" {
 		e.dial.Source, _ = netip.ParseAddr(cfg.Source)
 	}
 	e.orig.mu.Lock()
-	e.orig.gauge = func(addr string, up, gone bool) {
+	e.orig.gauge = func(name string, up, gone bool) {
 		if gone {
-			e.m.originUp.DeleteLabelValues(addr)
+			e.m.originUp.DeleteLabelValues(name)
 			return
 		}
-		e.m.originUp.WithLabelValues(addr).Set(b2f(up))
+		e.m.originUp.WithLabelValues(name).Set(b2f(up))
 	}
 	e.orig.mu.Unlock()
-	for a := range e.orig.states() {
-		e.m.originUp.WithLabelValues(a).Set(1)
+	for _, n := range e.orig.names() {
+		e.m.originUp.WithLabelValues(n).Set(1)
 	}
 	return e, nil
 }
 
-// SetOrigins replaces the origin list. Origins that stay keep their
-// OFFLINE state; connections already relayed are not touched.
-func (e *Edge) SetOrigins(origins []string) {
+// SetOrigins replaces the origin list. Origins that stay (by address)
+// keep their OFFLINE state; connections already relayed are not touched.
+func (e *Edge) SetOrigins(origins []Origin) {
 	e.orig.set(origins) // the origin_up series follow, under the set's lock
 }
 
@@ -175,7 +177,7 @@ func (e *Edge) isClosing() bool {
 func (e *Edge) looped() {
 	e.m.total[ResultLoop].Inc()
 	if ok, suppressed := e.refusals.Allow(); ok {
-		e.log.Warn("connection from the edge itself refused: an origin is this edge", "origins", e.orig.addrs(),
+		e.log.Warn("connection from the edge itself refused: an origin is this edge", "origins", e.orig.names(),
 			"suppressed", suppressed)
 	}
 }
@@ -253,6 +255,11 @@ func (e *Edge) dialNext(c *evloop.Conn, rc *conn) {
 	if rc.next >= len(rc.plan) {
 		e.orig.release(rc.plan, rc.claim)
 		rc.plan = nil
+		if rc.local != nil { // not every origin failed: some could not be tried
+			e.m.total[ResultLocalResources].Inc()
+			c.Close(reasonCounted, fmt.Errorf("%w: %w", errLocal, rc.local))
+			return
+		}
 		e.m.total[ResultNoOrigin].Inc()
 		c.Close(reasonCounted, errNoOrigin)
 		return
@@ -265,14 +272,24 @@ func (e *Edge) dialNext(c *evloop.Conn, rc *conn) {
 		return
 	}
 	// A name: looked up off the loop, then dialled from it.
-	t0 := c.Now()
+	t0 := e.now()
 	go func() {
 		ctx, cancel := context.WithTimeout(e.ctx, e.cfg.ConnectTimeout)
 		defer cancel()
 		ap, err := evloop.Resolve(ctx, o.addr)
+		err = hideName(err, o)
+		took := max(0, e.now().Sub(t0))
+		if err != nil && !accept.LocalResources(err) {
+			if short := accept.DescriptorShortage(); short != nil {
+				// Whatever the lookup says ("no such host"), it ran
+				// while this edge could not open a socket: not the
+				// origin's failure.
+				err = fmt.Errorf("%w, while this host is short of descriptors: %w", err, short)
+			}
+		}
 		c.Post(func(c *evloop.Conn) {
 			if err != nil {
-				(*handler)(e).failed(c, rc, t0, err)
+				(*handler)(e).failed(c, rc, took, err)
 				return
 			}
 			c.Dial(ap, &e.dial)
@@ -289,13 +306,13 @@ func (h *handler) Dialed(c *evloop.Conn, err error) {
 	e := (*Edge)(h)
 	rc := c.Data.(*conn)
 	if err != nil {
-		h.failed(c, rc, c.DialStarted(), err)
+		h.failed(c, rc, c.DialDuration(), err)
 		return
 	}
-	e.m.dial.Observe(c.Now().Sub(c.DialStarted()).Seconds())
+	e.m.dial.Observe(c.DialDuration().Seconds())
 	o := rc.origin
 	if e.orig.ok(o) { // origin_up follows (unless SetOrigins removed it meanwhile)
-		e.log.Info("origin back", "origin", o.addr)
+		e.log.Info("origin back", "origin", o.name)
 	}
 	e.orig.release(rc.plan, rc.claim)
 	rc.plan = nil
@@ -329,19 +346,31 @@ func (e *Edge) sent(c *evloop.Conn) {
 // failed handles a failed dial: the edge's own lack of descriptors refuses
 // the client without blaming the origin; otherwise the origin is OFFLINE
 // and the next one is tried.
-func (h *handler) failed(c *evloop.Conn, rc *conn, t0 time.Time, err error) {
+func (h *handler) failed(c *evloop.Conn, rc *conn, took time.Duration, err error) {
 	e := (*Edge)(h)
 	o := rc.origin
 	e.forgetOrigin(rc)
-	e.m.dial.Observe(c.Now().Sub(t0).Seconds())
-	err = fmt.Errorf("dial origin %s: %w", o.addr, err)
+	e.m.dial.Observe(took.Seconds())
+	err = fmt.Errorf("dial origin %s: %w", o.name, err)
 	if e.ctx.Err() != nil {
 		c.Close(ResultDrain, err)
 		return
 	}
+	if errors.Is(err, syscall.EADDRNOTAVAIL) {
+		// No local port left toward this origin's address: a shortage of
+		// this destination only (ports are per destination), so the next
+		// origin may have room. This one is not OFFLINE.
+		rc.local = err
+		if ok, suppressed := e.refusals.Allow(); ok {
+			e.log.Warn("no local port left toward an origin: trying the next, none marked offline", "origin", o.name,
+				"err", err, "suppressed", suppressed)
+		}
+		e.dialNext(c, rc)
+		return
+	}
 	if accept.LocalResources(err) { // the next origin would fail the same way
 		if ok, suppressed := e.refusals.Allow(); ok {
-			e.log.Warn("out of local resources: connection refused, no origin marked offline", "origin", o.addr,
+			e.log.Warn("out of local resources: connection refused, no origin marked offline", "origin", o.name,
 				"err", err, "suppressed", suppressed)
 		}
 		e.orig.release(rc.plan, rc.claim)
@@ -351,7 +380,7 @@ func (h *handler) failed(c *evloop.Conn, rc *conn, t0 time.Time, err error) {
 		return
 	}
 	if e.orig.fail(o, c.Now()) {
-		e.log.Warn("origin offline", "origin", o.addr, "retry_in", e.cfg.OfflineRetry, "err", err)
+		e.log.Warn("origin offline", "origin", o.name, "retry_in", e.cfg.OfflineRetry, "err", err)
 	}
 	e.dialNext(c, rc)
 }
@@ -383,7 +412,7 @@ func (h *handler) Closed(c *evloop.Conn, res evloop.Result) {
 		e.m.clientProxy.Inc()
 		if ok, suppressed := e.refusals.Allow(); ok {
 			e.log.Warn("client proxy header refused", "id", rc.id, "client", c.Peer().String(),
-				"origin", rc.origin.addr, "suppressed", suppressed)
+				"origin", rc.origin.name, "suppressed", suppressed)
 		}
 		return
 	}
@@ -397,7 +426,7 @@ func (h *handler) Closed(c *evloop.Conn, res evloop.Result) {
 	}
 	origin := ""
 	if rc.origin != nil {
-		origin = rc.origin.addr
+		origin = rc.origin.name
 	}
 	// Typed attributes: no value boxed into an interface.
 	attrs := make([]slog.Attr, 0, 8)
@@ -446,6 +475,18 @@ func (e *Edge) forgetOrigin(rc *conn) {
 		e.own.Closed(rc.upLocal)
 		rc.upLocal = netip.AddrPort{}
 	}
+}
+
+// hideName keeps an origin's host name out of a lookup's error (it is
+// logged): the name the edge gives the origin stands in its place.
+func hideName(err error, o *origin) error {
+	var de *net.DNSError
+	if !errors.As(err, &de) {
+		return err
+	}
+	hidden := *de
+	hidden.Name = o.name
+	return &hidden
 }
 
 // errNoOrigin is the error of a connection for which every origin failed.

@@ -75,7 +75,7 @@ func TestStream1GiBBothWays(t *testing.T) {
 		originGot <- recv(c)
 		wg.Wait()
 	})
-	e := startEdge(t, Config{Origins: []string{o.addr}})
+	e := startEdge(t, Config{Origins: OriginList(o.addr)})
 
 	c, err := net.Dial("tcp", e.addr)
 	if err != nil {
@@ -126,7 +126,7 @@ func TestHalfClose(t *testing.T) {
 				c.CloseWrite()
 				originGot <- recv(c)
 			})
-			e := startEdge(t, Config{Origins: []string{o.addr}})
+			e := startEdge(t, Config{Origins: OriginList(o.addr)})
 			c, err := net.Dial("tcp", e.addr)
 			if err != nil {
 				t.Fatal(err)
@@ -165,7 +165,7 @@ func TestProxyHeader(t *testing.T) {
 				first <- b
 				c.Write([]byte("ok"))
 			})
-			e := startEdge(t, Config{Name: "edge-7", Origins: []string{o.addr}, ProxyProtocol: version})
+			e := startEdge(t, Config{Name: "edge-7", Origins: OriginList(o.addr), ProxyProtocol: version})
 			c, err := net.Dial("tcp", e.addr)
 			if err != nil {
 				t.Fatal(err)
@@ -178,7 +178,7 @@ func TestProxyHeader(t *testing.T) {
 				t.Fatalf("payload after the header = %q", b)
 			}
 			line := e.waitLines(t, "connection closed", 1)[0]
-			if line["client"] != c.LocalAddr().String() || line["origin"] != o.addr {
+			if line["client"] != c.LocalAddr().String() || line["origin"] != "o1" {
 				t.Fatalf("log line %v", line)
 			}
 			if version == ProxyOff {
@@ -216,7 +216,7 @@ func TestProxyHeader(t *testing.T) {
 // TestUniqueIDs checks that every connection gets its own id.
 func TestUniqueIDs(t *testing.T) {
 	o := startOrigin(t, true, echo)
-	e := startEdge(t, Config{Origins: []string{o.addr}})
+	e := startEdge(t, Config{Origins: OriginList(o.addr)})
 	seen := map[string]bool{}
 	for range 20 {
 		roundTrip(t, e.addr, "x")
@@ -255,7 +255,7 @@ func TestOriginDown(t *testing.T) {
 			if !tc.allDown {
 				second = startOrigin(t, true, echo).addr
 			}
-			e := startEdge(t, Config{Origins: []string{first, second}, ConnectTimeout: timeout})
+			e := startEdge(t, Config{Origins: OriginList(first, second), ConnectTimeout: timeout})
 			t0 := time.Now()
 			got, err := tryRoundTrip(t, e.addr, "ping")
 			if err != nil && !tc.allDown {
@@ -263,7 +263,7 @@ func TestOriginDown(t *testing.T) {
 			}
 			elapsed := time.Since(t0)
 
-			if v := e.value(t, "edgefleet_edge_origin_up", "origin", first); v != 0 {
+			if v := e.value(t, "edgefleet_edge_origin_up", "origin", "o1"); v != 0 {
 				t.Fatalf("origin_up{%s} = %v after a failed connect, want 0", first, v)
 			}
 			blackHoled := strings.Contains(tc.name, "black")
@@ -280,7 +280,7 @@ func TestOriginDown(t *testing.T) {
 					t.Fatalf("client closed after %v", elapsed)
 				}
 				e.waitValue(t, 1, "edgefleet_edge_connections_total", "result", ResultNoOrigin)
-				if v := e.value(t, "edgefleet_edge_origin_up", "origin", second); v != 0 {
+				if v := e.value(t, "edgefleet_edge_origin_up", "origin", "o2"); v != 0 {
 					t.Fatalf("origin_up{%s} = %v", second, v)
 				}
 				if n := len(e.logs.JSONLines("connection closed")); n != 0 {
@@ -291,10 +291,10 @@ func TestOriginDown(t *testing.T) {
 			if got != "ping" {
 				t.Fatalf("echo through the second origin = %q", got)
 			}
-			if line := e.waitLines(t, "connection closed", 1)[0]; line["origin"] != second {
-				t.Fatalf("relayed to %v, want %v", line["origin"], second)
+			if line := e.waitLines(t, "connection closed", 1)[0]; line["origin"] != "o2" {
+				t.Fatalf("relayed to %v, want o2 (%v)", line["origin"], second)
 			}
-			if off := e.logs.JSONLines("origin offline"); len(off) != 1 || off[0]["origin"] != first {
+			if off := e.logs.JSONLines("origin offline"); len(off) != 1 || off[0]["origin"] != "o1" {
 				t.Fatalf("origin offline lines: %v", off)
 			}
 			// The OFFLINE origin is not tried again: the next connection goes
@@ -317,7 +317,7 @@ func TestOfflineRetry(t *testing.T) {
 	clock := testbed.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	aAddr := testbed.FreeAddr(t, "127.0.0.1")
 	b := startOrigin(t, true, echo)
-	e := startEdge(t, Config{Origins: []string{aAddr, b.addr}, OfflineRetry: retry},
+	e := startEdge(t, Config{Origins: []Origin{{Name: "a", Address: aAddr}, {Name: "b", Address: b.addr}}, OfflineRetry: retry},
 		func(e *Edge) { e.Now = clock.Now })
 	via := func() string {
 		t.Helper()
@@ -328,7 +328,7 @@ func TestOfflineRetry(t *testing.T) {
 		return e.waitLines(t, "connection closed", n+1)[n]["origin"].(string)
 	}
 
-	if got := via(); got != b.addr { // A refused: OFFLINE from now
+	if got := via(); got != "b" { // A refused: OFFLINE from now
 		t.Fatalf("first connection via %s", got)
 	}
 	ln, err := net.Listen("tcp", aAddr) // A is back, but still OFFLINE
@@ -338,21 +338,21 @@ func TestOfflineRetry(t *testing.T) {
 	startA := func() { serveOrigin(t, ln, true, echo) } // reads ln at call time
 	startA()
 	clock.Advance(retry - time.Second)
-	if got := via(); got != b.addr {
+	if got := via(); got != "b" {
 		t.Fatalf("within offline_retry: via %s, want %s", got, b.addr)
 	}
 	clock.Advance(time.Second)
-	if got := via(); got != aAddr {
+	if got := via(); got != "a" {
 		t.Fatalf("after offline_retry: via %s, want %s", got, aAddr)
 	}
-	if v := e.value(t, "edgefleet_edge_origin_up", "origin", aAddr); v != 1 {
+	if v := e.value(t, "edgefleet_edge_origin_up", "origin", "a"); v != 1 {
 		t.Fatalf("origin_up{A} = %v after it answered", v)
 	}
 
 	// Both OFFLINE: A fails at t, B at t+10s; at t+20s (inside the window
 	// of both) the least recently failed, A, is tried.
 	ln.Close()
-	if got := via(); got != b.addr {
+	if got := via(); got != "b" {
 		t.Fatalf("with A gone: via %s", got)
 	}
 	clock.Advance(10 * time.Second)
@@ -366,7 +366,7 @@ func TestOfflineRetry(t *testing.T) {
 	}
 	startA()
 	clock.Advance(10 * time.Second)
-	if got := via(); got != aAddr {
+	if got := via(); got != "a" {
 		t.Fatalf("all OFFLINE: via %s, want the least recently failed %s", got, aAddr)
 	}
 }
@@ -375,7 +375,7 @@ func TestOfflineRetry(t *testing.T) {
 // and counted, and that a freed slot is usable again.
 func TestMaxConns(t *testing.T) {
 	o := startOrigin(t, true, echo)
-	e := startEdge(t, Config{Origins: []string{o.addr}, MaxConns: 2})
+	e := startEdge(t, Config{Origins: OriginList(o.addr), MaxConns: 2})
 	var open []net.Conn
 	for range 2 {
 		c, err := net.Dial("tcp", e.addr)
@@ -430,7 +430,7 @@ func TestShutdown(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := startOrigin(t, true, echo)
-			e := startEdge(t, Config{Origins: []string{o.addr}, DrainTimeout: tc.drain})
+			e := startEdge(t, Config{Origins: OriginList(o.addr), DrainTimeout: tc.drain})
 			c, err := net.Dial("tcp", e.addr)
 			if err != nil {
 				t.Fatal(err)
@@ -500,7 +500,7 @@ func waitRefused(t *testing.T, addr string) {
 // (a health check) is counted but writes no log line.
 func TestZeroByteSilent(t *testing.T) {
 	o := startOrigin(t, true, echo)
-	e := startEdge(t, Config{Origins: []string{o.addr}})
+	e := startEdge(t, Config{Origins: OriginList(o.addr)})
 	for range 3 {
 		c, err := net.Dial("tcp", e.addr)
 		if err != nil {
@@ -519,7 +519,7 @@ func TestZeroByteSilent(t *testing.T) {
 // TestMetricNames pins the metric names of docs/edge.md.
 func TestMetricNames(t *testing.T) {
 	o := startOrigin(t, true, echo)
-	e := startEdge(t, Config{Origins: []string{o.addr}})
+	e := startEdge(t, Config{Origins: OriginList(o.addr)})
 	roundTrip(t, e.addr, "x")
 	e.waitValue(t, 1, "edgefleet_edge_connections_total", "result", ResultEOF)
 	mfs, err := e.reg.Gather()
@@ -553,25 +553,25 @@ func TestMetricNames(t *testing.T) {
 func TestSetOrigins(t *testing.T) {
 	a := startOrigin(t, true, func(c originConn) { c.Write([]byte("a")) })
 	b := startOrigin(t, true, func(c originConn) { c.Write([]byte("b")) })
-	e := startEdge(t, Config{Origins: []string{a.addr}})
+	e := startEdge(t, Config{Origins: []Origin{{Name: "a", Address: a.addr}}})
 	if got := roundTrip(t, e.addr, "x"); got != "a" {
 		t.Fatalf("before: %q", got)
 	}
-	e.SetOrigins([]string{b.addr})
+	e.SetOrigins([]Origin{{Name: "b", Address: b.addr}})
 	if got := roundTrip(t, e.addr, "x"); got != "b" {
 		t.Fatalf("after: %q", got)
 	}
-	if v := e.metric(t, "edgefleet_edge_origin_up", "origin", a.addr); v != nil {
+	if v := e.metric(t, "edgefleet_edge_origin_up", "origin", "a"); v != nil {
 		t.Fatal("origin_up still has the removed origin")
 	}
-	if v := e.value(t, "edgefleet_edge_origin_up", "origin", b.addr); v != 1 {
+	if v := e.value(t, "edgefleet_edge_origin_up", "origin", "b"); v != 1 {
 		t.Fatalf("origin_up{new} = %v", v)
 	}
 }
 
 func TestValidate(t *testing.T) {
 	ok := DefaultConfig()
-	ok.Origins = []string{"origin.example:8636"}
+	ok.Origins = OriginList("origin.example:8636")
 	for _, tc := range []struct {
 		name    string
 		mod     func(*Config)
@@ -579,11 +579,17 @@ func TestValidate(t *testing.T) {
 	}{
 		{"defaults with origins", func(*Config) {}, ""},
 		{"no origins", func(c *Config) { c.Origins = nil }, "origins: at least one"},
-		{"origin without port", func(c *Config) { c.Origins = []string{"10.0.0.1"} }, `origins: "10.0.0.1" is not host:port`},
-		{"origin without host", func(c *Config) { c.Origins = []string{":8636"} }, `origins: ":8636" has no host`},
-		{"origin bad port", func(c *Config) { c.Origins = []string{"a:99999"} }, `"a:99999": port 99999 is outside 1-65535`},
-		{"origin twice", func(c *Config) { c.Origins = []string{"a:1", "a:1"} }, "listed twice"},
-		{"ipv6 origin", func(c *Config) { c.Origins = []string{"[::1]:8636"} }, ""},
+		{"origin without port", func(c *Config) { c.Origins = OriginList("10.0.0.1") }, `origins: "10.0.0.1" is not host:port`},
+		{"origin without host", func(c *Config) { c.Origins = OriginList(":8636") }, `origins: ":8636" has no host`},
+		{"origin bad port", func(c *Config) { c.Origins = OriginList("a:99999") }, `"a:99999": port 99999 is outside 1-65535`},
+		{"origin twice", func(c *Config) { c.Origins = OriginList("a:1", "a:1") }, "listed twice"},
+		{"ipv6 origin", func(c *Config) { c.Origins = OriginList("[::1]:8636") }, ""},
+		{"named origins", func(c *Config) { c.Origins = []Origin{{Name: "par-1", Address: "a:1"}, {Address: "b:1"}} }, ""},
+		{"origin name an address", func(c *Config) { c.Origins = []Origin{{Name: "10.1.2.3", Address: "a:1"}} }, `origins[0].name: "10.1.2.3" may hold only letters, digits, '-' and '_' (a name, never an address)`},
+		{"origin name a host name", func(c *Config) { c.Origins = []Origin{{Address: "b:1"}, {Name: "origin.example.net", Address: "a:1"}} }, `origins[1].name: "origin.example.net" may hold only`},
+		{"origin name too long", func(c *Config) { c.Origins = []Origin{{Name: strings.Repeat("o", 64), Address: "a:1"}} }, `must be 1-63 characters`},
+		{"origin names twice", func(c *Config) { c.Origins = []Origin{{Name: "x", Address: "a:1"}, {Name: "x", Address: "b:1"}} }, `origins[1].name: "x" is the name of another origin`},
+		{"origin name taken by position", func(c *Config) { c.Origins = []Origin{{Address: "a:1"}, {Name: "o1", Address: "b:1"}} }, `origins[1].name: "o1" is the name of another origin`},
 		{"no listen", func(c *Config) { c.Listen = nil }, "listen: at least one"},
 		{"bad listen", func(c *Config) { c.Listen = []string{"636"} }, `listen: "636" is not host:port`},
 		{"proxy v3", func(c *Config) { c.ProxyProtocol = "v3" }, `proxy_protocol: "v3" is not v2, v1 or off`},
@@ -599,18 +605,21 @@ func TestValidate(t *testing.T) {
 		{"name with space", func(c *Config) { c.Name = "edge one" }, "name:"},
 		{"long name", func(c *Config) { c.Name = strings.Repeat("x", 256) }, "name: longer than 255"},
 		// An origin that is the edge itself, in any spelling.
-		{"origin is the listen address", func(c *Config) { c.Listen = []string{"127.0.0.1:636"}; c.Origins = []string{"127.0.0.1:636"} },
+		{"origin is the listen address", func(c *Config) { c.Listen = []string{"127.0.0.1:636"}; c.Origins = OriginList("127.0.0.1:636") },
 			`origins: "127.0.0.1:636" is the edge's own listen address "127.0.0.1:636": every connection would be relayed to itself`},
-		{"origin localhost", func(c *Config) { c.Listen = []string{"127.0.0.1:636"}; c.Origins = []string{"localhost:636"} },
+		{"origin localhost", func(c *Config) { c.Listen = []string{"127.0.0.1:636"}; c.Origins = OriginList("localhost:636") },
 			`origins: "localhost:636" is the edge's own listen address "127.0.0.1:636"`},
-		{"origin v4-mapped", func(c *Config) { c.Listen = []string{"127.0.0.1:636"}; c.Origins = []string{"[::ffff:127.0.0.1]:636"} },
+		{"origin v4-mapped", func(c *Config) {
+			c.Listen = []string{"127.0.0.1:636"}
+			c.Origins = OriginList("[::ffff:127.0.0.1]:636")
+		},
 			`origins: "[::ffff:127.0.0.1]:636" is the edge's own listen address "127.0.0.1:636"`},
-		{"origin loopback under a wildcard listen", func(c *Config) { c.Listen = []string{"0.0.0.0:636"}; c.Origins = []string{"127.0.0.1:636"} },
+		{"origin loopback under a wildcard listen", func(c *Config) { c.Listen = []string{"0.0.0.0:636"}; c.Origins = OriginList("127.0.0.1:636") },
 			`origins: "127.0.0.1:636" is the edge's own listen address "0.0.0.0:636"`},
-		{"origin 0.0.0.0", func(c *Config) { c.Listen = []string{"127.0.0.1:636"}; c.Origins = []string{"0.0.0.0:636"} },
+		{"origin 0.0.0.0", func(c *Config) { c.Listen = []string{"127.0.0.1:636"}; c.Origins = OriginList("0.0.0.0:636") },
 			`origins: "0.0.0.0:636" is the edge's own listen address "127.0.0.1:636"`},
-		{"origin on another port", func(c *Config) { c.Listen = []string{"0.0.0.0:636"}; c.Origins = []string{"127.0.0.1:637"} }, ""},
-		{"origin on another loopback address", func(c *Config) { c.Listen = []string{"127.0.0.2:636"}; c.Origins = []string{"127.0.0.1:636"} }, ""},
+		{"origin on another port", func(c *Config) { c.Listen = []string{"0.0.0.0:636"}; c.Origins = OriginList("127.0.0.1:637") }, ""},
+		{"origin on another loopback address", func(c *Config) { c.Listen = []string{"127.0.0.2:636"}; c.Origins = OriginList("127.0.0.1:636") }, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := ok
@@ -636,8 +645,8 @@ func TestValidate(t *testing.T) {
 // of chaining until the file descriptors run out.
 func TestLoopCutAtRunTime(t *testing.T) {
 	other := startOrigin(t, true, echo)
-	e := startEdge(t, Config{Origins: []string{other.addr}})
-	e.SetOrigins([]string{e.addr})
+	e := startEdge(t, Config{Origins: OriginList(other.addr)})
+	e.SetOrigins(OriginList(e.addr))
 	for i := 1; i <= 20; i++ {
 		if got, _ := tryRoundTrip(t, e.addr, "x"); got != "" {
 			t.Fatalf("a looped connection answered %q", got)
@@ -660,7 +669,7 @@ func TestLoopCutAtRunTime(t *testing.T) {
 	if lines := e.logs.JSONLines("connection from the edge itself refused: an origin is this edge"); len(lines) == 0 {
 		t.Fatalf("no log line for the loop; log:\n%s", e.logs.String())
 	}
-	e.SetOrigins([]string{other.addr})
+	e.SetOrigins(OriginList(other.addr))
 	if got := roundTrip(t, e.addr, "back"); got != "back" {
 		t.Fatalf("after the origin was fixed: %q", got)
 	}
@@ -674,7 +683,7 @@ func TestOneRetryAtATime(t *testing.T) {
 	clock := testbed.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	hole := testbed.BlackHole(t)
 	good := startOrigin(t, true, echo)
-	e := startEdge(t, Config{Origins: []string{hole, good.addr}, ConnectTimeout: time.Minute, OfflineRetry: time.Minute},
+	e := startEdge(t, Config{Origins: OriginList(hole, good.addr), ConnectTimeout: time.Minute, OfflineRetry: time.Minute},
 		func(e *Edge) { e.Now = clock.Now })
 	plan, claim := e.orig.plan(clock.Now()) // the black hole failed once: OFFLINE
 	e.orig.fail(plan[0], clock.Now())
@@ -704,8 +713,8 @@ func TestOneRetryAtATime(t *testing.T) {
 	}
 	lines := e.waitLines(t, "connection closed", 5)
 	for _, l := range lines {
-		if l["origin"] != good.addr {
-			t.Fatalf("a client went to %v during the retry, want %s", l["origin"], good.addr)
+		if l["origin"] != "o2" {
+			t.Fatalf("a client went to %v during the retry, want o2 (%s)", l["origin"], good.addr)
 		}
 	}
 	if n := e.value(t, "edgefleet_edge_origin_dial_seconds"); n != 5 {
@@ -733,22 +742,22 @@ func (te *testEdge) retrying(addr string) bool {
 func TestRemovedOriginSeriesStaysGone(t *testing.T) {
 	hole := testbed.BlackHole(t)
 	good := startOrigin(t, true, echo)
-	e := startEdge(t, Config{Origins: []string{hole}, ConnectTimeout: 500 * time.Millisecond})
+	e := startEdge(t, Config{Origins: []Origin{{Name: "hole", Address: hole}}, ConnectTimeout: 500 * time.Millisecond})
 	c, err := net.Dial("tcp", e.addr) // its dial to the black hole is under way
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	e.waitValue(t, 1, "edgefleet_edge_connections_active")
-	e.SetOrigins([]string{good.addr})
-	if v := e.metric(t, "edgefleet_edge_origin_up", "origin", hole); v != nil {
+	e.SetOrigins([]Origin{{Name: "good", Address: good.addr}})
+	if v := e.metric(t, "edgefleet_edge_origin_up", "origin", "hole"); v != nil {
 		t.Fatalf("origin_up for the removed origin right after SetOrigins: %v", *v)
 	}
 	e.waitValue(t, 0, "edgefleet_edge_connections_active") // the dial timed out
-	if v := e.metric(t, "edgefleet_edge_origin_up", "origin", hole); v != nil {
+	if v := e.metric(t, "edgefleet_edge_origin_up", "origin", "hole"); v != nil {
 		t.Fatalf("the removed origin's series came back (%v) when its dial failed", *v)
 	}
-	if v := e.metric(t, "edgefleet_edge_origin_up", "origin", good.addr); v == nil || *v != 1 {
+	if v := e.metric(t, "edgefleet_edge_origin_up", "origin", "good"); v == nil || *v != 1 {
 		t.Fatalf("origin_up for the new origin: %v", v)
 	}
 }

@@ -77,7 +77,7 @@ func TestHeaderAndFirstBytesOneSegment(t *testing.T) {
 		arrived <- got{string(b), info.Data_segs_in}
 		c.Write([]byte("ok"))
 	})
-	e := startEdge(t, Config{Origins: []string{o.addr}})
+	e := startEdge(t, Config{Origins: OriginList(o.addr)})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 // returns once the connection is finished.
 func TestHandleConn(t *testing.T) {
 	o := startOrigin(t, true, echo)
-	e := startEdge(t, Config{Origins: []string{o.addr}})
+	e := startEdge(t, Config{Origins: OriginList(o.addr)})
 	c, server := testbed.TCPPair(t)
 	returned := make(chan struct{})
 	go func() { e.HandleConn(server); close(returned) }()

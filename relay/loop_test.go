@@ -17,9 +17,9 @@ import (
 // closed at once, both edges count client-proxy refusals, and the chain
 // stops when the configuration no longer loops (docs/edge.md).
 func TestEdgesRelayingToEachOtherV2(t *testing.T) {
-	a := startEdge(t, Config{Name: "edge-a", Origins: []string{"127.0.0.1:1"}})
-	b := startEdge(t, Config{Name: "edge-b", Origins: []string{a.addr}})
-	a.SetOrigins([]string{b.addr})
+	a := startEdge(t, Config{Name: "edge-a", Origins: OriginList("127.0.0.1:1")})
+	b := startEdge(t, Config{Name: "edge-b", Origins: OriginList(a.addr)})
+	a.SetOrigins(OriginList(b.addr))
 
 	c, err := net.Dial("tcp", a.addr)
 	if err != nil {
@@ -48,7 +48,7 @@ func TestEdgesRelayingToEachOtherV2(t *testing.T) {
 	if most > 10 {
 		t.Errorf("%v connections open at once on an edge: the chain piles up", most)
 	}
-	a.SetOrigins([]string{"127.0.0.1:1"}) // the operator's fix: A's origin is no longer an edge
+	a.SetOrigins(OriginList("127.0.0.1:1")) // the operator's fix: A's origin is no longer an edge
 	waitFor(t, func() bool {
 		before := refused(a) + refused(b)
 		time.Sleep(300 * time.Millisecond)

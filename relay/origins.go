@@ -9,6 +9,7 @@ import (
 // origin is one configured origin address and its OFFLINE state.
 type origin struct {
 	addr     string
+	name     string         // what the edge calls it in metrics and logs, never the address
 	ap       netip.AddrPort // addr when it is an IP literal; else resolved per connection
 	offline  bool
 	failedAt time.Time // last failed connect; meaningful while offline
@@ -24,56 +25,61 @@ type origin struct {
 type originSet struct {
 	retry time.Duration
 	// gauge, when set, records an origin's state (up 1 or 0) or its
-	// removal (gone); it is called under mu, so that a state change made
-	// by a dial that was under way when set removed its origin cannot
-	// bring the removed origin's series back.
-	gauge func(addr string, up, gone bool)
+	// removal (gone), by name; it is called under mu, so that a state
+	// change made by a dial that was under way when set removed its
+	// origin cannot bring the removed origin's series back.
+	gauge func(name string, up, gone bool)
 
 	mu    sync.Mutex
 	list  []*origin
 	plans uint64 // the last plan's claim number
 }
 
-func newOriginSet(addrs []string, retry time.Duration) *originSet {
+func newOriginSet(origins []Origin, retry time.Duration) *originSet {
 	s := &originSet{retry: retry}
-	s.set(addrs)
+	s.set(origins)
 	return s
 }
 
-// set replaces the list, keeping the state of origins that stay, and
-// returns the addresses that were removed.
-func (s *originSet) set(addrs []string) (removed []string) {
+// set replaces the list (names filled in by position where missing),
+// keeping the state of the addresses that stay.
+func (s *originSet) set(origins []Origin) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := map[string]*origin{}
+	oldNames := map[string]bool{}
 	for _, o := range s.list {
 		old[o.addr] = o
+		oldNames[o.name] = true
 	}
-	list := make([]*origin, 0, len(addrs))
-	for _, a := range addrs {
-		o := old[a]
-		if o == nil {
-			o = &origin{addr: a}
-			if ap, err := netip.ParseAddrPort(a); err == nil {
-				o.ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	list := make([]*origin, 0, len(origins))
+	for _, c := range named(origins) {
+		o := old[c.Address]
+		if o == nil || o.name != c.Name {
+			// A new origin, or a new name for one: a fresh value, since
+			// the loops read addr and name without the lock. A renamed
+			// origin keeps its OFFLINE state.
+			n := &origin{addr: c.Address, name: c.Name}
+			if ap, err := netip.ParseAddrPort(c.Address); err == nil {
+				n.ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 			}
+			if o != nil {
+				n.offline, n.failedAt = o.offline, o.failedAt
+			}
+			o = n
 		}
-		delete(old, a)
+		delete(oldNames, c.Name)
 		list = append(list, o)
-	}
-	for a := range old {
-		removed = append(removed, a)
 	}
 	s.list = list
 	if s.gauge != nil {
-		for _, a := range removed {
-			s.gauge(a, false, true)
+		for n := range oldNames {
+			s.gauge(n, false, true)
 		}
 		for _, o := range list {
-			s.gauge(o.addr, !o.offline, false)
+			s.gauge(o.name, !o.offline, false)
 		}
 	}
-	return removed
 }
 
 // plan returns the origins to try, in order, for a connection made at
@@ -136,7 +142,7 @@ func (s *originSet) fail(o *origin, now time.Time) (changed bool) {
 	changed = !o.offline
 	o.offline, o.failedAt = true, now
 	if changed && s.gauge != nil && s.listed(o) {
-		s.gauge(o.addr, false, false)
+		s.gauge(o.name, false, false)
 	}
 	return changed
 }
@@ -148,7 +154,7 @@ func (s *originSet) ok(o *origin) (changed bool) {
 	changed = o.offline
 	o.offline = false
 	if changed && s.gauge != nil && s.listed(o) {
-		s.gauge(o.addr, true, false)
+		s.gauge(o.name, true, false)
 	}
 	return changed
 }
@@ -164,25 +170,13 @@ func (s *originSet) listed(o *origin) bool {
 	return false
 }
 
-// states returns the configured addresses and whether each is up (not
-// OFFLINE), for the origin_up gauge.
-func (s *originSet) states() map[string]bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m := make(map[string]bool, len(s.list))
-	for _, o := range s.list {
-		m[o.addr] = !o.offline
-	}
-	return m
-}
-
-// addrs returns the configured addresses in order.
-func (s *originSet) addrs() []string {
+// names returns the configured origins' names in order.
+func (s *originSet) names() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]string, len(s.list))
 	for i, o := range s.list {
-		out[i] = o.addr
+		out[i] = o.name
 	}
 	return out
 }

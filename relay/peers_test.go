@@ -25,7 +25,7 @@ frontend fe
     bind `+addr+` accept-proxy
     http-request return status 200 content-type text/plain lf-string "%[src]:%[src_port] %[fc_pp_unique_id] %[dst]:%[dst_port]"
 `, addr)
-	e := startEdge(t, Config{Name: "edge-h", Origins: []string{addr}})
+	e := startEdge(t, Config{Name: "edge-h", Origins: OriginList(addr)})
 
 	c, err := net.Dial("tcp", e.addr)
 	if err != nil {
@@ -59,7 +59,7 @@ func TestNginxReadsV1(t *testing.T) {
         return "$proxy_protocol_addr:$proxy_protocol_port $proxy_protocol_server_addr:$proxy_protocol_server_port";
     }
 `, "", addr)
-	e := startEdge(t, Config{Origins: []string{addr}, ProxyProtocol: ProxyV1})
+	e := startEdge(t, Config{Origins: OriginList(addr), ProxyProtocol: ProxyV1})
 
 	c, err := net.Dial("tcp", e.addr)
 	if err != nil {

@@ -9,7 +9,7 @@ func TestValidateSource(t *testing.T) {
 		"edge-a.example": false, "127.0.0.2:0": false, "127.0.0.256": false, " 127.0.0.2": false,
 	} {
 		cfg := DefaultConfig()
-		cfg.Origins = []string{"origin.example:8636"}
+		cfg.Origins = OriginList("origin.example:8636")
 		cfg.Source = source
 		err := cfg.Validate()
 		if ok != (err == nil) {
@@ -26,7 +26,7 @@ func TestValidateSource(t *testing.T) {
 // as every origin going OFFLINE.
 func TestCheckSelfSource(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Origins = []string{"origin.example:8636"}
+	cfg.Origins = OriginList("origin.example:8636")
 	cfg.Source = "127.0.0.3"
 	if err := cfg.CheckSelf(); err != nil {
 		t.Fatalf("source 127.0.0.3 (loopback, local): %v", err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"io"
 	"net"
 	"regexp"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
+	"github.com/pires/go-proxyproto"
 )
 
 // TestLocalFDExhaustionMarksNoOriginOffline: the edge under
@@ -23,7 +25,7 @@ func TestLocalFDExhaustionMarksNoOriginOffline(t *testing.T) {
 	addr := testbed.FreeAddr(t, "127.0.0.1")
 	metrics := testbed.FreeAddr(t, "127.0.0.1")
 	path := testbed.WriteFile(t, t.TempDir(), "edge.yaml", "name: edge-bin\nlisten: ['"+addr+"']\nmetrics: '"+metrics+
-		"'\nlog:\n  format: json\noffline_retry: 1m\norigins: ['"+a+"', '"+b+"']\n")
+		"'\nlog:\n  format: json\noffline_retry: 1m\nmax_conns: 100000\norigins: ['"+a+"', '"+b+"']\n") // above what 40 descriptors allow
 	p := testbed.StartNofile(t, 40, edgeBin(t), "--config", path)
 	testbed.WaitTCP(t, addr, 10*time.Second)
 	testbed.WaitTCP(t, metrics, 10*time.Second)
@@ -72,7 +74,7 @@ func TestLocalFDExhaustionMarksNoOriginOffline(t *testing.T) {
 	if !regexp.MustCompile(`\nedgefleet_edge_connections_total\{result="local-resources"\} [1-9]`).MatchString(body) {
 		t.Errorf("no connection counted as local-resources:\n%s", grepLines(body, "edgefleet_edge_connections_total"))
 	}
-	for _, o := range []string{a, b} {
+	for _, o := range []string{"o1", "o2"} {
 		if !strings.Contains(body, `edgefleet_edge_origin_up{origin="`+o+`"} 1`) {
 			t.Errorf("origin %s not up:\n%s", o, grepLines(body, "edgefleet_edge_origin_up"))
 		}
@@ -108,4 +110,97 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestMaxConnsFromNofile: under the RLIMIT_NOFILE of a default machine
+// (20000) the edge's default max_conns is what fits in it (7898: 2.5
+// descriptors a connection and a reserve), with no warning at start; a
+// max_conns set above what fits starts with the warning.
+func TestMaxConnsFromNofile(t *testing.T) {
+	origin := echoOrigin(t, "A")
+	for _, tc := range []struct {
+		yaml, want string
+		warn       bool
+	}{
+		{"", `"max_conns":7898`, false},
+		{"max_conns: 100000\n", `"max_conns":100000`, true},
+	} {
+		addr := testbed.FreeAddr(t, "127.0.0.1")
+		path := testbed.WriteFile(t, t.TempDir(), "edge.yaml", "listen: ['"+addr+"']\nmetrics: ''\nlog:\n  format: json\norigins: ['"+origin+"']\n"+tc.yaml)
+		p := testbed.StartNofile(t, 20000, edgeBin(t), "--config", path)
+		testbed.WaitOutput(t, p, 10*time.Second, `"msg":"edge listening"`)
+		out := p.Output()
+		if !strings.Contains(out, tc.want) {
+			t.Errorf("%q: want %s in the start line:\n%s", tc.yaml, tc.want, out)
+		}
+		if got := strings.Contains(out, "max_conns needs more descriptors than RLIMIT_NOFILE"); got != tc.warn {
+			t.Errorf("%q: warning %v, want %v:\n%s", tc.yaml, got, tc.warn, out)
+		}
+	}
+}
+
+// TestNoPortTowardOneOriginTriesTheNext: in a namespace whose ephemeral
+// port range holds 4 ports, clients held through the edge use up every
+// port toward origin A; the next client goes to origin B (another
+// address: ports are per destination) instead of being refused as
+// local-resources, and A is not marked offline.
+func TestNoPortTowardOneOriginTriesTheNext(t *testing.T) {
+	ns := testbed.NewNetns(t, "ports")
+	ns.Run("ip", "addr", "add", "127.0.0.2/8", "dev", "lo")
+	ns.Run("sysctl", "-qw", "net.ipv4.ip_local_port_range=40000 40003")
+	tagged := func(addr, tag string) string {
+		ln := ns.Listen(addr)
+		testbed.ServeConns(t, ln, func(c net.Conn) {
+			r := bufio.NewReader(c)
+			if _, err := proxyproto.Read(r); err != nil {
+				return
+			}
+			io.WriteString(c, tag)
+			io.Copy(io.Discard, r)
+		})
+		return ln.Addr().String()
+	}
+	a, b := tagged("127.0.0.1:0", "A"), tagged("127.0.0.2:0", "B")
+	path := testbed.WriteFile(t, t.TempDir(), "edge.yaml", "listen: ['127.0.0.1:6300']\nmetrics: '127.0.0.1:6301'\nlog:\n  format: json\norigins: ['"+a+"', '"+b+"']\n")
+	p := testbed.StartCmd(t, ns.Command(edgeBin(t), "--config", path))
+	testbed.WaitOutput(t, p, 10*time.Second, `"msg":"edge listening"`)
+	client := func(port int) (net.Conn, string) {
+		t.Helper()
+		var c net.Conn
+		err := ns.Do(func() error {
+			d := net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: port}} // outside the range
+			var err error
+			c, err = d.Dial("tcp", "127.0.0.1:6300")
+			return err
+		})
+		if err != nil {
+			t.Fatalf("client from port %d: %v", port, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		tag := make([]byte, 1)
+		if _, err := io.ReadFull(c, tag); err != nil {
+			return c, ""
+		}
+		return c, string(tag)
+	}
+	// Clients to A until its ports run out (the kernel may leave one of
+	// the four unused); the next goes to B.
+	i := 0
+	for ; i < 8; i++ {
+		tag := ""
+		if _, tag = client(50000 + i); tag != "A" {
+			if tag != "B" || i == 0 {
+				t.Fatalf("client %d reached %q, want A until its ports run out, then B; log:\n%s", i, tag, p.Output())
+			}
+			break
+		}
+	}
+	if i == 8 {
+		t.Fatalf("8 clients reached A through 4 ports")
+	}
+	testbed.WaitOutput(t, p, 10*time.Second, `"msg":"no local port left toward an origin: trying the next, none marked offline","origin":"o1"`)
+	if out := p.Output(); strings.Contains(out, "origin offline") {
+		t.Errorf("A was marked offline for want of a local port:\n%s", out)
+	}
 }

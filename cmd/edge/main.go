@@ -13,10 +13,16 @@ package main
 
 import (
 	"context"
+	"crypto/subtle"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/netip"
+	"os"
 	"slices"
+	"strings"
+	"syscall"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
 	"github.com/edgefleet/edgefleet/internal/accept"
@@ -29,12 +35,31 @@ import (
 // at the top level, plus the metrics endpoint and the log section.
 type edgeFile struct {
 	relay.Config `mapstructure:",squash"`
-	Metrics      string  `mapstructure:"metrics"` // GET /metrics; "" disables
-	Log          cli.Log `mapstructure:"log"`
+	Metrics      string `mapstructure:"metrics"` // GET /metrics; "" disables
+	// MetricsTokenFile holds the bearer token GET /metrics requires
+	// (Authorization: Bearer …); empty: none is required.
+	MetricsTokenFile string  `mapstructure:"metrics_token_file"`
+	Log              cli.Log `mapstructure:"log"`
+
+	token string // MetricsTokenFile's content, read by load
 }
 
 func defaults() edgeFile {
-	return edgeFile{Config: relay.DefaultConfig(), Metrics: "127.0.0.1:9101", Log: cli.DefaultLog()}
+	cfg := edgeFile{Config: relay.DefaultConfig(), Metrics: "127.0.0.1:9101", Log: cli.DefaultLog()}
+	if n := nofile(); n > 0 {
+		cfg.MaxConns = relay.MaxConnsFor(n) // what this host's descriptors allow, at most 100000
+	}
+	return cfg
+}
+
+// nofile is RLIMIT_NOFILE's soft limit as the Go runtime raised it (to
+// the hard one), 0 when unknown.
+func nofile() uint64 {
+	var lim syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) != nil {
+		return 0
+	}
+	return lim.Cur
 }
 
 // load reads the configuration (file, environment, flags) and checks it.
@@ -49,6 +74,12 @@ func load(fs *pflag.FlagSet, path string) (edgeFile, error) {
 	if cfg.Metrics != "" {
 		if _, _, err := net.SplitHostPort(cfg.Metrics); err != nil {
 			return cfg, fmt.Errorf("metrics: %q is not host:port", cfg.Metrics)
+		}
+	}
+	if cfg.MetricsTokenFile != "" {
+		var err error
+		if cfg.token, err = readToken(cfg.MetricsTokenFile); err != nil {
+			return cfg, fmt.Errorf("metrics_token_file: %w", err)
 		}
 	}
 	if err := cfg.Config.Validate(); err != nil {
@@ -68,6 +99,7 @@ func main() {
 	f.StringSlice("origins", nil, "origin addresses host:port, tried in order (overrides origins)")
 	f.String("proxy-protocol", "", "v2, v1 or off (overrides proxy_protocol)")
 	f.String("metrics", "", "address of the metrics endpoint (overrides metrics)")
+	f.String("metrics-token-file", "", "file holding the bearer token GET /metrics requires (overrides metrics_token_file)")
 	f.String("source", "", "local IP the origin connections are made from (overrides source)")
 	check := f.Bool("check", false, "check the configuration, print it is ok and exit without listening (fleet deploy push runs it)")
 	root.RunE = func(cmd *cobra.Command, args []string) error {
@@ -80,7 +112,7 @@ func main() {
 			cli.Fatal("edge", err)
 		}
 		if *check {
-			fmt.Fprintf(cmd.OutOrStdout(), "edge: configuration ok (name %s, origins %v)\n", cfg.Name, cfg.Origins)
+			fmt.Fprintf(cmd.OutOrStdout(), "edge: configuration ok (name %s, origins %s)\n", cfg.Name, strings.Join(relay.Names(cfg.Origins), " "))
 			return nil
 		}
 		run(cfg, func() (edgeFile, error) { return load(cmd.Flags(), path) })
@@ -111,13 +143,21 @@ func run(cfg edgeFile, reload func() (edgeFile, error)) {
 		}
 		lns = append(lns, ln)
 	}
-	p.ServeHTTP("metrics", cfg.Metrics, p.Metrics())
+	p.ServeHTTP("metrics", cfg.Metrics, bearer(cfg.token, p.Metrics()))
+	if n := nofile(); n > 0 && uint64(relay.Descriptors(cfg.MaxConns)) > n {
+		log.Warn("max_conns needs more descriptors than RLIMIT_NOFILE: past it clients are refused as local-resources",
+			"max_conns", cfg.MaxConns, "descriptors", relay.Descriptors(cfg.MaxConns), "rlimit_nofile", n)
+	}
+	if cfg.Metrics != "" && cfg.token == "" && !loopback(cfg.Metrics) {
+		log.Warn("metrics reachable from other hosts without metrics_token_file: anyone who reaches it reads the edge's counters",
+			"metrics", cfg.Metrics)
+	}
 
 	serveErr := make(chan error, len(lns))
 	for _, ln := range lns {
 		go func() { serveErr <- e.Serve(ln) }()
-		log.Info("edge listening", "addr", ln.Addr().String(), "name", cfg.Name, "origins", cfg.Origins,
-			"proxy_protocol", cfg.ProxyProtocol, "source", cfg.Source, "metrics", cfg.Metrics)
+		log.Info("edge listening", "addr", ln.Addr().String(), "name", cfg.Name, "origins", relay.Names(cfg.Origins),
+			"proxy_protocol", cfg.ProxyProtocol, "source", cfg.Source, "metrics", cfg.Metrics, "max_conns", cfg.MaxConns)
 	}
 
 	failed := p.Wait(serveErr, func() { reloadOrigins(e, &cfg, reload, log) }, cfg.DrainTimeout)
@@ -139,10 +179,63 @@ func reloadOrigins(e *relay.Edge, cfg *edgeFile, reload func() (edgeFile, error)
 		log.Warn("reload: changed keys need a restart, still running with their old values", "keys", restart)
 	}
 	if slices.Equal(next.Origins, cfg.Origins) {
-		log.Info("reload: origins unchanged", "origins", cfg.Origins)
+		log.Info("reload: origins unchanged", "origins", relay.Names(cfg.Origins))
 		return
 	}
 	e.SetOrigins(next.Origins)
-	log.Info("origins reloaded", "origins", next.Origins, "was", cfg.Origins)
+	log.Info("origins reloaded", "origins", relay.Names(next.Origins), "was", relay.Names(cfg.Origins))
 	cfg.Origins = next.Origins
+}
+
+// minToken is the shortest metrics token accepted: a guessable one
+// protects nothing.
+const minToken = 16
+
+// readToken reads a bearer token file: one line, surrounding white space
+// dropped.
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	tok := strings.TrimSpace(string(b))
+	switch {
+	case len(tok) < minToken:
+		return "", fmt.Errorf("%s: the token must be at least %d characters", path, minToken)
+	case strings.ContainsAny(tok, " \t\r\n"):
+		return "", fmt.Errorf("%s: the token must be one word on one line", path)
+	}
+	return tok, nil
+}
+
+// bearer serves h to requests that carry token (Authorization: Bearer),
+// compared in constant time; the others get 401. An empty token lets
+// every request through.
+func bearer(token string, h http.Handler) http.Handler {
+	if token == "" {
+		return h
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="edgefleet-edge"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// loopback reports whether a listen address only takes connections from
+// this host.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }

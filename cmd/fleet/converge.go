@@ -153,7 +153,7 @@ func converge(cmd *cobra.Command, p fleetParts, cfg deploy.Config, fl convergeFl
 	c := &deploy.Converger{
 		Trusted: trusted, TrustedFrom: cfg.Origin.Config,
 		Config: cfg, StatePath: statePath(p.f.path),
-		DNS: p.pub, Firewall: p.fw, Probe: p.probe, Conns: deploy.ScrapeConns,
+		DNS: p.pub, Firewall: p.fw, Probe: p.probe, Conns: cfg.Deploy.Scrape(),
 		Slack: fl.slack, DryRun: fl.dryRun, Locked: locked, Out: out, Every: fl.every,
 		BeforePublish: beforePublish,
 	}
@@ -451,7 +451,7 @@ bad fleet.yaml or flag.`,
 			if foreign != nil {
 				st = deploy.NewState()
 			}
-			rows := deploy.Status(cmd.Context(), p.f.Config, st, live, p.fw, p.probe, deploy.ScrapeConns)
+			rows := deploy.Status(cmd.Context(), p.f.Config, st, live, p.fw, p.probe, p.f.Config.Deploy.Scrape())
 			return printStatus(cmd, output, rows, p.fw, foreign)
 		},
 	}

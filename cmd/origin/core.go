@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
@@ -173,15 +175,11 @@ func (cfg coreSection) coreConfig() (core.Config, error) {
 			c.TLS.ClientCAs = pool
 		}
 	}
-	if cfg.TLS.Pins != "" {
-		data, err := os.ReadFile(cfg.TLS.Pins)
-		if err != nil {
-			return c, fmt.Errorf("core.tls.pins: %w", err)
-		}
-		if c.Pins, err = core.ParsePins(data); err != nil {
-			return c, fmt.Errorf("core.tls.pins %s: %w", cfg.TLS.Pins, err)
-		}
+	pins, err := readPins(cfg.TLS.Pins)
+	if err != nil {
+		return c, err
 	}
+	c.Pins = pins
 	if cfg.BackendCA != "" {
 		pool, err := loadPool(cfg.BackendCA)
 		if err != nil {
@@ -190,6 +188,57 @@ func (cfg coreSection) coreConfig() (core.Config, error) {
 		c.BackendTLS = &tls.Config{RootCAs: pool}
 	}
 	return c, c.Validate()
+}
+
+// readPins reads the pins file at path; "" is no pins.
+func readPins(path string) (map[string]string, error) {
+	if path == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("core.tls.pins: %w", err)
+	}
+	pins, err := core.ParsePins(data)
+	if err != nil {
+		return nil, fmt.Errorf("core.tls.pins %s: %w", path, err)
+	}
+	return pins, nil
+}
+
+// reloadPins re-reads the pins file at path (core.tls.pins, which may have
+// changed too) and, when its pins differ from those in force, swaps them
+// into srv: the next handshakes are checked against them, open sessions go
+// on. A file that cannot be read or parsed, or a set the running TLS mode
+// refuses, changes nothing and is the error. undo puts the previous pins
+// back (a later step of the reload failed).
+func reloadPins(srv *core.Server, path string, log *slog.Logger) (applied bool, undo func(), err error) {
+	pins, err := readPins(path)
+	if err != nil {
+		return false, nil, err
+	}
+	was := srv.Pins()
+	if maps.Equal(pins, was) {
+		return false, func() {}, nil
+	}
+	if err := srv.SetPins(pins); err != nil {
+		return false, nil, err
+	}
+	log.Info("pins reloaded", "pins", len(pins), "was", len(was), "added", pinNames(pins, was), "removed", pinNames(was, pins))
+	return true, func() { srv.SetPins(was) }, nil
+}
+
+// pinNames are the agent names of the pins of a that b does not hold (a
+// renamed pin is in both directions), sorted.
+func pinNames(a, b map[string]string) []string {
+	names := []string{}
+	for fp, name := range a {
+		if other, ok := b[fp]; !ok || other != name {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
 }
 
 func loadPool(path string) (*x509.CertPool, error) {

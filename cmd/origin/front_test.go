@@ -267,3 +267,85 @@ func TestSIGHUPNamesRestartKeys(t *testing.T) {
 	}
 	testbed.WaitTCP(t, front, 10*time.Second)
 }
+
+// TestSIGHUPReloadsTrustedEdges: a new edge (127.0.0.2) outside
+// front.trusted_edges has its PROXY header refused as a spoof; after the
+// file lists it and SIGHUP, its header is honoured — while a connection
+// from the edge trusted before (127.0.0.3) stays open through the reload
+// and keeps relaying. A list the check refuses (link-local) keeps the
+// running one.
+func TestSIGHUPReloadsTrustedEdges(t *testing.T) {
+	bin := buildOrigin(t)
+	front := testbed.FreeAddr(t, "127.0.0.1")
+	inner, peers := testbed.EchoTCP(t), testbed.FreeAddr(t, "127.0.0.1")
+	yaml := func(edges string) []byte {
+		return fmt.Appendf(nil, "front:\n  listen: [%q]\n  inner: %q\n  trusted_edges: [%s]\npeers_api: %q\nmetrics: \"\"\nlog:\n  format: json\ncore:\n  enabled: false\n",
+			front, inner, edges, peers)
+	}
+	cfg := testbed.WriteFile(t, t.TempDir(), "origin.yaml", string(yaml("127.0.0.3")))
+	p := testbed.Start(t, bin, "--config", cfg)
+	testbed.WaitTCP(t, front, 10*time.Second)
+	header := "PROXY TCP4 198.51.100.7 203.0.113.1 50312 636\r\n"
+	dial := func(ip string) net.Conn {
+		t.Helper()
+		d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		c, err := d.Dial("tcp", front)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		return c
+	}
+	echoes := func(c net.Conn, prefix, msg string) bool {
+		t.Helper()
+		if _, err := io.WriteString(c, prefix+msg); err != nil {
+			return false
+		}
+		b := make([]byte, len(msg))
+		_, err := io.ReadFull(c, b)
+		return err == nil && string(b) == msg
+	}
+	held := dial("127.0.0.3")
+	if !echoes(held, header, "held before") {
+		t.Fatal("the trusted edge's connection does not relay")
+	}
+	if c := dial("127.0.0.2"); echoes(c, header, "x") {
+		t.Fatal("127.0.0.2's header was honoured before it was trusted")
+	}
+
+	os.WriteFile(cfg, yaml(`"127.0.0.3", "127.0.0.2"`), 0o600)
+	p.Cmd.Process.Signal(syscall.SIGHUP)
+	testbed.WaitOutput(t, p, 10*time.Second, `"msg":"trusted_edges reloaded","trusted_edges":["127.0.0.3","127.0.0.2"],"was":["127.0.0.3"]`)
+	if c := dial("127.0.0.2"); !echoes(c, header, "after") {
+		t.Errorf("127.0.0.2's header still refused after the reload:\n%s", p.Output())
+	}
+	if !echoes(held, "", "held after") {
+		t.Error("the connection open across the reload was dropped")
+	}
+	if got := trustedEdges(t, peers); got != `{"trusted_edges":["127.0.0.3","127.0.0.2"]}` {
+		t.Errorf("GET /trusted_edges after the reload: %s", got)
+	}
+	if strings.Contains(p.Output(), "need a restart") {
+		t.Errorf("the reload asked for a restart:\n%s", p.Output())
+	}
+
+	os.WriteFile(cfg, yaml(`"fe80::/10"`), 0o600)
+	p.Cmd.Process.Signal(syscall.SIGHUP)
+	testbed.WaitOutput(t, p, 10*time.Second, `"msg":"reload failed, keeping the running configuration","err":"front.trusted_edges: \"fe80::/10\" is link-local`)
+	if c := dial("127.0.0.2"); !echoes(c, header, "still") || trustedEdges(t, peers) != `{"trusted_edges":["127.0.0.3","127.0.0.2"]}` {
+		t.Error("a refused reload changed the running trusted_edges")
+	}
+}
+
+// trustedEdges is the body of GET /trusted_edges on the peers API.
+func trustedEdges(t *testing.T, peers string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + peers + "/trusted_edges")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return strings.TrimSpace(string(b))
+}

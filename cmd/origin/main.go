@@ -4,10 +4,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"syscall"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/internal/sockopt"
 	"github.com/edgefleet/edgefleet/origin"
+	"github.com/edgefleet/edgefleet/origin/ldap/core"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -34,13 +37,29 @@ type originFile struct {
 }
 
 func defaults() originFile {
-	return originFile{
+	cfg := originFile{
 		Front:    origin.DefaultConfig(),
 		PeersAPI: "127.0.0.1:9103",
 		Metrics:  "127.0.0.1:9102",
 		Log:      cli.DefaultLog(),
 		Core:     defaultCore(),
 	}
+	if n := nofile(); n > 0 {
+		// What this host's descriptors allow, the core in the process
+		// (its default) counted: at most 100000.
+		cfg.Front.MaxConns = origin.MaxConnsFor(n, cfg.Core.Enabled)
+	}
+	return cfg
+}
+
+// nofile is RLIMIT_NOFILE's soft limit as the Go runtime raised it (to
+// the hard one), 0 when unknown.
+func nofile() uint64 {
+	var lim syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) != nil {
+		return 0
+	}
+	return lim.Cur
 }
 
 // load reads the configuration (file, environment, flags) and checks what
@@ -159,6 +178,11 @@ func run(cfg originFile, reload func() (originFile, error)) error {
 	peers := http.NewServeMux()
 	peers.Handle("/peers", table.Handler())
 	peers.Handle("/peers/", table.Handler())
+	// What fleet reads to tell the operator a new edge is not trusted yet.
+	peers.HandleFunc("GET /trusted_edges", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string][]string{"trusted_edges": front.TrustedEdges()})
+	})
 	p.ServeHTTP("peers_api", cfg.PeersAPI, peers)
 	p.ServeHTTP("metrics", cfg.Metrics, p.Metrics())
 
@@ -182,7 +206,7 @@ func run(cfg originFile, reload func() (originFile, error)) error {
 		stopCore = serveCore(cfg.Core, srv, coreLn, peers, log, serveErr)
 	}
 
-	failed := p.Wait(serveErr, func() { reloaded(cfg, reload, log) }, drainTimeout)
+	failed := p.Wait(serveErr, func() { cfg = reloaded(cfg, front, srv, reload, log) }, drainTimeout)
 	ctx, cancel := p.Drain(drainTimeout)
 	defer cancel()
 	if err := front.Shutdown(ctx); err != nil {
@@ -195,19 +219,49 @@ func run(cfg originFile, reload func() (originFile, error)) error {
 	return nil
 }
 
-// reloaded answers SIGHUP: the origin applies nothing at run time, so it
-// re-reads the configuration only to name the keys that changed (they need
-// a restart) instead of dying of the signal's default action.
-func reloaded(cfg originFile, reload func() (originFile, error), log *slog.Logger) {
+// reloaded answers SIGHUP: it re-reads the configuration and applies
+// front.trusted_edges and the core's pins (core.tls.pins, the file read
+// again) at once — open connections keep going, the next ones are judged
+// by the new values — names the other keys that changed (they need a
+// restart) and returns the configuration now in force. A file that fails a
+// check keeps the whole running configuration.
+func reloaded(cfg originFile, front *origin.Front, srv *core.Server, reload func() (originFile, error), log *slog.Logger) originFile {
 	next, err := reload()
-	switch changed := cli.Changed(cfg, next); {
-	case err != nil:
+	if err != nil {
 		log.Error("reload failed, keeping the running configuration", "err", err)
+		return cfg
+	}
+	changed := cli.Changed(cfg, next)
+	applied := false
+	undoPins := func() {}
+	if srv != nil && next.Core.Enabled {
+		ok, undo, err := reloadPins(srv, next.Core.TLS.Pins, log)
+		if err != nil {
+			log.Error("reload failed, keeping the running configuration", "err", err)
+			return cfg
+		}
+		applied, undoPins = ok, undo
+		cfg.Core.TLS.Pins = next.Core.TLS.Pins
+		changed = slices.DeleteFunc(changed, func(k string) bool { return k == "core.tls.pins" })
+	}
+	if slices.Contains(changed, "front.trusted_edges") {
+		if err := front.SetTrustedEdges(next.Front.TrustedEdges); err != nil {
+			undoPins()
+			log.Error("reload failed, keeping the running configuration", "err", err)
+			return cfg
+		}
+		log.Info("trusted_edges reloaded", "trusted_edges", next.Front.TrustedEdges, "was", cfg.Front.TrustedEdges)
+		cfg.Front.TrustedEdges = next.Front.TrustedEdges
+		changed = slices.DeleteFunc(changed, func(k string) bool { return k == "front.trusted_edges" })
+		applied = true
+	}
+	switch {
 	case len(changed) > 0:
 		log.Warn("reload: changed keys need a restart, still running with their old values", "keys", changed)
-	default:
+	case !applied:
 		log.Info("reload: configuration unchanged")
 	}
+	return cfg
 }
 
 // goKeepalive is Go's default keepalive for accepted connections: idle
@@ -224,22 +278,15 @@ func frontListen(addr string) (net.Listener, error) {
 
 // warnNofile warns when front.max_conns open connections could take more
 // descriptors than RLIMIT_NOFILE allows (as raised by the Go runtime):
-// two per connection in the front, two more in the core when it runs in
-// this process, and some for the process itself. Past that a flood can
-// wedge the front and the core: the front's connections hold every
-// descriptor while they wait for the core to accept their inner
-// connections (docs/origin.md, "Out of descriptors").
+// origin.Descriptors, about 2.5 per connection in the front, two more in
+// the core when it runs in this process, and a reserve for the process
+// itself. Past that a flood can wedge the front and the core: the front's
+// connections hold every descriptor while they wait for the core to
+// accept their inner connections (docs/origin.md, "Out of descriptors").
 func warnNofile(log *slog.Logger, maxConns int, core bool) {
-	var lim syscall.Rlimit
-	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) != nil {
-		return
-	}
-	per := 2
-	if core {
-		per = 4
-	}
-	if need := uint64(per)*uint64(maxConns) + 16; need > lim.Cur {
+	n := nofile()
+	if need := origin.Descriptors(maxConns, core); n > 0 && uint64(need) > n {
 		log.Warn("front.max_conns needs more descriptors than RLIMIT_NOFILE: a flood can wedge the front and the core",
-			"max_conns", maxConns, "descriptors_per_connection", per, "rlimit_nofile", lim.Cur)
+			"max_conns", maxConns, "descriptors", need, "rlimit_nofile", n)
 	}
 }

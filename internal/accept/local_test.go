@@ -25,6 +25,11 @@ func TestLocalResources(t *testing.T) {
 		{os.NewSyscallError("epoll_ctl", syscall.ENOSPC), true},      // max_user_watches
 		{&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, false},
 		{syscall.ETIMEDOUT, false},
+		// The resolver keeps its socket's failure as text only.
+		{fmt.Errorf("dial origin o1: %w", &net.DNSError{Err: "dial udp 127.0.0.53:53: socket: too many open files", Name: "origin.example.net", Server: "127.0.0.53:53"}), true},
+		{&net.DNSError{Err: "dial udp 127.0.0.53:53: socket: no buffer space available", Name: "origin.example.net"}, true},
+		{&net.DNSError{Err: "no such host", Name: "origin.example.net", IsNotFound: true}, false},
+		{&net.DNSError{Err: "server misbehaving", Name: "origin.example.net", IsTemporary: true}, false},
 		{nil, false},
 	} {
 		if got := LocalResources(tc.err); got != tc.want {

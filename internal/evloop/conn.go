@@ -2,7 +2,6 @@ package evloop
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -36,6 +35,7 @@ type Conn struct {
 	up, down    dir
 	cerr        error // a client read error met before Relay
 	dialStarted time.Time
+	dialTook    time.Duration // how long the last Dial took, once it ended
 	dialOpts    *DialOptions
 	lazy        uint8 // lazyNoDelay, lazyKeepalive: set on the upstream socket already
 	writes      int   // writes to the upstream socket so far
@@ -196,7 +196,7 @@ func (c *Conn) Dial(addr netip.AddrPort, o *DialOptions) {
 	c.reading = false
 	c.disarm()
 	c.state = stDialing
-	c.dialStarted = c.l.s.now()
+	c.dialStarted, c.dialTook = c.l.s.now(), 0
 	c.upPeer = addr
 	if c.sfd >= 0 {
 		c.l.release(c.sfd)
@@ -271,10 +271,20 @@ func (c *Conn) Dial(addr netip.AddrPort, o *DialOptions) {
 	// the connect's outcome comes as an event (EPOLLOUT, or EPOLLERR)
 }
 
-// DialStarted is when the last Dial began.
-func (c *Conn) DialStarted() time.Time { return c.dialStarted }
+// DialDuration is how long the last Dial took, from its start to its
+// outcome, both read from the Server's clock at the moment (never the
+// loop's reading of the wake-up, which is earlier than a connect that
+// starts and ends within one turn); never negative, even with a clock
+// that steps back.
+func (c *Conn) DialDuration() time.Duration { return c.dialTook }
+
+// dialEnd records the end of a Dial.
+func (c *Conn) dialEnd() {
+	c.dialTook = max(0, c.l.s.now().Sub(c.dialStarted))
+}
 
 func (c *Conn) dialFailed(err error) {
+	c.dialEnd()
 	c.state = stOpen
 	c.l.s.Handler.Dialed(c, err)
 }
@@ -289,6 +299,7 @@ func (c *Conn) connected(err error) {
 		return
 	}
 	c.disarm()
+	c.dialEnd()
 	c.state = stDialed
 	c.l.s.Handler.Dialed(c, nil)
 }
@@ -595,10 +606,7 @@ func (c *Conn) move(d *dir, src, dst int) bool {
 			}
 			if !d.shut {
 				d.shut = true
-				if d.p != nil {
-					splice.PutPipe(d.p)
-					d.p = nil
-				}
+				c.putPipe(d)
 				other := &c.down
 				if d == &c.down {
 					other = &c.up
@@ -610,16 +618,20 @@ func (c *Conn) move(d *dir, src, dst int) bool {
 			return true
 		}
 		if !d.ready {
-			if d.p != nil { // drained: the pipe goes back to the pool
-				splice.PutPipe(d.p)
-				d.p = nil
-			}
+			c.putPipe(d) // drained: the pipe goes back to the pool
 			return true
 		}
 		if d.bulk {
 			if d.p == nil {
+				// Over the pipe budget (Server.MaxPipes) or out of
+				// descriptors: the buffer copies instead.
+				if !c.l.s.takePipe() {
+					d.bulk = false
+					continue
+				}
 				p, err := splice.GetPipe()
 				if err != nil {
+					c.l.s.pipeGone()
 					d.bulk = false
 					continue
 				}
@@ -726,6 +738,16 @@ func (c *Conn) flushOut(d *dir, dst int) (wait, ok bool) {
 	return false, true
 }
 
+// putPipe gives d's pipe (drained) back to the pool and to the budget.
+func (c *Conn) putPipe(d *dir) {
+	if d.p == nil {
+		return
+	}
+	splice.PutPipe(d.p)
+	d.p = nil
+	c.l.s.pipeGone()
+}
+
 // screenMore adds b to the client's bytes held for the screen, and
 // forwards them once they pass. It reports false when c ended.
 func (c *Conn) screenMore(b []byte) bool {
@@ -773,14 +795,12 @@ func (c *Conn) finish(res Result) {
 		l.release(c.sfd)
 	}
 	for _, d := range []*dir{&c.up, &c.down} {
-		if d.p != nil {
-			if d.inPipe > 0 {
-				d.p.Close()
-			} else {
-				splice.PutPipe(d.p)
-			}
+		if d.p != nil && d.inPipe > 0 {
+			d.p.Close() // it holds bytes: not for the pool
 			d.p = nil
+			l.s.pipeGone()
 		}
+		c.putPipe(d)
 		if d.pbuf != nil {
 			pbufs.Put(d.pbuf)
 			d.pbuf, d.pend = nil, nil
@@ -813,7 +833,7 @@ func Resolve(ctx context.Context, addr string) (netip.AddrPort, error) {
 		return netip.AddrPort{}, err
 	}
 	if len(ips) == 0 {
-		return netip.AddrPort{}, fmt.Errorf("lookup %s: no address", host)
+		return netip.AddrPort{}, &net.DNSError{Err: "no address", Name: host, IsNotFound: true}
 	}
 	return netip.AddrPortFrom(ips[0].Unmap(), uint16(p)), nil
 }

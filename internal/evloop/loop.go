@@ -27,6 +27,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -90,11 +91,19 @@ type Server struct {
 	Loops int
 	// Log receives accept failures (rate-limited); nil discards them.
 	Log *slog.Logger
-	// Now is the clock of Conn.Now and Conn.DialStarted (what a handler
+	// Now is the clock of Conn.Now and Conn.DialDuration (what a handler
 	// measures and logs); nil is time.Now. Timeouts always run on the
 	// real clock.
 	Now func() time.Time
+	// MaxPipes bounds the splice pipes (two descriptors each) the
+	// connections hold at once; a direction that finds none left copies
+	// through the loop's buffer instead. A direction holds its pipe while
+	// its destination is full: without a bound every stalled
+	// connection would hold one. 0: no bound. PipesFor gives the
+	// relays' figure.
+	MaxPipes int
 
+	pipes    atomic.Int64 // pipes held now
 	once     sync.Once
 	startErr error
 	loops    []*loop
@@ -113,6 +122,55 @@ type Server struct {
 // (docs/benchmarks.md). GOMAXPROCS sets it.
 func DefaultLoops() int {
 	return max(1, runtime.GOMAXPROCS(0)/2)
+}
+
+// takePipe counts a pipe about to be taken, or reports false when
+// MaxPipes are held already.
+func (s *Server) takePipe() bool {
+	if s.pipes.Add(1) > int64(s.MaxPipes) && s.MaxPipes > 0 {
+		s.pipes.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (s *Server) pipeGone() { s.pipes.Add(-1) }
+
+// idlePipes is the most pipes splice's pool keeps between bursts.
+const idlePipes = 64
+
+// PipesFor is the pipe budget (MaxPipes) of a relay that holds at most
+// maxConns connections: a quarter of them may splice at once, at least
+// idlePipes.
+func PipesFor(maxConns int) int { return max(idlePipes, maxConns/4) }
+
+// DescriptorsFor is the most descriptors the loops hold for maxConns
+// connections with MaxPipes set to PipesFor: two sockets each, and two
+// per pipe — at most PipesFor, and at most two per connection. The pool
+// adds none: it makes a pipe only when it has no idle one, so the pipes
+// in use and idle together never outnumber the most in use at once.
+func DescriptorsFor(maxConns int) int {
+	return 2*maxConns + 2*min(PipesFor(maxConns), 2*maxConns)
+}
+
+// MaxConnsFor is the most connections a relay can hold within nofile
+// descriptors (RLIMIT_NOFILE): DescriptorsFor each, extra more per
+// connection for what the process holds besides the loops (an LDAP core
+// in the same process: its two sockets), and reserve for the process
+// itself; at least 1, at most limit. HAProxy derives its default maxconn
+// from ulimit -n the same way.
+func MaxConnsFor(nofile uint64, extra, reserve, limit int) int {
+	fits := func(n int) bool { return uint64(DescriptorsFor(n)+extra*n+reserve) <= nofile }
+	lo, hi := 1, limit
+	for lo < hi { // the largest n that fits
+		mid := lo + (hi-lo+1)/2
+		if fits(mid) {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
 }
 
 func (s *Server) now() time.Time {

@@ -59,6 +59,13 @@ type SlapdConfig struct {
 	Proxy []string
 	// Threads is slapd's thread count (0: slapd's default).
 	Threads int
+	// Allow lists features for slapd's global "allow" directive (such as
+	// bind_anon_cred).
+	Allow []string
+	// AuthzPolicy is slapd's authz-policy (such as "to", for proxied
+	// authorization by the authzTo of the requester's entry); "" leaves
+	// slapd's default, none.
+	AuthzPolicy string
 	// TLSCert and TLSKey (PEM files), when set, make slapd serve LDAPS
 	// (URL is then ldaps://…).
 	TLSCert, TLSKey string
@@ -136,6 +143,12 @@ func slapdConf(dir string, cfg SlapdConfig) string {
 	b.WriteString("modulepath /usr/lib/ldap\n")
 	if cfg.Threads > 0 {
 		fmt.Fprintf(&b, "threads %d\n", cfg.Threads)
+	}
+	if len(cfg.Allow) > 0 {
+		fmt.Fprintf(&b, "allow %s\n", strings.Join(cfg.Allow, " "))
+	}
+	if cfg.AuthzPolicy != "" {
+		fmt.Fprintf(&b, "authz-policy %s\n", cfg.AuthzPolicy)
 	}
 	if cfg.TLSCert != "" {
 		fmt.Fprintf(&b, "TLSCertificateFile %s\nTLSCertificateKeyFile %s\n", cfg.TLSCert, cfg.TLSKey)

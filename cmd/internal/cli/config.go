@@ -18,6 +18,7 @@ package cli
 
 import (
 	"bytes"
+	"encoding"
 	"errors"
 	"fmt"
 	"io"
@@ -247,12 +248,17 @@ func typeHook(from, to reflect.Type, data any) (any, error) {
 			return nil, fmt.Errorf("%s is not a section", describe(data))
 		}
 	case reflect.Struct:
-		if _, text := data.(string); !(text && isLeafStruct(to)) && reflect.TypeOf(data).Kind() != reflect.Map {
+		// Text goes into a leaf (a time, an address) or a section with a
+		// plain form of its own (an edge's origin: "host:port").
+		_, text := data.(string)
+		if !(text && (isLeafStruct(to) || reflect.PointerTo(to).Implements(textUnmarshaler))) && reflect.TypeOf(data).Kind() != reflect.Map {
 			return nil, fmt.Errorf("%s is not a section", describe(data))
 		}
 	}
 	return data, nil
 }
+
+var textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
 
 // wholeNumber converts data to an integer of type to, refusing fractions,
 // booleans and numbers outside to's range.

@@ -221,7 +221,7 @@ func EdgeTo(t testing.TB, name, listen, origin string) *Edge {
 func newEdge(name, listen, origin string) (*Edge, error) {
 	cfg := relay.DefaultConfig()
 	cfg.Name = name
-	cfg.Origins = []string{origin}
+	cfg.Origins = relay.OriginList(origin)
 	cfg.ConnectTimeout = time.Second
 	cfg.DrainTimeout = 200 * time.Millisecond // Stop is an edge going away, not a long drain
 	e, err := relay.New(cfg, slog.New(slog.DiscardHandler), nil)

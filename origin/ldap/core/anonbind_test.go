@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/edgefleet/edgefleet/origin/ldap/core"
@@ -108,4 +109,74 @@ func searchFilterPDU(id int32, value string) []byte {
 	req.AppendChild(ber.Encode(ber.ClassUniversal, ber.TypeConstructed, ber.TagSequence, nil, "attributes"))
 	p.AppendChild(req)
 	return p.Bytes()
+}
+
+// A simple bind with an empty name and a password is anonymous too: slapd
+// refuses it by default (invalidCredentials), and with "allow
+// bind_anon_cred" accepts it as an anonymous bind, ignoring the password.
+// Either way the connection is anonymous and the pre-bind caps stay: a
+// 300 KiB PDU after it gets the core's Notice of Disconnection.
+func TestAnonymousBindWithPasswordKeepsPreBindCaps(t *testing.T) {
+	sl, h := twoServers(t, testbed.SlapdConfig{Allow: []string{"bind_anon_cred"}}, nil)
+	c, r := rawConn(t, h)
+	c.Write(wire.BindRequest(1, "", []byte("anything")))
+	if m := next(t, r); m.Op != wire.TagBindResponse || m.ResultCode != wire.ResultSuccess {
+		t.Fatalf("bind answered %+v, want slapd's success", m)
+	}
+	go c.Write(searchFilterPDU(2, strings.Repeat("x", 300<<10)))
+	n := expectNotice(t, r, wire.ResultProtocolError)
+	if !strings.Contains(n.Diagnostic, "exceeds") {
+		t.Errorf("notice %q, want the size cap", n.Diagnostic)
+	}
+	bothUp(t, h, sl)
+}
+
+// saslExternalPDU is a SASL EXTERNAL bind request without credentials.
+func saslExternalPDU(id int32) []byte {
+	p := ber.Encode(ber.ClassUniversal, ber.TypeConstructed, ber.TagSequence, nil, "LDAPMessage")
+	p.AppendChild(ber.NewInteger(ber.ClassUniversal, ber.TypePrimitive, ber.TagInteger, int64(id), "id"))
+	req := ber.Encode(ber.ClassApplication, ber.TypeConstructed, wire.TagBindRequest&0x1f, nil, "bind")
+	req.AppendChild(ber.NewInteger(ber.ClassUniversal, ber.TypePrimitive, ber.TagInteger, int64(3), "version"))
+	req.AppendChild(ber.NewString(ber.ClassUniversal, ber.TypePrimitive, ber.TagOctetString, "", "name"))
+	sasl := ber.Encode(ber.ClassContext, ber.TypeConstructed, 3, nil, "sasl")
+	sasl.AppendChild(ber.NewString(ber.ClassUniversal, ber.TypePrimitive, ber.TagOctetString, "EXTERNAL", "mechanism"))
+	req.AppendChild(sasl)
+	p.AppendChild(req)
+	return p.Bytes()
+}
+
+// After a successful bind a 300 KiB PDU is a bound client's and reaches
+// slapd; a bind that then fails — refused by slapd (a wrong password) or
+// by the core itself (SASL EXTERNAL) — or is anonymous leaves the
+// connection anonymous with the pre-bind caps again: the same PDU gets
+// the core's Notice of Disconnection. (Before the fix the PDU after
+// slapd's answer was still read with the bound cap, awaited before the
+// cap shrank, and forwarded.)
+func TestFailedBindRestoresPreBindCaps(t *testing.T) {
+	sl, h := twoServers(t, testbed.SlapdConfig{}, nil)
+	for name, bind := range map[string][]byte{
+		"wrong password": wire.BindRequest(3, alice, []byte("wrong")),
+		"SASL EXTERNAL":  saslExternalPDU(3),
+		"anonymous":      wire.BindRequest(3, "", nil),
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, r := h.rawBind(t, 1)
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(30 * time.Second)) // a hang guard
+			go c.Write(searchFilterPDU(2, strings.Repeat("x", 300<<10)))
+			if m := next(t, r); m.ID != 2 || m.Op != wire.TagSearchResultDone {
+				t.Fatalf("the big search as alice: %+v", m)
+			}
+			c.Write(bind)
+			if m := next(t, r); m.ID != 3 || m.Op != wire.TagBindResponse || (m.ResultCode == wire.ResultSuccess) != (name == "anonymous") {
+				t.Fatalf("the second bind: %+v", m)
+			}
+			go c.Write(searchFilterPDU(4, strings.Repeat("x", 300<<10)))
+			n := expectNotice(t, r, wire.ResultProtocolError)
+			if !strings.Contains(n.Diagnostic, "exceeds") {
+				t.Errorf("notice %q, want the size cap", n.Diagnostic)
+			}
+		})
+	}
+	bothUp(t, h, sl)
 }

@@ -34,9 +34,10 @@ type backend struct {
 	// clears both.
 	firstBy time.Time
 	probe   bool
-	// heard is the server's count of PDUs received (progress.go); mark
-	// is its value when the first-answer bound was last set.
-	heard *atomic.Uint64
+	probeAt time.Time // when the core's own search was sent
+	// heard is what the core heard from the server (progress.go); mark
+	// is its count when the first-answer bound was last set.
+	heard *progress
 	mark  uint64
 	// held are the client's operations sent while the core's own search
 	// is unanswered, and the bytes for each: they go out once it is
@@ -249,6 +250,8 @@ func (ss *session) rebind(b *backend, cred []byte) (int, error) {
 	if _, err := b.conn.Write(req); err != nil {
 		return 0, err
 	}
+	b.heard.owe()
+	defer b.heard.done()
 	for {
 		m, err := b.nextOwn()
 		if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -272,7 +275,7 @@ const rebindTimeout = 30 * time.Second
 // answer, bounded as a first answer is (firstAnswer, answered).
 func (ss *session) probeNow(b *backend) error {
 	limit := ss.srv.file.Defaults.ConnectTimeout
-	b.probe = true
+	b.probe, b.probeAt = true, time.Now()
 	b.boundFirst(limit)
 	if _, err := b.conn.Write(wire.RootDSESearch(rebindID)); err != nil {
 		return err
@@ -301,7 +304,7 @@ func (b *backend) nextOwn() (*wire.Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.heard.Add(1)
+	b.heard.heard()
 	return b.own(raw)
 }
 
@@ -383,6 +386,7 @@ func (ss *session) send(o *op, b *backend) {
 		ss.connEnded(b, err)
 		return
 	}
+	ss.owe(o, b)
 	o.sent = true
 }
 
@@ -400,6 +404,7 @@ func (ss *session) release(b *backend) {
 			ss.connEnded(b, err)
 			return
 		}
+		ss.owe(h.o, b)
 		h.o.sent = true
 	}
 }
@@ -525,10 +530,11 @@ func (ss *session) anonymous() {
 
 // anonymousBind reports whether m, a bind request, asks for no identity:
 // a simple bind without a password (anonymous, or unauthenticated with a
-// name, RFC 4513 §5.1), which grants a client nothing more than not
-// binding does.
+// name, RFC 4513 §5.1) or without a name (slapd's "allow bind_anon_cred"
+// accepts one with a password as anonymous, ignoring the password), which
+// grants a client nothing more than not binding does.
 func anonymousBind(m *wire.Message) bool {
-	return m.BindSimple && len(m.BindPassword) == 0
+	return m.BindSimple && (len(m.BindPassword) == 0 || m.BindName == "")
 }
 
 func (ss *session) busy(b *backend) bool {

@@ -100,6 +100,10 @@ func (ss *session) pend(o *op, b *backend) {
 // is over). Every change of where an operation is pending goes through
 // it, so that the counts cannot drift.
 func (ss *session) track(o *op, b *backend) {
+	if o.owes != nil && (b == nil || o.owes != b.heard) {
+		o.owes.done()
+		o.owes = nil
+	}
 	name := ""
 	if b != nil {
 		name = b.name
@@ -114,6 +118,15 @@ func (ss *session) track(o *op, b *backend) {
 		ss.srv.load.Begin(name)
 	}
 	o.load = name
+}
+
+// owe counts o, just written to b, as an answer b's server owes
+// (progress.go) until track moves it elsewhere or ends it.
+func (ss *session) owe(o *op, b *backend) {
+	if o.owes != b.heard {
+		b.heard.owe()
+		o.owes = b.heard
+	}
 }
 
 // firstAnswer bounds the wait for a fresh backend connection's first
@@ -140,6 +153,7 @@ func (ss *session) track(o *op, b *backend) {
 // can belong to both.
 func (ss *session) firstAnswer(b *backend) error {
 	b.probe, b.holding = true, true
+	b.probeAt = time.Now()
 	if err := b.boundFirst(ss.srv.file.Defaults.ConnectTimeout); err != nil {
 		return err
 	}
@@ -150,31 +164,37 @@ func (ss *session) firstAnswer(b *backend) error {
 // boundFirst sets the first-answer bound: limit from now, and the mark
 // of the server's progress it is judged by.
 func (b *backend) boundFirst(limit time.Duration) error {
-	b.mark = b.heard.Load()
+	b.mark = b.heard.count()
 	b.firstBy = time.Now().Add(limit)
 	return b.conn.SetReadDeadline(b.firstBy)
 }
 
 // answered lifts the first-answer bound once the server has sent a PDU,
-// names it when it expired (errStillBusy when the server was heard from
-// on other connections meanwhile: the bound is renewed), and tells the
+// names it when it expired (errStillBusy when the server was busy
+// meanwhile: the bound is renewed — for busyLimit from the search's
+// sending at most, so that no session waits for ever on a server that
+// serves its other connections but never this one), and tells the
 // reader to skip the answers to the core's own search. Only the
 // backend's reader calls it, for every PDU.
 func (b *backend) answered(raw []byte, err error, limit time.Duration) (skip bool, _ error) {
 	if err == nil {
-		b.heard.Add(1)
+		b.heard.heard()
 	}
 	switch {
 	case b.firstBy.IsZero() && !b.probe:
 		return false, err
 	case err != nil && errors.Is(err, os.ErrDeadlineExceeded) && !b.firstBy.IsZero():
-		if b.heard.Load() != b.mark {
+		busy := b.heard.busy(b.mark)
+		if waited := time.Since(b.probeAt); busy && waited >= busyLimit {
+			return false, fmt.Errorf("no answer to the core's root DSE search within %v, though the server was busy all along: it takes no new work: %w", waited.Round(time.Second), err)
+		}
+		if busy {
 			if err := b.boundFirst(limit); err != nil {
 				return false, err
 			}
 			return false, errStillBusy
 		}
-		return false, fmt.Errorf("no answer to the core's root DSE search within ConnectTimeout (%v), and nothing from the server on any other connection: %w", limit, err)
+		return false, fmt.Errorf("no answer to the core's root DSE search within ConnectTimeout (%v), nothing from the server on any other connection, and no client request it owed an answer to for less than %v: %w", limit, busyLimit, err)
 	case err != nil:
 		return false, err
 	}

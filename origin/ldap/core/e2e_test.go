@@ -76,7 +76,7 @@ func TestAgentBehindEdge(t *testing.T) {
 
 	// Edge.
 	ecfg := relay.DefaultConfig()
-	ecfg.Name, ecfg.Origins = "edge-test", []string{frontLn.Addr().String()}
+	ecfg.Name, ecfg.Origins = "edge-test", relay.OriginList(frontLn.Addr().String())
 	edge, err := relay.New(ecfg, log, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)

@@ -158,11 +158,11 @@ func (s *Server) checkServer(ctx context.Context, name string) error {
 	rd := wire.NewReader(conn)
 	rd.SetMax(MaxBackendPDU)
 	heard := s.heard.of(name)
-	mark := heard.Load()
+	mark := heard.count()
 	for {
 		raw, err := rd.Next()
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			if heard.Load() != mark {
+			if heard.busy(mark) {
 				return fmt.Errorf("root DSE search within %v: %w", limit, errServerBusy)
 			}
 			return fmt.Errorf("root DSE search: no answer within %v", limit)
@@ -170,7 +170,7 @@ func (s *Server) checkServer(ctx context.Context, name string) error {
 		if err != nil {
 			return fmt.Errorf("root DSE search: %w", err)
 		}
-		heard.Add(1)
+		heard.heard()
 		msg, err := wire.Parse(raw)
 		switch {
 		case err != nil:

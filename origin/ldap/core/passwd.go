@@ -12,7 +12,9 @@ import (
 // A session re-binds on another server with the bind that established
 // its identity (dial, rebind). When the user changes their own password
 // in the session — a Password Modify extended operation (RFC 3062) for
-// themselves, or a modify of their own entry's userPassword — that bind
+// themselves (not one for another user, named or the identity of a
+// proxied authorization control), or a modify of their own entry's
+// userPassword — that bind
 // is stale once the server accepts the change: the core then re-binds
 // with the new password, which it knows from the request (or, for a
 // password the server generated, from the response). When it cannot know
@@ -42,7 +44,9 @@ func (ss *session) passwordChanged(o *op, b *backend, raw []byte) {
 	switch {
 	case o.m.Op == wire.TagExtendedRequest && o.m.ExtOID == wire.OIDPasswdModify:
 		pm, err := wire.ParsePasswdModify(o.m.Raw)
-		if err == nil && pm.HasUser && (ss.norm == "" || dlp.NormalizeDN(strings.TrimPrefix(pm.User, "dn:")) != ss.norm) {
+		// Whose password: the one named, else the request's authorization
+		// identity — the proxied one when the request carries it.
+		if err == nil && (pm.HasUser && !ss.isUser(pm.User) || !pm.HasUser && pm.HasProxy && !ss.isUser(pm.Proxy)) {
 			return // someone else's password (as far as the core can tell)
 		}
 		switch {
@@ -88,6 +92,12 @@ func (ss *session) passwordChanged(o *op, b *backend, raw []byte) {
 		ss.cred, ss.credOK, ss.credWhy = wire.BindRequest(bind.ID, bind.BindName, bytes.Clone(pw)), true, ""
 		ss.srv.log.Info("password changed: re-binds use the new one", ss.who("op", o.name, "target", b.name)...)
 	}
+}
+
+// isUser reports whether id, a Password Modify user identity or an
+// authzId (a DN, or "dn:" and a DN), names the bound user.
+func (ss *session) isUser(id string) bool {
+	return ss.norm != "" && dlp.NormalizeDN(strings.TrimPrefix(id, "dn:")) == ss.norm
 }
 
 // staleCred marks the saved bind as no longer usable after a password

@@ -1,6 +1,8 @@
 package core_test
 
 import (
+	"github.com/edgefleet/edgefleet/origin/ldap/wire"
+	ber "github.com/go-asn1-ber/asn1-ber"
 	"strings"
 	"testing"
 
@@ -82,5 +84,41 @@ func TestPasswordChangeFailsOver(t *testing.T) {
 				t.Errorf("the search went to %v, want L2", got)
 			}
 		})
+	}
+}
+
+// A Password Modify without a user identity changes the password of the
+// request's authorization identity: with a proxied authorization control
+// (RFC 4370) that is someone else. Alice, allowed to act as bob, changes
+// bob's password so; her own is unchanged, and after L1 dies her session
+// is re-bound on L2 with alice-pw, not bob's new password (before the
+// fix: bob's, invalidCredentials, unavailable).
+func TestPasswordModifyAsProxiedIdentityKeepsOwnBind(t *testing.T) {
+	ldif := strings.Replace(testbed.DirectoryLDIF(0), "userPassword: alice-pw\n",
+		"userPassword: alice-pw\nauthzTo: dn:"+testbed.User("bob")+"\n", 1)
+	sl, h := twoServers(t, testbed.SlapdConfig{LDIF: ldif, AuthzPolicy: "to"}, nil)
+	c := boundClient(t, h)
+	value := ber.Encode(ber.ClassUniversal, ber.TypeConstructed, ber.TagSequence, nil, "PasswdModifyRequestValue")
+	value.AppendChild(ber.NewString(ber.ClassContext, ber.TypePrimitive, 2, "bob-new", "newPasswd"))
+	req := ldap.NewExtendedRequest(wire.OIDPasswdModify, value)
+	req.Controls = []ldap.Control{ldap.NewControlString("2.16.840.1.113730.3.4.18", true, "dn:"+testbed.User("bob"))}
+	if _, err := c.Extended(req); err != nil {
+		t.Fatalf("password modify as bob: %v", err)
+	}
+	direct, err := ldap.DialURL(sl[0].URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	if err := direct.Bind(testbed.User("bob"), "bob-new"); err != nil {
+		t.Fatalf("bob's new password on L1: %v", err)
+	}
+	sl[0].Kill()
+	if _, err := c.Search(ldap.NewSearchRequest(alice, ldap.ScopeBaseObject, ldap.NeverDerefAliases, 0, 0, false,
+		"(objectClass=*)", []string{"cn"}, nil)); err != nil {
+		t.Fatalf("search after L1 died: %v", err)
+	}
+	if got := h.targets("search"); strings.Join(got, ",") != "L2" {
+		t.Errorf("the search went to %v, want L2", got)
 	}
 }

@@ -3,7 +3,7 @@ package core
 import (
 	"errors"
 	"net"
-	"sync/atomic"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,13 +20,13 @@ func TestFirstAnswerRenewedWhileServerBusy(t *testing.T) {
 		core, server := net.Pipe()
 		defer core.Close()
 		defer server.Close()
-		b := &backend{name: "L1", conn: core, rd: wire.NewReader(core), heard: new(atomic.Uint64), probe: true}
+		b := &backend{name: "L1", conn: core, rd: wire.NewReader(core), heard: new(progress), probe: true, probeAt: time.Now()}
 		limit := 50 * time.Millisecond
 		if err := b.boundFirst(limit); err != nil {
 			t.Fatal(err)
 		}
 		if busy {
-			b.heard.Add(1) // a PDU from L1 on another connection
+			b.heard.heard() // a PDU from L1 on another connection
 		}
 		raw, err := b.rd.Next()
 		_, err = b.answered(raw, err, limit)
@@ -49,5 +49,57 @@ func TestFirstAnswerRenewedWhileServerBusy(t *testing.T) {
 		if err != nil || !skip || b.probe || !b.firstBy.IsZero() {
 			t.Fatalf("the probe's answer after renewal: skip %v, err %v, probe %v, bound %v", skip, err, b.probe, b.firstBy)
 		}
+	}
+}
+
+// A silent server that owes answers to client requests is busy for
+// busyLimit from when it began to owe or last spoke (more requests do not
+// restart the clock), then frozen; owing nothing, silence is a failure.
+func TestProgressOwedAnswers(t *testing.T) {
+	var p progress
+	mark := p.count()
+	if p.busy(mark) {
+		t.Fatal("silent, owing nothing: busy")
+	}
+	p.owe()
+	if !p.busy(mark) {
+		t.Fatal("silent, owing a request just sent: not busy")
+	}
+	old := time.Now().Add(-busyLimit - time.Second).UnixNano()
+	p.quiet.Store(old)
+	p.owe() // a second request does not restart the clock
+	if p.quiet.Load() != old || p.busy(mark) {
+		t.Fatalf("silent for more than %v while owing: busy %v", busyLimit, p.busy(mark))
+	}
+	p.heard()
+	if !p.busy(p.count()-1) || !p.busy(p.count()) {
+		t.Fatal("a PDU while owing two: not busy")
+	}
+	p.done()
+	p.done()
+	if p.busy(p.count()) {
+		t.Fatal("owing nothing, nothing heard since the mark: busy")
+	}
+}
+
+// A first-answer bound is renewed while the server is busy, but only for
+// busyLimit from the sending of the core's search: a server that keeps
+// serving other connections and never this one fails then, so that no
+// session waits on it for ever.
+func TestFirstAnswerRenewalBounded(t *testing.T) {
+	core, server := net.Pipe()
+	defer core.Close()
+	defer server.Close()
+	b := &backend{name: "L1", conn: core, rd: wire.NewReader(core), heard: new(progress), probe: true,
+		probeAt: time.Now().Add(-busyLimit)} // sent busyLimit ago
+	limit := 50 * time.Millisecond
+	if err := b.boundFirst(limit); err != nil {
+		t.Fatal(err)
+	}
+	b.heard.heard() // a PDU from L1 on another connection
+	raw, err := b.rd.Next()
+	_, err = b.answered(raw, err, limit)
+	if err == nil || errors.Is(err, errStillBusy) || !strings.Contains(err.Error(), "busy all along") {
+		t.Fatalf("busy past the limit: %v, want a failure saying the server was busy", err)
 	}
 }

@@ -51,3 +51,44 @@ func TestSearchFilterAttributeAliases(t *testing.T) {
 		}
 	}
 }
+
+// The route's own lists are read as slapd reads names too: prohibited
+// written as the OID with an option and in upper case, allowed as
+// userid. Every filter form that tests cn — substring, approx, presence,
+// a not, an extensible match with cn as its type (also by OID) or with
+// dnAttributes and no type — keeps the search off L1.
+func TestSearchFilterListAliasesEveryFilterForm(t *testing.T) {
+	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{})
+	h := newHarness(t, lbDLP(3, 60, 3600, named(sl),
+		`{"object": "LoadBalancer", "name": "SF", "algorithm": "searchfilter", "routes": [
+    {"server": "L1", "priority": 1, "allowed": ["USERID"], "prohibited": ["2.5.4.3;Lang-EN"]},
+    {"server": "L2", "priority": 2}]}`,
+		balanceTo("UserRouting", "ALL", "(user=*)", "SF"),
+		proxy([]string{"ALL"}, nil)), nil)
+	c := boundClient(t, h)
+	for _, tc := range []struct{ filter, want string }{
+		{"(uid=alice)", "L1"},
+		{"(&(uid=alice)(ou:dn:=people))", "L1"},
+		{"(&(uid=alice)(cn=al*))", "L2"},
+		{"(&(uid=alice)(cn~=alice))", "L2"},
+		{"(&(uid=alice)(cn=*))", "L2"},
+		{"(&(uid=alice)(!(cn=bob)))", "L2"},
+		{"(&(uid=alice)(cn:dn:=alice))", "L2"},
+		{"(&(uid=alice)(2.5.4.3:2.5.13.2:=alice))", "L2"},
+		{"(&(uid=alice)(:dn:2.5.13.2:=alice))", "L2"},
+	} {
+		before := len(h.targets("search"))
+		res, err := c.Search(ldap.NewSearchRequest("ou=people,"+testbed.Suffix, ldap.ScopeWholeSubtree, ldap.NeverDerefAliases,
+			0, 0, false, tc.filter, []string{"cn"}, nil))
+		if err != nil {
+			t.Errorf("search %s: %v", tc.filter, err)
+			continue
+		}
+		if len(res.Entries) != 1 {
+			t.Errorf("search %s: %d entries, want alice's", tc.filter, len(res.Entries))
+		}
+		if got := h.targets("search"); len(got) != before+1 || got[before] != tc.want {
+			t.Errorf("search %s went to %v, want %s", tc.filter, got[before:], tc.want)
+		}
+	}
+}

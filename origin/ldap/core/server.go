@@ -44,6 +44,7 @@ type Server struct {
 	peers  PeerLookup
 	m      *metrics
 	tlsCfg *tls.Config
+	pins   atomic.Pointer[map[string]string] // in force: cfg.Pins, then SetPins's
 	now    func() time.Time
 
 	// DLP routing; proxy is nil in plain mode.
@@ -51,7 +52,7 @@ type Server struct {
 	proxy  *dlp.Proxy
 	router *dlp.Router
 	health *dlp.Health
-	heard  heard // PDUs received from each server (progress.go)
+	heard  heardFrom // what the core heard from each server (progress.go)
 	// Load balancing and the backend monitor (balance.go, monitor.go).
 	load      *dlp.Load
 	balancers *dlp.Balancers
@@ -117,6 +118,7 @@ func New(cfg Config, file *dlp.File, peers PeerLookup, log *slog.Logger, reg pro
 		s.heard = newHeard(file.ServerOrder)
 		s.router = dlp.NewRouter(file, s.proxy, s.health)
 	}
+	s.SetPins(cfg.Pins) // checked by Validate above
 	if cfg.TLSMode != TLSOff {
 		s.tlsCfg = s.serverTLS()
 	}

@@ -88,6 +88,7 @@ type op struct {
 	sent  bool
 	rule  *dlp.Rule // the OperationRouting rule that routed it, or a balance(LB) user rule; nil for the user target
 	load  string    // the server where it counts as in flight (track)
+	owes  *progress // the server that owes its answer once sent (owe, track)
 	cands []string  // with rule: the server used first, then the failover order
 	ring  []string  // with rule: the list cands walks, wrapping
 	// failed are the servers that failed while this operation was in
@@ -240,7 +241,7 @@ func (ss *session) settle(flush ...bool) {
 // request it waits until that is settled: the stream changes under it.
 //
 // It does not wait for a bind's result, so that a client closing while a
-// server sits on its bind is seen at once. The cap may grow meanwhile: a
+// server sits on its bind is seen at once. The cap may change meanwhile: a
 // client sends nothing before its BindResponse (RFC 4511 §4.2.1), and the
 // cap is raised before that response is written, so a PDU over the cap
 // it was framed with is framed again with the current one (the Reader
@@ -264,6 +265,12 @@ func (ss *session) readClient() {
 		}
 		if errors.Is(err, wire.ErrTooLarge) && ss.max.Load() > limit {
 			continue
+		}
+		// The cap may shrink too: a bind that fails or is anonymous,
+		// after one that succeeded, lowers it before its response is
+		// written, while this PDU was awaited with the bound cap.
+		if now := ss.max.Load(); err == nil && now < limit && int64(len(raw)) > now {
+			err = &wire.ProtocolError{Kind: wire.ErrTooLarge, Offset: 1, Detail: fmt.Sprintf("pdu of %d bytes exceeds %d", len(raw), now)}
 		}
 		var m *wire.Message
 		if err == nil {

@@ -5,11 +5,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/splice"
@@ -19,6 +19,11 @@ import (
 var errNotPinned = errors.New("client certificate is not pinned")
 
 // serverTLS adds client-certificate checking to the configured certificate.
+// In mtls mode every handshake checks the client's certificate against the
+// pins in force (SetPins swaps them): VerifyConnection, not
+// VerifyPeerCertificate, because crypto/tls skips the latter when a client
+// resumes a session from a ticket, which would let a certificate whose pin
+// was removed back in with a ticket issued before.
 func (s *Server) serverTLS() *tls.Config {
 	c := s.cfg.TLS.Clone()
 	if c.MinVersion == 0 {
@@ -32,19 +37,43 @@ func (s *Server) serverTLS() *tls.Config {
 	} else {
 		c.ClientAuth = tls.RequireAnyClientCert
 	}
-	if len(s.cfg.Pins) > 0 {
-		pins := s.cfg.Pins
-		c.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error {
-			if len(raw) == 0 {
-				return errNotPinned
-			}
-			if _, ok := pins[fingerprint(raw[0])]; !ok {
-				return fmt.Errorf("%w: sha256 %s", errNotPinned, fingerprint(raw[0]))
-			}
-			return nil
+	c.VerifyConnection = func(st tls.ConnectionState) error {
+		pins := s.Pins()
+		if len(pins) == 0 {
+			return nil // client_ca alone: the chain was verified
 		}
+		if len(st.PeerCertificates) == 0 {
+			return errNotPinned
+		}
+		fp := fingerprint(st.PeerCertificates[0].Raw)
+		if _, ok := pins[fp]; !ok {
+			return fmt.Errorf("%w: sha256 %s", errNotPinned, fp)
+		}
+		return nil
 	}
 	return c
+}
+
+// Pins is the set of pins in force (fingerprint to agent name); the
+// caller must not change it.
+func (s *Server) Pins() map[string]string { return *s.pins.Load() }
+
+// SetPins replaces the pins the next handshakes are checked against (a
+// resumed session's too); sessions already open go on. A set the
+// configuration's check refuses — mtls with neither pins nor client_ca —
+// is refused and the running one kept.
+func (s *Server) SetPins(pins map[string]string) error {
+	c := s.cfg
+	c.Pins = pins
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	pins = maps.Clone(pins)
+	if pins == nil {
+		pins = map[string]string{}
+	}
+	s.pins.Store(&pins)
+	return nil
 }
 
 func fingerprint(der []byte) string {
@@ -59,7 +88,7 @@ func (s *Server) agentOf(st tls.ConnectionState) string {
 		return ""
 	}
 	cert := st.PeerCertificates[0]
-	if name, ok := s.cfg.Pins[fingerprint(cert.Raw)]; ok {
+	if name, ok := s.Pins()[fingerprint(cert.Raw)]; ok {
 		return name
 	}
 	return cert.Subject.CommonName

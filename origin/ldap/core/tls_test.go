@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -146,6 +147,85 @@ func TestTLSAndPins(t *testing.T) {
 	}
 	if len(agents) != 2 || agents[0] != "agent-7" || agents[1] != "agent-7" {
 		t.Errorf("agents of the successful binds: %v, want agent-7 twice", agents)
+	}
+}
+
+// SetPins swaps the pins the next handshakes are checked against, StartTLS
+// included: a removed pin is refused, an added one accepted and named in
+// the log lines, a session opened before keeps working. An empty set,
+// which mtls without client_ca refuses at the start, is refused and the
+// running pins kept; with client_ca it means the chain alone decides.
+func TestSetPins(t *testing.T) {
+	testbed.Need(t, "ldapwhoami")
+	sl := testbed.StartSlapds(t, 1, testbed.SlapdConfig{})
+	p := newPKI(t)
+	agentPins, _ := core.ParsePins([]byte(fp(p.agent) + " agent-7\n"))
+	otherPins, _ := core.ParsePins([]byte(fp(p.other) + " other-8\n"))
+	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}}, proxy(nil, []string{"L1"})), func(c *core.Config) {
+		c.TLSMode = core.TLSMTLS
+		c.TLS = &tls.Config{Certificates: []tls.Certificate{p.server}}
+		c.Pins = agentPins
+	})
+	whoami := func(name string) error {
+		cmd := exec.Command("ldapwhoami", "-x", "-ZZ", "-o", "nettimeout=10", "-H", "ldap://"+h.addr, "-D", alice, "-w", "alice-pw")
+		cmd.Env = append(os.Environ(), "LDAPTLS_CACERT="+p.path("ca.pem"), "LDAPTLS_CERT="+p.path(name+".pem"),
+			"LDAPTLS_KEY="+p.path(name+".key"), "LDAPTLS_REQCERT=demand")
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(strings.ToLower(string(out)), "dn:"+alice) {
+			return fmt.Errorf("ldapwhoami -ZZ as %s: %v: %s", name, err, out)
+		}
+		return nil
+	}
+	held, err := ldap.DialURL("ldaps://"+h.addr, ldap.DialWithTLSConfig(&tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{p.agent}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := held.Bind(alice, "alice-pw"); err != nil {
+		t.Fatal(err)
+	}
+	if err := whoami("other"); err == nil {
+		t.Fatal("an unpinned certificate passed StartTLS")
+	}
+
+	if err := h.srv.SetPins(otherPins); err != nil {
+		t.Fatal(err)
+	}
+	if err := whoami("agent"); err == nil {
+		t.Error("the removed pin passed StartTLS")
+	}
+	if err := whoami("other"); err != nil {
+		t.Error(err)
+	}
+	if _, err := held.WhoAmI(nil); err != nil {
+		t.Errorf("the session opened before SetPins: %v", err)
+	}
+	if err := h.srv.SetPins(map[string]string{}); err == nil || !strings.Contains(err.Error(), "needs core.tls.pins or core.tls.client_ca") {
+		t.Errorf("SetPins of no pins in mtls without client_ca: %v", err)
+	}
+	if got := h.srv.Pins(); len(got) != 1 || got[fp(p.other)] != "other-8" {
+		t.Errorf("pins after a refused SetPins: %v", got)
+	}
+	if err := whoami("other"); err != nil {
+		t.Errorf("after a refused SetPins: %v", err)
+	}
+	found := false
+	for _, l := range h.logs.JSONLines("ldap op") {
+		found = found || l["agent"] == "other-8"
+	}
+	if !found {
+		t.Error("no log line names the added pin's agent")
+	}
+
+	ca := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}}, proxy(nil, []string{"L1"})), func(c *core.Config) {
+		c.TLSMode = core.TLSMTLS
+		c.TLS = &tls.Config{Certificates: []tls.Certificate{p.server}, ClientCAs: p.pool}
+		c.Pins = agentPins
+	})
+	if err := ca.srv.SetPins(nil); err != nil {
+		t.Fatalf("SetPins of no pins with client_ca: %v", err)
+	}
+	if err := p.bindLDAPS(ca.addr, p.other); err != nil {
+		t.Errorf("with client_ca and no pins, a certificate of the CA: %v", err)
 	}
 }
 

@@ -10,14 +10,28 @@ package wire
 const OIDPasswdModify = "1.3.6.1.4.1.4203.1.11.1"
 
 // PasswdModify is what a Password Modify request asks: whose password
-// (User, when HasUser; else the bound identity's) and the new one (New,
-// when HasNew; else the server generates one and returns it).
+// (User, when HasUser; else the request's authorization identity's) and
+// the new one (New, when HasNew; else the server generates one and
+// returns it). The authorization identity is the bound one unless the
+// request carries a proxied authorization control (RFC 4370, or its
+// first version): then it is the control's (Proxy, when HasProxy: an
+// authzId such as "dn:uid=bob,…", "" for anonymous).
 type PasswdModify struct {
-	User    string
-	HasUser bool
-	New     []byte
-	HasNew  bool
+	User     string
+	HasUser  bool
+	New      []byte
+	HasNew   bool
+	Proxy    string
+	HasProxy bool
 }
+
+// OIDProxiedAuthz is the proxied authorization control (RFC 4370), whose
+// value is an authzId; OIDProxiedAuthzV1 its first version, whose value
+// is a SEQUENCE holding a DN.
+const (
+	OIDProxiedAuthz   = "2.16.840.1.113730.3.4.18"
+	OIDProxiedAuthzV1 = "2.16.840.1.113730.3.4.12"
+)
 
 // ParsePasswdModify reads the request value of raw, a Password Modify
 // extended request. New aliases raw.
@@ -31,8 +45,11 @@ func ParsePasswdModify(raw []byte) (PasswdModify, error) {
 	if _, err := d.expect(0x80, "requestName"); err != nil {
 		return pm, err
 	}
+	if pm.Proxy, pm.HasProxy, err = proxiedAuthz(raw); err != nil {
+		return pm, err
+	}
 	if !d.more() {
-		return pm, nil // no value: the bound identity, a generated password
+		return pm, nil // no value: the authorization identity, a generated password
 	}
 	val, err := d.expect(0x81, "requestValue")
 	if err != nil {
@@ -171,4 +188,50 @@ func protocolOp(raw []byte, tag byte) (tlv, error) {
 		return tlv{}, err
 	}
 	return d.expect(tag, OpName(tag))
+}
+
+// proxiedAuthz returns the authorization identity of raw's proxied
+// authorization control, when it has one.
+func proxiedAuthz(raw []byte) (string, bool, error) {
+	_, _, controls, ok, err := parts(raw)
+	if err != nil || !ok {
+		return "", false, err
+	}
+	for d := controls.inner(); d.more(); {
+		c, err := d.next()
+		if err != nil {
+			return "", false, err
+		}
+		f := c.inner()
+		typ, err := f.expect(0x04, "controlType")
+		if err != nil {
+			return "", false, err
+		}
+		if oid := string(typ.value); oid != OIDProxiedAuthz && oid != OIDProxiedAuthzV1 {
+			continue
+		}
+		var value []byte
+		for f.more() {
+			e, err := f.next()
+			if err != nil {
+				return "", false, err
+			}
+			if e.tag == 0x04 {
+				value = e.value
+			}
+		}
+		if string(typ.value) == OIDProxiedAuthz {
+			return string(value), true, nil
+		}
+		seq, err := (&decoder{b: value}).expect(0x30, "ProxyAuthzV1 value")
+		if err != nil {
+			return "", false, err
+		}
+		dn, err := seq.inner().expect(0x04, "proxyDN")
+		if err != nil {
+			return "", false, err
+		}
+		return "dn:" + string(dn.value), true, nil
+	}
+	return "", false, nil
 }
