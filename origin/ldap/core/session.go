@@ -101,6 +101,8 @@ type op struct {
 	// page.
 	paged        *wire.Paged
 	chainN, base int
+	// follows: a search that stays open for the server's changes (sync.go).
+	follows follow
 }
 
 func newSession(srv *Server, c net.Conn, p Peer) *session {
@@ -333,6 +335,7 @@ func (ss *session) onClient(m *wire.Message) {
 		if p, ok := wire.FindPaged(m.Raw); ok {
 			o.paged = new(p) // not &p: that would allocate for every search
 		}
+		o.follows = followsOf(m.Raw)
 	}
 	if o.name == "" {
 		o.name = fmt.Sprintf("op-0x%02x", m.Op)
