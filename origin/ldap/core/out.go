@@ -10,13 +10,18 @@ import (
 	"github.com/edgefleet/edgefleet/internal/splice"
 )
 
-// MaxQueued bounds what a session holds for its client and has not yet
-// written. Handlers append to the queue and never wait for the client:
-// a backend connection is read at the server's pace whatever the client
-// does, so a client that stops reading cannot make a server's worker
-// threads block on the core (and the server look down to everyone). A
-// client that falls more than MaxQueued behind is disconnected like one
-// that reads nothing for WriteTimeout.
+// MaxQueued bounds what a session holds for its client beyond the PDU
+// the client is reading. Handlers append to the queue and never wait for
+// the client: a backend connection is read at the server's pace whatever
+// the client does, so a client that stops reading cannot make a server's
+// worker threads block on the core (and the server look down to
+// everyone). A client that falls more than MaxQueued behind is
+// disconnected like one that reads nothing for WriteTimeout.
+//
+// The PDU being written does not count (behind): a server PDU of any
+// size up to MaxBackendPDU reaches a client that reads it, with the
+// answers after it; a client that stops reading in it falls behind at
+// the next ones.
 const MaxQueued = 4 << 20
 
 // errQueueFull is a client more than MaxQueued behind.
@@ -53,6 +58,12 @@ type clientOut struct {
 	closing, cut bool
 	done         chan struct{}
 
+	// The cap's accounting, in offsets of the client's stream: in bytes
+	// were queued, out written; bigs are the extents of the PDUs of
+	// flushAt bytes or more not yet written whole, oldest first (behind).
+	in, out int64
+	bigs    []extent
+
 	// rc is the plain client connection, for writeNow; nil under TLS (a
 	// record cannot be written in part) or when the connection has no
 	// file descriptor. now, nowN, nowErr and called are writeNow's, for
@@ -69,6 +80,26 @@ type clientOut struct {
 // flushAt is how much the queue holds before the writer takes it without
 // a Flush: a long search streams while its entries keep arriving.
 const flushAt = 64 << 10
+
+// extent is where one PDU lies in the client's stream.
+type extent struct{ start, end int64 }
+
+// behind is what is queued after the PDU the client is reading: after a
+// big one (bigs) being written, its end; else what is not yet written (a
+// smaller PDU counts, by at most flushAt). o.mu is held.
+func (o *clientOut) behind() int64 {
+	for len(o.bigs) > 0 && o.bigs[0].end <= o.out {
+		o.bigs = o.bigs[1:]
+	}
+	if len(o.bigs) == 0 {
+		o.bigs = nil
+		return o.in - o.out
+	}
+	if b := o.bigs[0]; b.start <= o.out {
+		return o.in - b.end
+	}
+	return o.in - o.out
+}
 
 func newClientOut(ss *session) *clientOut {
 	o := &clientOut{ss: ss, w: &clientWriter{c: ss.client, d: orDefault(ss.srv.cfg.WriteTimeout)}, done: make(chan struct{})}
@@ -111,6 +142,7 @@ func (o *clientOut) writeNow() bool {
 	if !called {
 		return false
 	}
+	o.out += int64(n)
 	if err != nil {
 		o.err = fmt.Errorf("write to the client: %w", os.NewSyscallError("write", err))
 		return false
@@ -158,9 +190,13 @@ func (o *clientOut) Write(p []byte) (int, error) {
 		return 0, o.err
 	case o.closing:
 		return 0, errOutClosed
-	case len(o.buf)+o.busy >= MaxQueued:
+	case o.behind() >= MaxQueued:
 		return 0, errQueueFull // one PDU may pass the bound; the next is refused
 	}
+	if len(p) >= flushAt {
+		o.bigs = append(o.bigs, extent{o.in, o.in + int64(len(p))})
+	}
+	o.in += int64(len(p))
 	o.buf = append(o.buf, p...)
 	if len(o.buf) >= flushAt {
 		o.release()
@@ -244,9 +280,10 @@ func (o *clientOut) run() {
 		o.buf = append(spare[:0], o.buf[o.mark:]...)
 		o.busy, o.mark = len(chunk), 0
 		o.mu.Unlock()
-		_, err := w.Write(chunk)
+		n, err := o.writeChunk(w, chunk)
 		o.mu.Lock()
 		o.busy = 0
+		o.out += int64(n)
 		if err != nil && o.err == nil && !o.cut {
 			o.err = err
 		}
@@ -264,6 +301,27 @@ func (o *clientOut) run() {
 		}
 	}
 }
+
+// writeChunk writes chunk, counting in o.out what the client took before
+// its last piece; it returns the bytes of that piece written, for the
+// caller to count. A big PDU the client is reading thus leaves the cap's
+// count as it goes (behind).
+func (o *clientOut) writeChunk(w *clientWriter, chunk []byte) (int, error) {
+	for len(chunk) > writePiece {
+		k, err := w.Write(chunk[:writePiece])
+		if err != nil {
+			return k, err
+		}
+		o.mu.Lock()
+		o.out += int64(k)
+		o.mu.Unlock()
+		chunk = chunk[k:]
+	}
+	return w.Write(chunk)
+}
+
+// writePiece is what clientWriter writes under one deadline check.
+const writePiece = 64 << 10
 
 // writerFailed ends the session after the writer failed.
 func (ss *session) writerFailed(err error) {

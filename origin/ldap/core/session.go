@@ -163,7 +163,7 @@ func (w *clientWriter) Write(p []byte) (int, error) {
 			w.until = now.Add(w.d)
 			w.c.SetWriteDeadline(w.until)
 		}
-		k, err := w.c.Write(p[n:min(len(p), n+64<<10)])
+		k, err := w.c.Write(p[n:min(len(p), n+writePiece)])
 		n += k
 		if err != nil {
 			return n, fmt.Errorf("write to the client: %w", err)
