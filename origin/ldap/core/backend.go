@@ -399,6 +399,9 @@ func (ss *session) onBackend(b *backend, raw []byte) {
 		ss.bound(o, b, m.ResultCode)
 	}
 	if o.paged != nil && tag == wire.TagSearchResultDone {
+		if ss.restartPage(o, b, m, raw) {
+			return
+		}
 		ss.pagedDone(o, b, raw)
 	}
 	if o.rule != nil && o.rule.KeepConn && m.ResultCode == wire.ResultSuccess && b != ss.primary {

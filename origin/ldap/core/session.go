@@ -97,10 +97,11 @@ type op struct {
 	// search skips what the client already has.
 	forwarded, seen, skip int
 	// A paged search: its paging control, the entries of earlier pages,
-	// and (when restarted on another server) those to drop before this
-	// page.
+	// and (when restarted on another server, restarted) those to drop
+	// before this page.
 	paged        *wire.Paged
 	chainN, base int
+	restarted    bool
 	// follows: a search that stays open for the server's changes (sync.go).
 	follows follow
 }
