@@ -50,16 +50,29 @@ func hasValue(s *testbed.Slapd, dn, value string) bool {
 	return value == "" || res.Entries[0].GetAttributeValue("description") == value
 }
 
+// absent reports whether s answers that dn does not exist.
+func absent(s *testbed.Slapd, dn string) bool {
+	c, err := ldap.DialURL(s.URL)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_, err = c.Search(ldap.NewSearchRequest(dn, ldap.ScopeBaseObject, ldap.NeverDerefAliases,
+		0, 0, false, "(objectClass=*)", []string{"1.1"}, nil))
+	return ldap.IsErrorWithCode(err, ldap.LDAPResultNoSuchObject)
+}
+
 func bulkDN(i int) string { return fmt.Sprintf("uid=user%05d,ou=bulk,%s", i, testbed.Suffix) }
 
 func writeDN(name string) string { return "uid=" + name + ",ou=writes," + testbed.Suffix }
 
 // A syncrepl consumer (slapd, refreshAndPersist) replicating through the
 // core from L1, which dies in the persist phase: the core ends the sync
-// search with e-syncRefreshRequired instead of replaying it on L2 (a
-// replay that skipped as many entries as were forwarded dropped the
-// persist-phase changes made on L2), the consumer syncs again through
-// the core, now from L2, and ends up with every change made there.
+// search with e-syncRefreshRequired instead of replaying it on L2, the
+// consumer syncs again through the core, now from L2, and ends up with
+// every change made there, adds and a delete. (The replay repeated the
+// refreshDone, on which slapd's consumer ends the session of its own
+// accord; one that does not lost the changes: TestSyncSearchEndsOnFailover.)
 func TestSyncreplConsumerFailover(t *testing.T) {
 	const n = 20
 	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{LDIF: testbed.ReplicaLDIF(testbed.DirectoryLDIF(n)), SyncProv: true})
@@ -86,9 +99,11 @@ func TestSyncreplConsumerFailover(t *testing.T) {
 	for _, name := range []string{"d", "e", "f"} {
 		onServer(t, sl[1], func(c *ldap.Conn) error { return c.Add(addRequest(name)) })
 	}
+	onServer(t, sl[1], func(c *ldap.Conn) error { return c.Del(ldap.NewDelRequest(bulkDN(n-1), nil)) })
 	for _, name := range []string{"d", "e", "f"} {
 		waitWithin(t, syncDeadline, "the consumer to get "+name+" from L2", func() bool { return hasValue(consumer, writeDN(name), "") })
 	}
+	waitWithin(t, syncDeadline, "the consumer to get the delete from L2", func() bool { return absent(consumer, bulkDN(n-1)) })
 	for i := range 3 {
 		if !hasValue(consumer, bulkDN(i), fmt.Sprintf("changed %d", i)) {
 			t.Errorf("the consumer lost the modification of %s", bulkDN(i))
