@@ -28,8 +28,8 @@ func bigValueLDIF(size int) string {
 // A server PDU far over MaxQueued (a 10 MiB value) is read whole by a
 // client that reads, over plain LDAP and LDAPS, ten times of ten: the
 // PDU the client is reading does not count against the cap, so the
-// SearchResultDone queued behind it is not refused (3-6 of 10 plain, and
-// over LDAPS 0 of 10 for 6 MiB, were read before).
+// SearchResultDone queued behind it is not refused (counting it cuts
+// the client at most reads, and over LDAPS at every one).
 func TestBigPDUReadWhole(t *testing.T) {
 	testbed.Need(t, "ldapsearch")
 	const size = 10 << 20

@@ -11,8 +11,8 @@ import (
 // larger page adminLimitExceeded): a paged search of 300-entry pages whose
 // server dies after 2,100 entries, between pages or with a page in
 // flight, restarts on the next server in pages of the client's size, and
-// the client gets every entry once. (The restart used to ask for 2,400
-// entries in one page: adminLimitExceeded.)
+// the client gets every entry once. (One restart page of entries
+// received + page size, 2,400, gets adminLimitExceeded.)
 func TestPagedRestartWithinServerLimits(t *testing.T) {
 	const n, size = 3000, 300
 	for _, inFlight := range []bool{false, true} {

@@ -70,9 +70,9 @@ func writeDN(name string) string { return "uid=" + name + ",ou=writes," + testbe
 // core from L1, which dies in the persist phase: the core ends the sync
 // search with e-syncRefreshRequired instead of replaying it on L2, the
 // consumer syncs again through the core, now from L2, and ends up with
-// every change made there, adds and a delete. (The replay repeated the
+// every change made there, adds and a delete. (A replay would repeat the
 // refreshDone, on which slapd's consumer ends the session of its own
-// accord; one that does not lost the changes: TestSyncSearchEndsOnFailover.)
+// accord; one that does not loses the changes: TestSyncSearchEndsOnFailover.)
 func TestSyncreplConsumerFailover(t *testing.T) {
 	const n = 20
 	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{LDIF: testbed.ReplicaLDIF(testbed.DirectoryLDIF(n)), SyncProv: true})
@@ -140,8 +140,8 @@ func syncEvents(resp ldap.Response, entries map[string]string, stop func(infos i
 // A consumer that follows the protocol to the letter (go-ldap's Syncrepl,
 // refreshAndPersist): its server dies in the persist phase and changes
 // are made on the next one. The core ends the search with
-// e-syncRefreshRequired (a replay on L2 sent a second refreshDone and
-// then dropped the adds made there, as many entries being skipped as had
+// e-syncRefreshRequired (a replay on L2 sends a second refreshDone and
+// then drops the adds made there, as many entries being skipped as had
 // been forwarded); the consumer refreshes through the core and gets them.
 func TestSyncSearchEndsOnFailover(t *testing.T) {
 	const n = 20
