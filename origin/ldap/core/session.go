@@ -544,14 +544,21 @@ func (ss *session) write(raw []byte) {
 }
 
 // writeFailed ends the session after a failed write to the client: it
-// closed, read nothing for WriteTimeout or fell more than MaxQueued
-// behind (its operations on the servers are abandoned when settle closes
-// their connections). What is still queued for it is dropped.
+// closed, read nothing for WriteTimeout, took nothing for a StallWindow
+// while more than MaxQueued behind, or fell MaxHeld behind (its
+// operations on the servers are abandoned when settle closes their
+// connections). What is still queued for it is dropped.
 func (ss *session) writeFailed(err error) {
 	if errors.Is(err, errOutClosed) {
 		return // the session ended already
 	}
-	if ne := net.Error(nil); !ss.ended && (errors.Is(err, errQueueFull) || errors.As(err, &ne) && ne.Timeout()) {
+	var held errHeld
+	var ne net.Error
+	switch {
+	case ss.ended:
+	case errors.As(err, &held):
+		ss.srv.log.Warn("client too far behind: disconnected", ss.who("err", err, "pending", len(ss.pending))...)
+	case errors.Is(err, errStalled) || errors.As(err, &ne) && ne.Timeout():
 		ss.srv.log.Warn("client stopped reading: disconnected", ss.who("err", err, "pending", len(ss.pending))...)
 	}
 	ss.ended, ss.cut = true, true
