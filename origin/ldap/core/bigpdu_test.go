@@ -122,3 +122,46 @@ func TestBigPDUStalledReaderCut(t *testing.T) {
 		t.Errorf("cut for %v, want %q", cut["err"], want)
 	}
 }
+
+// A client that reads, slowly, while slapd sends far more than MaxHeld
+// (six pipelined searches of five 6 MiB entries, 180 MiB) is not cut for
+// stalling — it takes a piece every few hundred milliseconds, well within
+// StallWindow — but the session stops holding answers for it at MaxHeld
+// (132 MiB) and cuts it there: the bound on what one client costs the
+// core's memory holds whatever the client does.
+func TestBigEntriesSlowReaderCutAtMaxHeld(t *testing.T) {
+	const rows, rowSize, searches = 5, 6 << 20, 6
+	sl := testbed.StartSlapds(t, 1, testbed.SlapdConfig{LDIF: bigLDIF(0, rows, rowSize)})
+	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}}, proxy(nil, []string{"L1"})), nil)
+	if total := int64(searches * rows * rowSize); total <= core.DefaultConfig().MaxHeld() {
+		t.Fatalf("the searches return %d bytes, not more than MaxHeld %d", total, core.DefaultConfig().MaxHeld())
+	}
+	c, err := (&net.Dialer{Control: smallBuffers}).Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for id := int32(1); id <= searches; id++ {
+		if _, err := c.Write(searchAttrsPDU(id, rowsBase, "description")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Minute)) // a hang guard
+	var got int64
+	buf := make([]byte, 16<<10)
+	for len(h.logs.JSONLines("client too far behind: disconnected")) == 0 {
+		time.Sleep(100 * time.Millisecond) // a slow reader, not a timer
+		n, err := c.Read(buf)
+		if got += int64(n); err != nil && len(h.logs.JSONLines("client too far behind: disconnected")) == 0 {
+			t.Fatalf("after %d bytes, before the session's line: %v", got, err)
+		}
+	}
+	t.Logf("cut after the client read %d bytes", got)
+	cut := h.logs.JSONLines("client too far behind: disconnected")[0]
+	if want := fmt.Sprintf("more than %d bytes held for the client", core.DefaultConfig().MaxHeld()); !strings.Contains(fmt.Sprint(cut["err"]), want) {
+		t.Errorf("cut for %v, want %q", cut["err"], want)
+	}
+	if stalled := h.logs.JSONLines("client stopped reading: disconnected"); len(stalled) != 0 {
+		t.Errorf("a client that read was cut for not reading: %v", stalled)
+	}
+}
