@@ -127,7 +127,7 @@ func TestReadingClientNotCut(t *testing.T) {
 		if ended(ss) {
 			t.Fatalf("cut less than a StallWindow after its last read: %s", logs)
 		}
-		time.Sleep(last.Add(2*StallWindow + time.Millisecond).Sub(time.Now()))
+		time.Sleep(time.Until(last.Add(2*StallWindow + time.Millisecond)))
 		synctest.Wait()
 		if !ended(ss) || len(logs.JSONLines("client stopped reading: disconnected")) != 1 {
 			t.Fatalf("not cut two StallWindows after its last read (cut %v): %s", ended(ss), logs)
