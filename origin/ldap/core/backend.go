@@ -477,6 +477,9 @@ func (ss *session) onBackend(b *backend, raw []byte) {
 		ss.passwordChanged(o, b, raw)
 	}
 	if o.paged != nil && tag == wire.TagSearchResultDone {
+		if ss.restartPage(o, b, m, raw) {
+			return
+		}
 		ss.pagedDone(o, b, raw)
 	}
 	if o.rule != nil && o.rule.KeepConn && m.ResultCode == wire.ResultSuccess && b != ss.primary {
@@ -599,6 +602,8 @@ func (ss *session) connEnded(b *backend, err error) {
 		switch {
 		case !o.sent:
 			ss.reroute(o)
+		case o.follows != followNone:
+			ss.endFollow(o, b.name+" closed the connection")
 		case !wire.IsRead(o.m):
 			ss.reply(o, wire.ResultUnavailable, fmt.Sprintf(
 				"%s closed the connection after the %s request was sent: its outcome is unknown; check the directory before retrying", b.name, o.name))
@@ -640,6 +645,8 @@ func (ss *session) backendFailed(b *backend, err error) {
 		case o.sent && !wire.IsRead(o.m):
 			ss.reply(o, wire.ResultUnavailable, fmt.Sprintf(
 				"%s failed after the %s request was sent: its outcome is unknown; check the directory before retrying", b.name, o.name))
+		case o.sent && o.follows != followNone:
+			ss.endFollow(o, b.name+" failed")
 		case o.m.Op == wire.TagBindRequest && !o.m.BindSimple && sasl:
 			ss.reply(o, wire.ResultUnavailable, b.name+" failed during a multi-step SASL bind; start the bind again")
 		default:

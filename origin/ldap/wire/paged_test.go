@@ -95,3 +95,14 @@ func TestPeek(t *testing.T) {
 		}
 	}
 }
+
+func TestWithPaged(t *testing.T) {
+	raw := pagedSearch(500, "cookie-from-L1", true)
+	got, err := wire.WithPaged(raw, wire.Paged{Size: 300, Cookie: "cookie-from-L2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := pagedSearch(300, "cookie-from-L2", true); !bytes.Equal(got, want) {
+		t.Fatalf("WithPaged:\n got %x\nwant %x", got, want)
+	}
+}
