@@ -15,11 +15,9 @@
 package accept
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"syscall"
 	"time"
 )
 
@@ -84,21 +82,4 @@ func (l *Loop) Serve(ln net.Listener) error {
 		backoff = 0
 		l.Handle(c)
 	}
-}
-
-// Temporary reports accept errors that closing connections or waiting
-// cures: every LocalResources error, a connection reset or aborted before
-// it was accepted, a timeout.
-func Temporary(err error) bool {
-	if LocalResources(err) {
-		return true
-	}
-	for _, e := range []error{syscall.ECONNABORTED, syscall.ECONNRESET, syscall.EINTR,
-		syscall.EAGAIN, syscall.EPROTO, syscall.EPERM} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }
