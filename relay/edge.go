@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/errclass"
 	"github.com/edgefleet/edgefleet/internal/evloop"
 	"github.com/edgefleet/edgefleet/internal/sockopt"
 	"github.com/prometheus/client_golang/prometheus"
@@ -279,8 +280,8 @@ func (e *Edge) dialNext(c *evloop.Conn, rc *conn) {
 		ap, err := evloop.Resolve(ctx, o.addr)
 		err = hideName(err, o)
 		took := max(0, e.now().Sub(t0))
-		if err != nil && !accept.LocalResources(err) {
-			if short := accept.DescriptorShortage(); short != nil {
+		if err != nil && !errclass.LocalResources(err) {
+			if short := errclass.DescriptorShortage(); short != nil {
 				// Whatever the lookup says ("no such host"), it ran
 				// while this edge could not open a socket: not the
 				// origin's failure.
@@ -368,7 +369,7 @@ func (h *handler) failed(c *evloop.Conn, rc *conn, took time.Duration, err error
 		e.dialNext(c, rc)
 		return
 	}
-	if accept.LocalResources(err) { // the next origin would fail the same way
+	if errclass.LocalResources(err) { // the next origin would fail the same way
 		if ok, suppressed := e.refusals.Allow(); ok {
 			e.log.Warn("out of local resources: connection refused, no origin marked offline", "origin", o.name,
 				"err", err, "suppressed", suppressed)
@@ -493,7 +494,7 @@ func hideName(err error, o *origin) error {
 var errNoOrigin = errors.New("no origin reachable")
 
 // errLocal is the error of a connection refused because a dial failed for
-// lack of local resources (accept.LocalResources): the edge's own
+// lack of local resources (errclass.LocalResources): the edge's own
 // descriptors or memory ran out, the origin was not reached and is not
 // marked OFFLINE.
 var errLocal = errors.New("out of local resources")

@@ -19,6 +19,8 @@ import (
 	"log/slog"
 	"net"
 	"time"
+
+	"github.com/edgefleet/edgefleet/internal/errclass"
 )
 
 // Backoff bounds: the first wait after a temporary error, and the longest.
@@ -68,7 +70,7 @@ func (l *Loop) Serve(ln net.Listener) error {
 			if l.Closing != nil && l.Closing() {
 				return nil
 			}
-			if !Temporary(err) {
+			if !errclass.Temporary(err) {
 				return fmt.Errorf("accept on %s: %w", ln.Addr(), err)
 			}
 			backoff = min(max(2*backoff, minBackoff), maxBackoff)

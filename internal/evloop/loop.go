@@ -33,6 +33,7 @@ import (
 	"unsafe"
 
 	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/errclass"
 	"golang.org/x/sys/unix"
 )
 
@@ -712,7 +713,7 @@ func (l *loop) accept(ls *lslot) {
 				return
 			case err == unix.EINTR || err == unix.ECONNABORTED || err == unix.EPROTO || err == unix.EPERM:
 				continue
-			case accept.Temporary(err):
+			case errclass.Temporary(err):
 				l.backOff(ls, err)
 				return
 			}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/errclass"
 	"github.com/edgefleet/edgefleet/internal/splice"
 	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
 	"github.com/edgefleet/edgefleet/origin/ldap/wire"
@@ -262,7 +263,7 @@ func (s *Server) plain(c net.Conn, p Peer) {
 	up, err := d.Dial("tcp", s.cfg.DefaultServer)
 	if err != nil {
 		c.Close()
-		if accept.LocalResources(err) { // a flood: one line per 10 s, not one per client
+		if errclass.LocalResources(err) { // a flood: one line per 10 s, not one per client
 			s.starving(s.cfg.DefaultServer, err)
 			return
 		}
@@ -328,10 +329,10 @@ func (s *Server) backendTLS(host string) *tls.Config {
 
 // fail marks a server OFFLINE for every connection after a connect or I/O
 // failure, and tells the balancers (a failover balancer moves off it). A local resource error (out of file descriptors or memory:
-// accept.LocalResources) is this host's, not the server's: it marks
+// errclass.LocalResources) is this host's, not the server's: it marks
 // nothing and logs at most one line per 10 s.
 func (s *Server) fail(name string, err error) {
-	if accept.LocalResources(err) {
+	if errclass.LocalResources(err) {
 		s.starving(name, err)
 		return
 	}
@@ -376,7 +377,7 @@ func (s *Server) answers(name string) bool {
 	defer cancel()
 	err := s.checkServer(ctx, name)
 	// A local resource error: no check could be made, not the server's failure.
-	return err == nil || accept.LocalResources(err) || errors.Is(err, errServerBusy)
+	return err == nil || errclass.LocalResources(err) || errors.Is(err, errServerBusy)
 }
 
 func (s *Server) succeed(name string) {
