@@ -14,6 +14,7 @@ import (
 
 	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/internal/evloop"
+	"github.com/edgefleet/edgefleet/internal/loopguard"
 	"github.com/edgefleet/edgefleet/internal/sockopt"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -53,7 +54,7 @@ type Front struct {
 	refusals *accept.Limiter
 	// own holds the inner connections, so that one coming back to the
 	// front (inner is the front itself) is refused.
-	own  *accept.Own
+	own  *loopguard.Own
 	srv  evloop.Server
 	dial evloop.DialOptions // no keepalive toward inner: a local peer that dies resets its connections itself
 	// innerAddr is front.inner when it is an address; a name is looked
@@ -87,7 +88,7 @@ func New(cfg Config, table *PeerTable, log *slog.Logger, reg prometheus.Register
 		log:   log,
 		m:     newMetrics(table),
 		idle:  make(chan struct{}),
-		own:   accept.NewOwn(),
+		own:   loopguard.NewOwn(),
 	}
 	f.trusted.Store(&p)
 	if ap, err := netip.ParseAddrPort(cfg.Inner); err == nil {
@@ -279,7 +280,7 @@ func (h *handler) Open(c *evloop.Conn) {
 	c.ReadFirst(f.cfg.HeaderTimeout)
 }
 
-// killer closes a connection from another loop (accept.Own cuts a loop
+// killer closes a connection from another loop (loopguard.Own cuts a loop
 // from the side that finds it).
 type killer struct{ c *evloop.Conn }
 

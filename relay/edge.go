@@ -28,6 +28,7 @@ import (
 	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/internal/errclass"
 	"github.com/edgefleet/edgefleet/internal/evloop"
+	"github.com/edgefleet/edgefleet/internal/loopguard"
 	"github.com/edgefleet/edgefleet/internal/sockopt"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -56,7 +57,7 @@ type Edge struct {
 	dial evloop.DialOptions
 	// own holds the edge's origin connections, so that a connection coming
 	// back from one of them (an origin that is this edge) is refused.
-	own *accept.Own
+	own *loopguard.Own
 	// refusals rate-limits the log lines of refused connections.
 	refusals *accept.Limiter
 
@@ -118,7 +119,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Edge, error)
 		ctx:    ctx,
 		cancel: cancel,
 		idle:   make(chan struct{}),
-		own:    accept.NewOwn(),
+		own:    loopguard.NewOwn(),
 	}
 	e.refusals = accept.NewLimiter(refusalLogBurst, refusalLogWindow, e.now)
 	e.srv = evloop.Server{Handler: (*handler)(e), Log: log, Now: e.now, MaxPipes: evloop.PipesFor(cfg.MaxConns)}
@@ -242,7 +243,7 @@ func (h *handler) Open(c *evloop.Conn) {
 	e.dialNext(c, rc)
 }
 
-// killer closes a connection from another loop (accept.Own cuts a loop
+// killer closes a connection from another loop (loopguard.Own cuts a loop
 // from the side that finds it).
 type killer struct{ c *evloop.Conn }
 
