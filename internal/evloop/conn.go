@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/pipepool"
 	"github.com/edgefleet/edgefleet/internal/sockopt"
 	"github.com/edgefleet/edgefleet/internal/splice"
 	"golang.org/x/sys/unix"
@@ -98,7 +99,7 @@ type dir struct {
 	bulk    bool   // the last read filled the buffer: splice the next
 	pend    []byte // read and not written yet
 	pbuf    *[bufSize]byte
-	p       *splice.Pipe
+	p       *pipepool.Pipe
 	inPipe  int
 	n       int64
 }
@@ -629,7 +630,7 @@ func (c *Conn) move(d *dir, src, dst int) bool {
 					d.bulk = false
 					continue
 				}
-				p, err := splice.GetPipe()
+				p, err := pipepool.GetPipe()
 				if err != nil {
 					c.l.s.pipeGone()
 					d.bulk = false
@@ -743,7 +744,7 @@ func (c *Conn) putPipe(d *dir) {
 	if d.p == nil {
 		return
 	}
-	splice.PutPipe(d.p)
+	pipepool.PutPipe(d.p)
 	d.p = nil
 	c.l.s.pipeGone()
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/edgefleet/edgefleet/internal/pipepool"
 	"golang.org/x/sys/unix"
 )
 
@@ -64,7 +65,7 @@ func waitData(src syscall.RawConn) (eof bool, err error) {
 // until src has nothing more to read right now (the pipe goes back to the
 // pool), reaches EOF, or fails.
 func burst(dst, src syscall.RawConn) (n int64, eof bool, rerr, werr error) {
-	p, err := GetPipe()
+	p, err := pipepool.GetPipe()
 	if err != nil {
 		return 0, false, err, nil
 	}
@@ -84,11 +85,11 @@ func burst(dst, src syscall.RawConn) (n int64, eof bool, rerr, werr error) {
 			err = os.NewSyscallError("splice", serr)
 		}
 		if err != nil {
-			PutPipe(p) // empty: every burst drains it
+			pipepool.PutPipe(p) // empty: every burst drains it
 			return n, false, err, nil
 		}
 		if serr == unix.EAGAIN || m == 0 {
-			PutPipe(p)
+			pipepool.PutPipe(p)
 			return n, m == 0 && serr == nil, nil, nil
 		}
 		// Drain the pipe into dst, waiting for dst to be writable as needed.
@@ -104,7 +105,7 @@ func burst(dst, src syscall.RawConn) (n int64, eof bool, rerr, werr error) {
 
 // drain writes the m bytes in the pipe to dst, waiting for dst to be
 // writable as needed.
-func drain(dst syscall.RawConn, p *Pipe, m int64) (n int64, err error) {
+func drain(dst syscall.RawConn, p *pipepool.Pipe, m int64) (n int64, err error) {
 	rem := int(m)
 	var werr error
 	err = dst.Write(func(fd uintptr) bool {

@@ -1,4 +1,4 @@
-package splice
+package pipepool
 
 import (
 	"os"
