@@ -115,7 +115,7 @@ func Render(c Config, name string) (*Rendering, error) {
 	if err := rc.Validate(); err != nil {
 		return nil, fmt.Errorf("edge %s configuration: %w", e.Name, err)
 	}
-	if err := listenaddr.ListenOverlap(rc.Listen); err != nil {
+	if err := listenaddr.Overlap(rc.Listen); err != nil {
 		return nil, fmt.Errorf("deploy.listen: %w", err)
 	}
 	if relay.Descriptors(rc.MaxConns)+4096 > LimitNOFILE {

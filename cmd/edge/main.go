@@ -85,7 +85,7 @@ func load(fs *pflag.FlagSet, path string) (edgeFile, error) {
 	if err := cfg.Config.Validate(); err != nil {
 		return cfg, err
 	}
-	if err := listenaddr.ListenOverlap(cfg.Listen); err != nil {
+	if err := listenaddr.Overlap(cfg.Listen); err != nil {
 		return cfg, fmt.Errorf("listen: %w", err)
 	}
 	return cfg, cfg.CheckSelf() // this is the host the edge runs on (or --check runs on)

@@ -75,7 +75,7 @@ func load(fs *pflag.FlagSet, path string) (originFile, error) {
 	if err := cfg.Front.Validate(); err != nil {
 		return cfg, err
 	}
-	if err := listenaddr.ListenOverlap(cfg.Front.Listen); err != nil {
+	if err := listenaddr.Overlap(cfg.Front.Listen); err != nil {
 		return cfg, fmt.Errorf("front.listen: %w", err)
 	}
 	return cfg, nil

@@ -1,10 +1,8 @@
-// Package accept is the LDAP core's accept loop, and what goes with
-// accepting for every server: refusing connections that come back from
-// the server's own outbound sockets (Own: a relay pointed at itself), the
-// start-time check for such a configuration (SelfTarget), which errors
-// are the host running out of something (LocalResources, Temporary), and
-// a log-line rate limiter. The edge and the front accept on
-// internal/evloop, which follows the same rules.
+// Package accept is the LDAP core's accept loop: it hands each accepted
+// connection on and outlives the errors that waiting cures (which those
+// are is internal/errclass's Temporary). The edge and the front accept on
+// internal/evloop, which follows the same rules. ErrorLog and Limiter keep
+// such errors, and refusals, from flooding the log.
 //
 //	l := accept.Loop{Handle: s.handle, Closing: s.closing, Log: log}
 //	err := l.Serve(ln) // nil after Shutdown; otherwise the listener really failed

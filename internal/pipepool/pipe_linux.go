@@ -10,24 +10,23 @@ import (
 // calls of up to 1 MiB fit (the kernel may give less).
 const pipeSize = 1 << 20
 
-// Pipe is a kernel pipe used as splice's buffer (its read and write ends).
-// GetPipe and PutPipe share the pool with a copy made elsewhere (the
-// event loops of internal/evloop).
+// Pipe is a kernel pipe, the buffer of a splice(2) copy (its read and
+// write ends).
 type Pipe struct{ R, W int }
 
 // pool keeps pipes between bursts of data. Its size bounds the idle pipes
 // the process holds; connections moving data at once may take more.
-var pool = make(chan *Pipe, PoolSize)
+var pool = make(chan *Pipe, Size)
 
-// PoolSize is the most idle pipes the pool keeps.
-const PoolSize = 64
+// Size is the most idle pipes the pool keeps.
+const Size = 64
 
-// IdlePipes is the number of pipes in the pool now.
-func IdlePipes() int { return len(pool) }
+// Idle is the number of pipes in the pool now.
+func Idle() int { return len(pool) }
 
-// GetPipe takes a pipe from the pool, or makes one (non-blocking, 1 MiB
+// Get takes a pipe from the pool, or makes one (non-blocking, 1 MiB
 // asked for).
-func GetPipe() (*Pipe, error) {
+func Get() (*Pipe, error) {
 	select {
 	case p := <-pool:
 		return p, nil
@@ -41,9 +40,9 @@ func GetPipe() (*Pipe, error) {
 	return &Pipe{R: fds[0], W: fds[1]}, nil
 }
 
-// PutPipe gives back an empty pipe; one that may hold bytes is Closed
+// Put gives back an empty pipe; one that may hold bytes is Closed
 // instead.
-func PutPipe(p *Pipe) {
+func Put(p *Pipe) {
 	select {
 	case pool <- p:
 	default:

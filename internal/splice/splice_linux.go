@@ -65,7 +65,7 @@ func waitData(src syscall.RawConn) (eof bool, err error) {
 // until src has nothing more to read right now (the pipe goes back to the
 // pool), reaches EOF, or fails.
 func burst(dst, src syscall.RawConn) (n int64, eof bool, rerr, werr error) {
-	p, err := pipepool.GetPipe()
+	p, err := pipepool.Get()
 	if err != nil {
 		return 0, false, err, nil
 	}
@@ -85,11 +85,11 @@ func burst(dst, src syscall.RawConn) (n int64, eof bool, rerr, werr error) {
 			err = os.NewSyscallError("splice", serr)
 		}
 		if err != nil {
-			pipepool.PutPipe(p) // empty: every burst drains it
+			pipepool.Put(p) // empty: every burst drains it
 			return n, false, err, nil
 		}
 		if serr == unix.EAGAIN || m == 0 {
-			pipepool.PutPipe(p)
+			pipepool.Put(p)
 			return n, m == 0 && serr == nil, nil, nil
 		}
 		// Drain the pipe into dst, waiting for dst to be writable as needed.
