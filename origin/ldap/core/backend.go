@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/errclass"
+	"github.com/edgefleet/edgefleet/ldap/wire"
 	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
 )
 
 // backend is one connection from a session to an LdapServer, read by its

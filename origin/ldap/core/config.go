@@ -11,7 +11,7 @@
 //	go srv.Serve(ln)            // or srv.HandleConn(c) per accepted connection
 //	defer srv.Shutdown(ctx)
 //
-// PDUs are framed and parsed shallowly (origin/ldap/wire) and forwarded as
+// PDUs are framed and parsed shallowly (ldap/wire) and forwarded as
 // they arrived; the core only builds the PDUs it answers itself. Without a
 // DLP file, with proxy mode 0 or without an LdapProxy named Config.Name,
 // the core runs in plain mode: every connection is joined unchanged to

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/errclass"
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
+	"github.com/edgefleet/edgefleet/ldap/wire"
 )
 
 // The backend monitor (docs/balancers.md): every MonitorInterval each
