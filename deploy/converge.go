@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/edgefleet/edgefleet/internal/clock"
 )
 
 // DNSClient is the authoritative server as convergence sees it
@@ -73,10 +75,7 @@ type Converger struct {
 }
 
 func (c *Converger) now() time.Time {
-	if c.Now != nil {
-		return c.Now()
-	}
-	return time.Now()
+	return clock.Now(c.Now)
 }
 
 func (c *Converger) sleep(ctx context.Context, d time.Duration) error {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/clock"
 	"github.com/edgefleet/edgefleet/internal/evloop"
 	"github.com/edgefleet/edgefleet/internal/loopguard"
 	"github.com/edgefleet/edgefleet/internal/sockopt"
@@ -40,8 +41,9 @@ const (
 // header read, the non-blocking dial and the copy (read/write for small
 // bursts, splice for bulk) without a goroutine per connection.
 type Front struct {
-	// Now is the clock for Peer.Since, durations and log rate limiting;
-	// nil means time.Now. Set it before Serve.
+	// Now, if non-nil, is used instead of time.Now (internal/clock): the
+	// clock of Peer.Since, the durations and the log rate limit. Set it
+	// before Serve.
 	Now func() time.Time
 
 	cfg Config
@@ -105,10 +107,7 @@ func New(cfg Config, table *PeerTable, log *slog.Logger, reg prometheus.Register
 }
 
 func (f *Front) now() time.Time {
-	if f.Now != nil {
-		return f.Now()
-	}
-	return time.Now()
+	return clock.Now(f.Now)
 }
 
 // SetTrustedEdges replaces trusted_edges (SIGHUP in cmd/origin) without

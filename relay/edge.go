@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/clock"
 	"github.com/edgefleet/edgefleet/internal/errclass"
 	"github.com/edgefleet/edgefleet/internal/evloop"
 	"github.com/edgefleet/edgefleet/internal/loopguard"
@@ -44,9 +45,9 @@ const (
 // Edge relays client connections to the origins. Its connections run on
 // event loops (internal/evloop): no goroutine per connection.
 type Edge struct {
-	// Now is the clock of the OFFLINE retry window, the refusal-log rate
-	// limit and the durations measured and logged; nil means time.Now.
-	// Set it before Serve or HandleConn.
+	// Now, if non-nil, is used instead of time.Now (internal/clock): the
+	// clock of the OFFLINE retry window, the refusal-log rate limit and
+	// the durations measured and logged. Set it before Serve or HandleConn.
 	Now func() time.Time
 
 	cfg  Config
@@ -88,10 +89,7 @@ type conn struct {
 
 // now is e.Now, or time.Now when that is nil.
 func (e *Edge) now() time.Time {
-	if e.Now != nil {
-		return e.Now()
-	}
-	return time.Now()
+	return clock.Now(e.Now)
 }
 
 // New checks cfg (Validate and CheckSelf) and returns an edge that records

@@ -87,10 +87,10 @@ type Config struct {
 	// HandshakeTimeout bounds, with TLS on, the wait for a connection's
 	// first byte and its TLS handshake (LDAPS or StartTLS); 0 is 30 s.
 	HandshakeTimeout time.Duration
-	// Now is the clock of OFFLINE expiry, the load's smoothing, the
-	// monitor and the durations logged; nil is time.Now. It is part of the
-	// Config, not a field of the Server as on the front and the edge,
-	// because New starts the monitor.
+	// Now, if non-nil, is used instead of time.Now (internal/clock): the
+	// clock of OFFLINE expiry, the load's smoothing, the monitor and the
+	// durations logged. It is in the Config because New starts the
+	// monitor.
 	Now func() time.Time
 	// DialBackend opens a TCP connection to a backend; nil is a net.Dialer
 	// with TCP keepalive. Tests use it to shape socket buffers. The

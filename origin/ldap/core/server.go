@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/clock"
 	"github.com/edgefleet/edgefleet/internal/errclass"
 	"github.com/edgefleet/edgefleet/internal/splice"
 	"github.com/edgefleet/edgefleet/ldap/wire"
@@ -83,11 +84,8 @@ func New(cfg Config, file *dlp.File, peers PeerLookup, log *slog.Logger, reg pro
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	s := &Server{cfg: cfg, log: log, peers: peers, now: cfg.Now,
+	s := &Server{cfg: cfg, log: log, peers: peers, now: clock.Func(cfg.Now),
 		lns: map[net.Listener]struct{}{}, conns: map[net.Conn]*session{}}
-	if s.now == nil {
-		s.now = time.Now
-	}
 	s.starved = accept.NewLimiter(1, 10*time.Second, s.now)
 	switch {
 	case cfg.ProxyMode == 0:
