@@ -41,10 +41,10 @@ type Loop struct {
 	Closing func() bool
 	// Log receives the temporary-error lines; nil discards them.
 	Log *slog.Logger
-	// Now is the clock of the log rate limit; nil is time.Now.
+	// Now, if non-nil, is used instead of time.Now (internal/clock): the
+	// clock of the log rate limit. The back-off waits run on the runtime's
+	// clock.
 	Now func() time.Time
-	// Sleep waits out a backoff; nil is time.Sleep.
-	Sleep func(time.Duration)
 }
 
 // Serve accepts on ln until the listener fails for good or Closing reports
@@ -55,10 +55,6 @@ func (l *Loop) Serve(ln net.Listener) error {
 	log := l.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
-	}
-	sleep := l.Sleep
-	if sleep == nil {
-		sleep = time.Sleep
 	}
 	limit := NewLimiter(1, logWindow, l.Now)
 	var backoff time.Duration
@@ -76,7 +72,7 @@ func (l *Loop) Serve(ln net.Listener) error {
 				log.Warn("accept failed, retrying", "addr", ln.Addr().String(), "err", err,
 					"retry_in", backoff, "suppressed", suppressed)
 			}
-			sleep(backoff)
+			time.Sleep(backoff)
 			continue
 		}
 		backoff = 0

@@ -9,20 +9,24 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
 )
 
 // scripted is a listener whose Accept returns the scripted errors in turn,
-// then accepts from the real loopback listener inside it.
+// then accepts from the real loopback listener inside it; at is the time
+// each error was returned (the test's Handle adds the accept's).
 type scripted struct {
 	net.Listener
 	errs []error
+	at   []time.Time
 }
 
 func (s *scripted) Accept() (net.Conn, error) {
 	if len(s.errs) > 0 {
+		s.at = append(s.at, time.Now())
 		err := s.errs[0]
 		s.errs = s.errs[1:]
 		return nil, err
@@ -35,8 +39,14 @@ func acceptErr(errno syscall.Errno) error {
 }
 
 // TestTemporaryErrorsBackOff: EMFILE, ENFILE and ECONNABORTED never end
-// serving; the waits double from 5 ms to 1 s; one log line per window.
+// serving; the waits double from 5 ms to 1 s; one log line per window. It
+// runs in a synctest bubble, so the waits are the fake clock's moves
+// between two accepts, exactly.
 func TestTemporaryErrorsBackOff(t *testing.T) {
+	synctest.Test(t, testTemporaryErrorsBackOff)
+}
+
+func testTemporaryErrorsBackOff(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -47,12 +57,12 @@ func TestTemporaryErrorsBackOff(t *testing.T) {
 		errs = append(errs, acceptErr(syscall.EMFILE))
 	}
 	errs = append(errs, acceptErr(syscall.ENFILE), acceptErr(syscall.ECONNABORTED))
-	var waits []time.Duration
 	logs := &testbed.Buffer{}
 	got := make(chan net.Conn, 1)
 	closing := make(chan struct{})
+	sl := &scripted{Listener: ln, errs: errs}
 	l := Loop{
-		Handle: func(c net.Conn) { got <- c },
+		Handle: func(c net.Conn) { sl.at = append(sl.at, time.Now()); got <- c },
 		Closing: func() bool {
 			select {
 			case <-closing:
@@ -61,11 +71,10 @@ func TestTemporaryErrorsBackOff(t *testing.T) {
 				return false
 			}
 		},
-		Log:   slog.New(slog.NewJSONHandler(logs, nil)),
-		Sleep: func(d time.Duration) { waits = append(waits, d) },
+		Log: slog.New(slog.NewJSONHandler(logs, nil)),
 	}
 	served := make(chan error, 1)
-	go func() { served <- l.Serve(&scripted{Listener: ln, errs: errs}) }()
+	go func() { served <- l.Serve(sl) }()
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -76,8 +85,12 @@ func TestTemporaryErrorsBackOff(t *testing.T) {
 		a.Close()
 	case err := <-served:
 		t.Fatalf("Serve ended: %v", err)
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("no connection accepted after the temporary errors")
+	}
+	var waits []time.Duration
+	for i := 1; i < len(sl.at); i++ {
+		waits = append(waits, sl.at[i].Sub(sl.at[i-1]))
 	}
 	want := "[5ms 10ms 20ms 40ms 80ms 160ms 320ms 640ms 1s 1s 1s 1s]"
 	if fmt.Sprint(waits) != want {
