@@ -67,9 +67,10 @@ type Converger struct {
 	Locked bool
 	// Out receives the progress lines.
 	Out io.Writer
-	// Now and Sleep are the clock (nil: the real one).
-	Now   func() time.Time
-	Sleep func(ctx context.Context, d time.Duration) error
+	// Now, if non-nil, is used instead of time.Now (internal/clock): the
+	// clock of the state's timestamps and of the waits' deadlines. The
+	// waits themselves run on the runtime's clock.
+	Now func() time.Time
 	// Every is how often a wait prints its progress (5 s when zero).
 	Every time.Duration
 }
@@ -79,9 +80,6 @@ func (c *Converger) now() time.Time {
 }
 
 func (c *Converger) sleep(ctx context.Context, d time.Duration) error {
-	if c.Sleep != nil {
-		return c.Sleep(ctx, d)
-	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

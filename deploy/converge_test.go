@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
@@ -21,7 +22,7 @@ type fakeWorld struct {
 	allowed []string // edge names the firewall lets in
 	probe   map[string]ProbeResult
 	conns   []int // successive answers of the metrics endpoint
-	clock   *testbed.Clock
+	clock   interface{ Now() time.Time }
 	// checkErr is what the server answers a key check.
 	checkErr error
 }
@@ -83,15 +84,24 @@ var (
 	e3 = Edge{Name: "e3", IPv4: "192.0.2.3", IPv6: "2001:db8::3"}
 )
 
+// since is a clock that reads at when made and then moves with the
+// runtime's clock (in a bubble, the fake one).
+func since(at time.Time) clockFrom { return clockFrom{at, time.Now()} }
+
+type clockFrom struct{ at, made time.Time }
+
+func (c clockFrom) Now() time.Time { return c.at.Add(time.Since(c.made)) }
+
 // world is a fleet of e1 and e2, published and allowed, e1 with one
-// active connection that closes after two looks.
+// active connection that closes after two looks. It is made in a synctest
+// bubble, whose fake clock the converger's waits move.
 func world(t *testing.T) (*fakeWorld, func(edges ...Edge) *Converger) {
 	w := &fakeWorld{
 		dns:     RRSet{A: addrs("192.0.2.1", "192.0.2.2"), TTLA: 60},
 		allowed: []string{"e1", "e2"},
 		probe:   map[string]ProbeResult{},
 		conns:   []int{1, 1, 0},
-		clock:   testbed.NewClock(time.Date(2026, 12, 1, 6, 0, 0, 0, time.UTC)),
+		clock:   since(time.Date(2026, 12, 1, 6, 0, 0, 0, time.UTC)),
 	}
 	statePath := filepath.Join(t.TempDir(), StateFile)
 	return w, func(edges ...Edge) *Converger {
@@ -117,11 +127,7 @@ func world(t *testing.T) (*fakeWorld, func(edges ...Edge) *Converger) {
 			},
 			Slack: 5 * time.Second,
 			Now:   w.clock.Now,
-			Sleep: func(ctx context.Context, d time.Duration) error {
-				w.clock.Advance(d)
-				return ctx.Err()
-			},
-			Out: &testbed.Buffer{},
+			Out:   &testbed.Buffer{},
 		}
 	}
 }
@@ -129,7 +135,9 @@ func world(t *testing.T) (*fakeWorld, func(edges ...Edge) *Converger) {
 // TestConvergeRotate: e1 -> e3 in the safe order: the firewall allows e3,
 // e3 is probed on each address, DNS adds e3 then removes e1, e1 waits one
 // TTL plus slack and its drain, then the firewall drops it.
-func TestConvergeRotate(t *testing.T) {
+func TestConvergeRotate(t *testing.T) { synctest.Test(t, testConvergeRotate) }
+
+func testConvergeRotate(t *testing.T) {
 	w, conv := world(t)
 	if err := conv(e1, e2).Run(context.Background()); err != nil { // records e1 and e2 as active
 		t.Fatal(err)
@@ -174,7 +182,9 @@ func TestConvergeRotate(t *testing.T) {
 
 // TestConvergeProbeFails: a new edge that fails its probe is allowed by
 // the firewall (step 1) and nothing else happens; the run fails.
-func TestConvergeProbeFails(t *testing.T) {
+func TestConvergeProbeFails(t *testing.T) { synctest.Test(t, testConvergeProbeFails) }
+
+func testConvergeProbeFails(t *testing.T) {
 	w, conv := world(t)
 	conv(e1, e2).Run(context.Background())
 	w.probe["192.0.2.3:636"] = ProbeResult{Error: "tls handshake 192.0.2.3:636: no answer within the 2s budget"}
@@ -205,16 +215,17 @@ func TestConvergeProbeFails(t *testing.T) {
 // TestConvergeResume: killed in the TTL wait, a rerun neither probes nor
 // updates DNS again, waits only what is left of the TTL, and ends in the
 // same state as an uninterrupted run.
-func TestConvergeResume(t *testing.T) {
+func TestConvergeResume(t *testing.T) { synctest.Test(t, testConvergeResume) }
+
+func testConvergeResume(t *testing.T) {
 	w, conv := world(t)
 	conv(e1, e2).Run(context.Background())
 	c := conv(e2, e3)
 	ctx, cancel := context.WithCancel(context.Background())
-	c.Sleep = func(ctx context.Context, d time.Duration) error {
-		w.clock.Advance(20 * time.Second) // killed 20 s into the wait
+	go func() {
+		time.Sleep(20 * time.Second) // killed 20 s into the wait
 		cancel()
-		return ctx.Err()
-	}
+	}()
 	if err := c.Run(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("interrupted run: %v", err)
 	}
@@ -249,7 +260,9 @@ func TestConvergeResume(t *testing.T) {
 
 // TestConvergeDryRun changes nothing, state file included, and says what
 // it would do.
-func TestConvergeDryRun(t *testing.T) {
+func TestConvergeDryRun(t *testing.T) { synctest.Test(t, testConvergeDryRun) }
+
+func testConvergeDryRun(t *testing.T) {
 	w, conv := world(t)
 	conv(e1, e2).Run(context.Background())
 	before, _ := LoadState(conv().StatePath)
@@ -270,7 +283,9 @@ func TestConvergeDryRun(t *testing.T) {
 
 // TestConvergeNoMetrics: without a metrics endpoint a removed edge waits
 // the whole drain_timeout after its TTL wait.
-func TestConvergeNoMetrics(t *testing.T) {
+func TestConvergeNoMetrics(t *testing.T) { synctest.Test(t, testConvergeNoMetrics) }
+
+func testConvergeNoMetrics(t *testing.T) {
 	w, conv := world(t)
 	conv(e1, e2).Run(context.Background())
 	start := w.clock.Now()
@@ -340,7 +355,9 @@ func TestStatus(t *testing.T) {
 
 // TestConvergeRefusedKey: a key the DNS server refuses stops the run
 // before the firewall or anything else changes.
-func TestConvergeRefusedKey(t *testing.T) {
+func TestConvergeRefusedKey(t *testing.T) { synctest.Test(t, testConvergeRefusedKey) }
+
+func testConvergeRefusedKey(t *testing.T) {
 	w, conv := world(t)
 	conv(e1, e2).Run(context.Background())
 	w.checkErr = errors.New("dns: check update rights on 192.0.2.53:53 for ldap.example.net.: REFUSED")
@@ -355,7 +372,9 @@ func TestConvergeRefusedKey(t *testing.T) {
 
 // TestConvergeReaddress: an edge whose address changes is published on the
 // new one first; the old one drains as "<name>.old" and is then dropped.
-func TestConvergeReaddress(t *testing.T) {
+func TestConvergeReaddress(t *testing.T) { synctest.Test(t, testConvergeReaddress) }
+
+func testConvergeReaddress(t *testing.T) {
 	w, conv := world(t)
 	conv(e1, e2).Run(context.Background())
 	moved := e1
@@ -376,7 +395,9 @@ func TestConvergeReaddress(t *testing.T) {
 // TestConvergePartialReaddress: an edge that loses only its IPv6 address
 // keeps its IPv4 one published and allowed; the IPv6 one alone drains (as
 // "<name>.old"), with the full TTL wait.
-func TestConvergePartialReaddress(t *testing.T) {
+func TestConvergePartialReaddress(t *testing.T) { synctest.Test(t, testConvergePartialReaddress) }
+
+func testConvergePartialReaddress(t *testing.T) {
 	w, conv := world(t)
 	w.dns.AAAA, w.dns.TTLAAAA = addrs("2001:db8::3"), 60
 	w.dns.A = append(w.dns.A, netip.MustParseAddr("192.0.2.3"))
@@ -402,7 +423,9 @@ func TestConvergePartialReaddress(t *testing.T) {
 // old address still drains (a run interrupted in step 5) keeps both old
 // addresses allowed, each under its own name, until each one's own TTL
 // and drain are over; the first one's state entry is not lost.
-func TestConvergeReaddressTwice(t *testing.T) {
+func TestConvergeReaddressTwice(t *testing.T) { synctest.Test(t, testConvergeReaddressTwice) }
+
+func testConvergeReaddressTwice(t *testing.T) {
 	w, conv := world(t)
 	moved := readdressInterrupted(t, w, conv)
 	moved.IPv4 = "192.0.2.21"
@@ -475,7 +498,9 @@ func (f firewallFunc) Allowed() (map[netip.Addr]bool, error) { return nil, nil }
 // drains under "<name>.old" publishes it again at once: that entry is
 // dropped (nothing to wait for: the firewall keeps the address), and only
 // the address it leaves drains.
-func TestConvergeReaddressBack(t *testing.T) {
+func TestConvergeReaddressBack(t *testing.T) { synctest.Test(t, testConvergeReaddressBack) }
+
+func testConvergeReaddressBack(t *testing.T) {
 	w, conv := world(t)
 	readdressInterrupted(t, w, conv)
 	w.conns = []int{0}
