@@ -4,13 +4,15 @@
 //	// Now, if non-nil, is used instead of time.Now.
 //	Now func() time.Time
 //
-// and reads it through clock.Now (never a copy of its own nil check), for
-// everything it measures, logs or keeps a window of: durations, the
-// OFFLINE retry, the log-line limits, staleness, timestamps. Waits and
-// timeouts (timers, sleeps, socket deadlines) run on the runtime's clock:
-// a test that needs them to pass at once runs in a testing/synctest
-// bubble, whose fake clock moves time.Now, timers and sleeps together, so
-// a server takes no Sleep or timer of its own to inject.
+// and reads it through clock.Now (never a copy of its own nil check) for
+// the timestamps it records, the durations it logs and the windows it
+// keeps (the OFFLINE retry, the log-line limits, staleness). Round trips
+// timed as a measurement of real work (the probe's connect and handshake
+// times, the core monitor's check time) are the runtime's clock's, and so
+// are waits and timeouts (timers, sleeps, socket deadlines): a test that
+// needs them to pass at once runs in a testing/synctest bubble, whose fake
+// clock moves time.Now, timers and sleeps together, so a server takes no
+// Sleep or timer of its own to inject.
 //
 // The field is set before the server starts (before Serve, or in the
 // Config of a constructor that starts goroutines itself, as the LDAP
