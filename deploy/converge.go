@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/clock"
 	"github.com/miekg/dns"
 )
 
@@ -89,24 +90,19 @@ type Converger struct {
 	TrustedFrom string
 	// Out receives the progress lines.
 	Out io.Writer
-	// Now and Sleep are the clock (nil: the real one).
-	Now   func() time.Time
-	Sleep func(ctx context.Context, d time.Duration) error
+	// Now, if non-nil, is used instead of time.Now (internal/clock): the
+	// clock of the state's timestamps and of the waits' deadlines. The
+	// waits themselves run on the runtime's clock.
+	Now func() time.Time
 	// Every is how often a wait prints its progress (5 s when zero).
 	Every time.Duration
 }
 
 func (c *Converger) now() time.Time {
-	if c.Now != nil {
-		return c.Now()
-	}
-	return time.Now()
+	return clock.Now(c.Now)
 }
 
 func (c *Converger) sleep(ctx context.Context, d time.Duration) error {
-	if c.Sleep != nil {
-		return c.Sleep(ctx, d)
-	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

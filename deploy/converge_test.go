@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
@@ -27,7 +28,7 @@ type fakeWorld struct {
 	fw      []Edge   // the edges it lets in
 	probe   map[string]ProbeResult
 	conns   []int // successive answers of the metrics endpoint
-	clock   *testbed.Clock
+	clock   interface{ Now() time.Time }
 	// checkErr is what the server answers a key check.
 	checkErr error
 	// logRechecks logs the probes of published edges too.
@@ -153,8 +154,17 @@ var (
 	e3 = Edge{Name: "e3", IPv4: "192.0.2.3", IPv6: "2001:db8::3"}
 )
 
+// since is a clock that reads at when made and then moves with the
+// runtime's clock (in a bubble, the fake one).
+func since(at time.Time) clockFrom { return clockFrom{at, time.Now()} }
+
+type clockFrom struct{ at, made time.Time }
+
+func (c clockFrom) Now() time.Time { return c.at.Add(time.Since(c.made)) }
+
 // world is a fleet of e1 and e2, published and allowed, e1 with one
-// active connection that closes after two looks.
+// active connection that closes after two looks. It is made in a synctest
+// bubble, whose fake clock the converger's waits move.
 func world(t *testing.T) (*fakeWorld, func(edges ...Edge) *Converger) {
 	w := &fakeWorld{
 		dns:     RRSet{A: addrs("192.0.2.1", "192.0.2.2"), TTLA: 60},
@@ -162,7 +172,7 @@ func world(t *testing.T) (*fakeWorld, func(edges ...Edge) *Converger) {
 		fw:      []Edge{e1, e2},
 		probe:   map[string]ProbeResult{},
 		conns:   []int{1, 1, 0},
-		clock:   testbed.NewClock(time.Date(2026, 12, 1, 6, 0, 0, 0, time.UTC)),
+		clock:   since(time.Date(2026, 12, 1, 6, 0, 0, 0, time.UTC)),
 	}
 	statePath := filepath.Join(t.TempDir(), StateFile)
 	return w, func(edges ...Edge) *Converger {
@@ -193,11 +203,7 @@ func world(t *testing.T) (*fakeWorld, func(edges ...Edge) *Converger) {
 			},
 			Slack: 5 * time.Second,
 			Now:   w.clock.Now,
-			Sleep: func(ctx context.Context, d time.Duration) error {
-				w.clock.Advance(d)
-				return ctx.Err()
-			},
-			Out: &testbed.Buffer{},
+			Out:   &testbed.Buffer{},
 		}
 	}
 }
@@ -205,7 +211,9 @@ func world(t *testing.T) (*fakeWorld, func(edges ...Edge) *Converger) {
 // TestConvergeRotate: e1 -> e3 in the safe order: the firewall allows e3,
 // e3 is probed on each address, DNS adds e3 then removes e1, e1 waits one
 // TTL plus slack and its drain, then the firewall drops it.
-func TestConvergeRotate(t *testing.T) {
+func TestConvergeRotate(t *testing.T) { synctest.Test(t, testConvergeRotate) }
+
+func testConvergeRotate(t *testing.T) {
 	w, conv := world(t)
 	if err := conv(e1, e2).Run(context.Background()); err != nil { // records e1 and e2 as active
 		t.Fatal(err)
@@ -250,7 +258,9 @@ func TestConvergeRotate(t *testing.T) {
 
 // TestConvergeProbeFails: a new edge that fails its probe is allowed by
 // the firewall (step 1) and nothing else happens; the run fails.
-func TestConvergeProbeFails(t *testing.T) {
+func TestConvergeProbeFails(t *testing.T) { synctest.Test(t, testConvergeProbeFails) }
+
+func testConvergeProbeFails(t *testing.T) {
 	w, conv := world(t)
 	conv(e1, e2).Run(context.Background())
 	w.probe["192.0.2.3:636"] = ProbeResult{Error: "tls handshake 192.0.2.3:636: no answer within the 2s budget"}
@@ -281,16 +291,17 @@ func TestConvergeProbeFails(t *testing.T) {
 // TestConvergeResume: killed in the TTL wait, a rerun neither probes nor
 // updates DNS again, waits only what is left of the TTL, and ends in the
 // same state as an uninterrupted run.
-func TestConvergeResume(t *testing.T) {
+func TestConvergeResume(t *testing.T) { synctest.Test(t, testConvergeResume) }
+
+func testConvergeResume(t *testing.T) {
 	w, conv := world(t)
 	conv(e1, e2).Run(context.Background())
 	c := conv(e2, e3)
 	ctx, cancel := context.WithCancel(context.Background())
-	c.Sleep = func(ctx context.Context, d time.Duration) error {
-		w.clock.Advance(20 * time.Second) // killed 20 s into the wait
+	go func() {
+		time.Sleep(20 * time.Second) // killed 20 s into the wait
 		cancel()
-		return ctx.Err()
-	}
+	}()
 	if err := c.Run(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("interrupted run: %v", err)
 	}
@@ -325,7 +336,9 @@ func TestConvergeResume(t *testing.T) {
 
 // TestConvergeDryRun changes nothing, state file included, and says what
 // it would do.
-func TestConvergeDryRun(t *testing.T) {
+func TestConvergeDryRun(t *testing.T) { synctest.Test(t, testConvergeDryRun) }
+
+func testConvergeDryRun(t *testing.T) {
 	w, conv := world(t)
 	conv(e1, e2).Run(context.Background())
 	before, _ := LoadState(conv().StatePath)
@@ -346,7 +359,9 @@ func TestConvergeDryRun(t *testing.T) {
 
 // TestConvergeNoMetrics: without a metrics endpoint a removed edge waits
 // the whole drain_timeout after its TTL wait.
-func TestConvergeNoMetrics(t *testing.T) {
+func TestConvergeNoMetrics(t *testing.T) { synctest.Test(t, testConvergeNoMetrics) }
+
+func testConvergeNoMetrics(t *testing.T) {
 	w, conv := world(t)
 	conv(e1, e2).Run(context.Background())
 	start := w.clock.Now()
@@ -418,7 +433,9 @@ func TestStatus(t *testing.T) {
 
 // TestConvergeRefusedKey: a key the DNS server refuses stops the run
 // before the firewall or anything else changes.
-func TestConvergeRefusedKey(t *testing.T) {
+func TestConvergeRefusedKey(t *testing.T) { synctest.Test(t, testConvergeRefusedKey) }
+
+func testConvergeRefusedKey(t *testing.T) {
 	w, conv := world(t)
 	conv(e1, e2).Run(context.Background())
 	w.checkErr = errors.New("dns: check update rights on 192.0.2.53:53 for ldap.example.net.: REFUSED")
@@ -433,7 +450,9 @@ func TestConvergeRefusedKey(t *testing.T) {
 
 // TestConvergeReaddress: an edge whose address changes is published on the
 // new one first; the old one drains as "<name>.old" and is then dropped.
-func TestConvergeReaddress(t *testing.T) {
+func TestConvergeReaddress(t *testing.T) { synctest.Test(t, testConvergeReaddress) }
+
+func testConvergeReaddress(t *testing.T) {
 	w, conv := world(t)
 	conv(e1, e2).Run(context.Background())
 	moved := e1
@@ -454,7 +473,9 @@ func TestConvergeReaddress(t *testing.T) {
 // TestConvergePartialReaddress: an edge that loses only its IPv6 address
 // keeps its IPv4 one published and allowed; the IPv6 one alone drains (as
 // "<name>.old"), with the full TTL wait.
-func TestConvergePartialReaddress(t *testing.T) {
+func TestConvergePartialReaddress(t *testing.T) { synctest.Test(t, testConvergePartialReaddress) }
+
+func testConvergePartialReaddress(t *testing.T) {
 	w, conv := world(t)
 	w.dns.AAAA, w.dns.TTLAAAA = addrs("2001:db8::3"), 60
 	w.dns.A = append(w.dns.A, netip.MustParseAddr("192.0.2.3"))
@@ -480,7 +501,9 @@ func TestConvergePartialReaddress(t *testing.T) {
 // old address still drains (a run interrupted in step 5) keeps both old
 // addresses allowed, each under its own name, until each one's own TTL
 // and drain are over; the first one's state entry is not lost.
-func TestConvergeReaddressTwice(t *testing.T) {
+func TestConvergeReaddressTwice(t *testing.T) { synctest.Test(t, testConvergeReaddressTwice) }
+
+func testConvergeReaddressTwice(t *testing.T) {
 	w, conv := world(t)
 	moved := readdressInterrupted(t, w, conv)
 	moved.IPv4 = "192.0.2.21"
@@ -555,7 +578,9 @@ func (r *recordingFirewall) Allow(edges []Edge) (func() error, error) {
 // drains under "<name>.old" publishes it again at once: that entry is
 // dropped (nothing to wait for: the firewall keeps the address), and only
 // the address it leaves drains.
-func TestConvergeReaddressBack(t *testing.T) {
+func TestConvergeReaddressBack(t *testing.T) { synctest.Test(t, testConvergeReaddressBack) }
+
+func testConvergeReaddressBack(t *testing.T) {
 	w, conv := world(t)
 	readdressInterrupted(t, w, conv)
 	w.conns = []int{0}
@@ -580,7 +605,9 @@ func TestConvergeReaddressBack(t *testing.T) {
 // TestConvergeFirewallRegression: a firewall change after which an edge
 // that got through before no longer does (a wrong pin) is undone: the
 // previous rules are restored and the run fails before any DNS change.
-func TestConvergeFirewallRegression(t *testing.T) {
+func TestConvergeFirewallRegression(t *testing.T) { synctest.Test(t, testConvergeFirewallRegression) }
+
+func testConvergeFirewallRegression(t *testing.T) {
 	w, conv := world(t)
 	conv(e1, e2).Run(context.Background())
 	w.logRechecks = true
@@ -621,7 +648,9 @@ func (h *hookFirewall) Allow(edges []Edge) (func() error, error) {
 // and let in by the firewall that fleet.yaml does not list leaves by the
 // safe order: DNS first, then TTL + slack and the drain, then the
 // firewall — under the name its firewall rule gives.
-func TestConvergeUnlisted(t *testing.T) {
+func TestConvergeUnlisted(t *testing.T) { synctest.Test(t, testConvergeUnlisted) }
+
+func testConvergeUnlisted(t *testing.T) {
 	w, conv := world(t) // e1 and e2 published and allowed; no state file
 	start := w.clock.Now()
 	c := conv(e2)
@@ -645,7 +674,9 @@ func TestConvergeUnlisted(t *testing.T) {
 // neither in DNS nor let in by the firewall (a state of another run, a
 // run killed after step 6) is forgotten: the firewall is not opened to
 // it, not even for a moment.
-func TestConvergeUntrustedDraining(t *testing.T) {
+func TestConvergeUntrustedDraining(t *testing.T) { synctest.Test(t, testConvergeUntrustedDraining) }
+
+func testConvergeUntrustedDraining(t *testing.T) {
 	w, conv := world(t)
 	conv(e1, e2).Run(context.Background())
 	st, _ := LoadState(conv().StatePath)
@@ -671,7 +702,9 @@ func TestConvergeUntrustedDraining(t *testing.T) {
 
 // TestConvergeTTLHistory: records whose TTL was lowered shortly before an
 // edge left DNS may be held for the old TTL: the wait lasts until then.
-func TestConvergeTTLHistory(t *testing.T) {
+func TestConvergeTTLHistory(t *testing.T) { synctest.Test(t, testConvergeTTLHistory) }
+
+func testConvergeTTLHistory(t *testing.T) {
 	w, conv := world(t)
 	w.dns.TTLA = 600
 	c := conv(e1, e2) // ttl: 60 in fleet.yaml: the A set is rewritten
@@ -683,7 +716,7 @@ func TestConvergeTTLHistory(t *testing.T) {
 		t.Fatalf("the TTL change is not recorded: %s", st.Marshal())
 	}
 	changed := w.clock.Now()
-	w.clock.Advance(10 * time.Second)
+	time.Sleep(10 * time.Second)
 	w.conns = []int{0}
 	c = conv(e2)
 	if err := c.Run(context.Background()); err != nil {
@@ -699,7 +732,9 @@ func TestConvergeTTLHistory(t *testing.T) {
 
 // TestConvergeDrainRefused: an edge whose metrics endpoint refuses
 // connections is down: nothing is left to drain, no drain_timeout wait.
-func TestConvergeDrainRefused(t *testing.T) {
+func TestConvergeDrainRefused(t *testing.T) { synctest.Test(t, testConvergeDrainRefused) }
+
+func testConvergeDrainRefused(t *testing.T) {
 	w, conv := world(t)
 	conv(e1, e2).Run(context.Background())
 	start := w.clock.Now()
@@ -721,7 +756,9 @@ func TestConvergeDrainRefused(t *testing.T) {
 // TestConvergeDrainProgress: the drain loop prints at the --progress
 // interval, not at each poll; a wait of less than a second left says
 // "1s more", never "0s more".
-func TestConvergeDrainProgress(t *testing.T) {
+func TestConvergeDrainProgress(t *testing.T) { synctest.Test(t, testConvergeDrainProgress) }
+
+func testConvergeDrainProgress(t *testing.T) {
 	w, conv := world(t)
 	conv(e1, e2).Run(context.Background())
 	w.conns = []int{3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 0}
@@ -742,7 +779,9 @@ func TestConvergeDrainProgress(t *testing.T) {
 
 // TestConvergeBeforePublish: the hook runs once the new edges passed their
 // probes, before the first DNS change — and not at all when a probe fails.
-func TestConvergeBeforePublish(t *testing.T) {
+func TestConvergeBeforePublish(t *testing.T) { synctest.Test(t, testConvergeBeforePublish) }
+
+func testConvergeBeforePublish(t *testing.T) {
 	w, conv := world(t)
 	conv(e1, e2).Run(context.Background())
 	w.probe["192.0.2.3:636"] = ProbeResult{Error: "refused"}
@@ -766,7 +805,9 @@ func TestConvergeBeforePublish(t *testing.T) {
 // TestConvergeKilledAfterDrop: a run killed after step 6 (e1 dropped by
 // the firewall) but before the state was saved leaves e1 draining in the
 // state; the rerun does not let e1 in again, not even for a moment.
-func TestConvergeKilledAfterDrop(t *testing.T) {
+func TestConvergeKilledAfterDrop(t *testing.T) { synctest.Test(t, testConvergeKilledAfterDrop) }
+
+func testConvergeKilledAfterDrop(t *testing.T) {
 	w, conv := world(t)
 	conv(e1, e2).Run(context.Background())
 	// What the killed run had done: e1 out of DNS and the firewall, its
@@ -790,7 +831,9 @@ func TestConvergeKilledAfterDrop(t *testing.T) {
 // TestConvergeUntrustedWarning: a new edge outside the origin's
 // front.trusted_edges is named before step 1, in the plan and the run;
 // the published ones are not.
-func TestConvergeUntrustedWarning(t *testing.T) {
+func TestConvergeUntrustedWarning(t *testing.T) { synctest.Test(t, testConvergeUntrustedWarning) }
+
+func testConvergeUntrustedWarning(t *testing.T) {
 	_, conv := world(t)
 	conv(e1, e2).Run(context.Background())
 	for _, dry := range []bool{true, false} {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -90,7 +91,9 @@ func TestStatusJSON(t *testing.T) {
 // stranger that appeared since is still unknown. An edge the state holds
 // as active that fleet.yaml no longer lists is draining by name too (the
 // next run drains it), not an unknown address.
-func TestStatusFollowsTheState(t *testing.T) {
+func TestStatusFollowsTheState(t *testing.T) { synctest.Test(t, testStatusFollowsTheState) }
+
+func testStatusFollowsTheState(t *testing.T) {
 	ok := func(context.Context, string) ProbeResult { return ProbeResult{OK: true, HandshakeMS: 1} }
 	rowsOf := func(c *Converger, w *fakeWorld) []string {
 		t.Helper()
@@ -115,7 +118,7 @@ func TestStatusFollowsTheState(t *testing.T) {
 	c := conv(e2)
 	check("before any run", rowsOf(c, w), "e2 192.0.2.2 yes yes active", " 192.0.2.1 yes yes unknown")
 	ctx, cancel := context.WithCancel(context.Background())
-	c.Sleep = func(context.Context, time.Duration) error { cancel(); return context.Canceled }
+	time.AfterFunc(time.Second, cancel) // in the bubble: once the run waits
 	if err := c.Run(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("run: %v, want it interrupted in its wait", err)
 	}

@@ -13,9 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/errclass"
+	"github.com/edgefleet/edgefleet/ldap/wire"
 	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
 )
 
 // backend is one connection from a session to an LdapServer, read by its
@@ -121,7 +121,7 @@ func (ss *session) fits(b *backend) bool {
 // start there, so that a later failover wraps around to servers before it
 // (cands from the chosen server on without a ring).
 //
-// A dial that failed for lack of local resources (accept.LocalResources)
+// A dial that failed for lack of local resources (errclass.LocalResources)
 // ends the walk and sets ss.starved: the client is answered busy.
 func (ss *session) attach(cands, ring []string, ident bool) (*backend, []string, string) {
 	ss.starved = false
@@ -137,7 +137,7 @@ func (ss *session) attach(cands, ring []string, ident bool) (*backend, []string,
 			continue
 		}
 		b, err := ss.dial(name, ident)
-		if accept.LocalResources(err) { // the next server would fail the same way
+		if errclass.LocalResources(err) { // the next server would fail the same way
 			ss.starved = true
 			return nil, nil, "this origin is out of local resources, retry later (no server was marked OFFLINE): " + name + ": " + err.Error()
 		}

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/edgefleet/edgefleet/internal/splice"
+	"github.com/edgefleet/edgefleet/internal/rawio"
 )
 
 // A session never makes a server wait for its client: handlers append
@@ -199,12 +199,12 @@ func (o *clientOut) writeNow() bool {
 }
 
 // writeFD is nowFn: it writes o.now into fd until done or the socket is
-// full (EAGAIN), and never asks to wait. splice.WriteNow, as in rawSock:
+// full (EAGAIN), and never asks to wait. rawio.WriteNow, as in rawSock:
 // the call does not wake sysmon.
 func (o *clientOut) writeFD(fd uintptr) bool {
 	o.called = true
 	for o.nowN < len(o.now) {
-		n, err := splice.WriteNow(int(fd), o.now[o.nowN:])
+		n, err := rawio.WriteNow(int(fd), o.now[o.nowN:])
 		switch {
 		case err == syscall.EINTR:
 			continue

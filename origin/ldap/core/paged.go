@@ -1,6 +1,6 @@
 package core
 
-import "github.com/edgefleet/edgefleet/origin/ldap/wire"
+import "github.com/edgefleet/edgefleet/ldap/wire"
 
 // Paged searches (RFC 2696) across failover. A paging cookie belongs to
 // the server (and connection) that issued it. When the next page of a

@@ -1,6 +1,6 @@
 package core
 
-import "github.com/edgefleet/edgefleet/origin/ldap/wire"
+import "github.com/edgefleet/edgefleet/ldap/wire"
 
 // Searches that follow the directory's changes — content synchronization
 // (RFC 4533, syncrepl's refreshOnly and refreshAndPersist) and the

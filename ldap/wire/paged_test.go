@@ -6,7 +6,7 @@ import (
 
 	ber "github.com/go-asn1-ber/asn1-ber"
 
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
+	"github.com/edgefleet/edgefleet/ldap/wire"
 )
 
 // pagedSearch is a search request (id 5) with another control and then a

@@ -6,7 +6,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
+	"github.com/edgefleet/edgefleet/ldap/wire"
 )
 
 // FuzzReader: any byte stream frames into PDUs that are exact, in-order
