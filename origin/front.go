@@ -14,6 +14,7 @@ import (
 
 	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/internal/evloop"
+	"github.com/edgefleet/edgefleet/internal/proxyheader"
 	"github.com/edgefleet/edgefleet/internal/sockopt"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -235,7 +236,7 @@ type conn struct {
 	start    time.Time
 	measured string
 	trusted  bool
-	headerInfo
+	proxyheader.Info
 	token   uint64         // the peer table's dial token, while dialling or inserted
 	dialing bool           // token taken, not inserted yet
 	port    int            // the inner connection's local port once inserted
@@ -258,7 +259,7 @@ func (h *handler) Open(c *evloop.Conn) {
 	fc := &conn{}
 	c.Data = fc
 	fc.measured = c.Peer().String()
-	fc.header = HeaderNone
+	fc.Header = HeaderNone
 	if f.own.Accepted(c.Peer(), c.Local(), killer{c}) {
 		f.looped(fc.measured)
 		c.Close(reasonCounted, nil)
@@ -309,7 +310,7 @@ func (h *handler) Received(c *evloop.Conn, b []byte, err error) {
 		c.Close(reasonCounted, nil)
 		return
 	}
-	fc.headerInfo = d.info
+	fc.Info = d.info
 	c.Consume(d.n)
 	fc.token, fc.dialing = f.table.beginDial(), true
 	if f.innerAddr.IsValid() {
@@ -368,15 +369,15 @@ func (h *handler) Dialed(c *evloop.Conn, err error) {
 	fc.port, fc.dialing = int(local.Port()), false
 	f.table.insert(fc.token, Peer{
 		InnerPort: fc.port,
-		Claimed:   fc.claimed,
+		Claimed:   fc.Claimed,
 		Measured:  fc.measured,
-		Edge:      fc.edge,
-		ID:        fc.id,
-		Header:    fc.header,
+		Edge:      fc.Edge,
+		ID:        fc.ID,
+		Header:    fc.Header,
 		Since:     fc.start,
 		Inner:     local.String(),
 	})
-	f.m.ok(fc.header).Inc()
+	f.m.ok(fc.Header).Inc()
 	c.Relay(nil, nil)
 }
 
@@ -397,9 +398,9 @@ func (h *handler) Closed(c *evloop.Conn, res evloop.Result) {
 	case res.Reason == evloop.ReasonKilled: // own cut a loop from the dialling side
 		f.looped(fc.measured)
 	case !forwarded: // aborted by Shutdown before forwarding
-		f.m.conns.WithLabelValues(fc.header, ResultShutdown).Inc()
+		f.m.conns.WithLabelValues(fc.Header, ResultShutdown).Inc()
 	case res.Up != 0 || res.Down != 0:
-		f.logClosed(&fc.headerInfo, fc.measured, fc.port, res.Up, res.Down, fc.start, res.Reason)
+		f.logClosed(&fc.Info, fc.measured, fc.port, res.Up, res.Down, fc.start, res.Reason)
 	}
 	if fc.counted {
 		f.release()
@@ -413,7 +414,7 @@ func (h *handler) Closed(c *evloop.Conn, res evloop.Result) {
 // one reading of the clock for the line's time and the duration's end
 // when the clock is the real one. The attributes are typed: no value is
 // boxed into an interface.
-func (f *Front) logClosed(h *headerInfo, measured string, port int, up, down int64, start time.Time, reason string) {
+func (f *Front) logClosed(h *proxyheader.Info, measured string, port int, up, down int64, start time.Time, reason string) {
 	ctx := context.Background()
 	if !f.log.Enabled(ctx, slog.LevelInfo) {
 		return
@@ -424,8 +425,8 @@ func (f *Front) logClosed(h *headerInfo, measured string, port int, up, down int
 		at = time.Now()
 	}
 	r := slog.NewRecord(at, slog.LevelInfo, "connection closed", 0)
-	r.AddAttrs(slog.String("id", h.id), slog.String("claimed", h.claimed), slog.String("measured", measured),
-		slog.String("edge", h.edge), slog.String("header", h.header), slog.Int("inner_port", port),
+	r.AddAttrs(slog.String("id", h.ID), slog.String("claimed", h.Claimed), slog.String("measured", measured),
+		slog.String("edge", h.Edge), slog.String("header", h.Header), slog.Int("inner_port", port),
 		slog.Int64("bytes_up", up), slog.Int64("bytes_down", down),
 		slog.Duration("duration", end.Sub(start)), slog.String("reason", reason))
 	f.log.Handler().Handle(ctx, r)
@@ -446,7 +447,7 @@ func (f *Front) forgetInner(fc *conn) {
 
 // refused counts and logs a refusal examine decided.
 func (f *Front) refused(fc *conn, d decision) {
-	fc.header = d.k.String()
+	fc.Header = d.k.String()
 	switch d.result {
 	case ResultSpoofed:
 		f.m.spoofed.Inc()
@@ -460,12 +461,12 @@ func (f *Front) refused(fc *conn, d decision) {
 // through the rate limiter. The caller closes the connection after:
 // whoever sees the close sees the count.
 func (f *Front) refuse(fc *conn, result, msg string, err error) {
-	f.m.conns.WithLabelValues(fc.header, result).Inc()
+	f.m.conns.WithLabelValues(fc.Header, result).Inc()
 	if msg == "" {
 		return
 	}
 	if ok, suppressed := f.refusals.Allow(); ok {
-		attrs := []any{"claimed", fc.claimed, "measured", fc.measured, "header", fc.header, "reason", result}
+		attrs := []any{"claimed", fc.Claimed, "measured", fc.measured, "header", fc.Header, "reason", result}
 		if err != nil {
 			attrs = append(attrs, "err", err)
 		}
@@ -492,12 +493,12 @@ const (
 // decision is what the first bytes of a connection make of it.
 type decision struct {
 	step   step
-	k      kind       // what the first bytes are, once known
-	n      int        // stepForward: the header's length
-	info   headerInfo // stepForward: what the header says (header none without one)
-	result string     // stepRefuse: the result label
-	msg    string     // stepRefuse: the log message; "" writes no line
-	err    error      // stepRefuse: why
+	k      proxyheader.Kind // what the first bytes are, once known
+	n      int              // stepForward: the header's length
+	info   proxyheader.Info // stepForward: what the header says (header none without one)
+	result string           // stepRefuse: the result label
+	msg    string           // stepRefuse: the log message; "" writes no line
+	err    error            // stepRefuse: why
 }
 
 // examine applies the sniff, the trust policy (docs/origin.md) and the
@@ -506,29 +507,29 @@ type decision struct {
 // come), io.EOF, a timeout (header_timeout ran out) or a read error.
 // The event loops decide through it each time more bytes arrive.
 func examine(b []byte, err error, trusted, requireHeader bool) decision {
-	k, decided := sniffKind(b, err == io.EOF)
+	k, decided := proxyheader.Sniff(b, err == io.EOF)
 	if !decided {
 		if err == nil {
 			return decision{}
 		}
-		return failed(kindNone, err, len(b) > 0)
+		return failed(proxyheader.None, err, len(b) > 0)
 	}
 	if v := judge(trusted, k, requireHeader); v.result != "" {
 		return decision{step: stepRefuse, k: k, result: v.result, msg: v.msg}
 	}
-	if k == kindNone {
-		return decision{step: stepForward, info: headerInfo{header: HeaderNone}}
+	if k == proxyheader.None {
+		return decision{step: stepForward, info: proxyheader.Info{Header: HeaderNone}}
 	}
-	n, herr := headerLen(b, k)
+	n, herr := proxyheader.Len(b, k)
 	switch {
 	case herr != nil:
 		return failed(k, herr, true)
 	case n == 0 && err == nil:
 		return decision{k: k}
 	case n == 0:
-		return failed(k, truncated(err), true)
+		return failed(k, proxyheader.Truncated(err), true)
 	}
-	info, perr := readHeader(b[:n], k)
+	info, perr := proxyheader.Read(b[:n], k)
 	if perr != nil {
 		return failed(k, perr, true)
 	}
@@ -537,7 +538,7 @@ func examine(b []byte, err error, trusted, requireHeader bool) decision {
 
 // failed refuses a connection whose first bytes or header could not be
 // read: too slow, gone before a byte (no log line), or broken.
-func failed(k kind, err error, gotBytes bool) decision {
+func failed(k proxyheader.Kind, err error, gotBytes bool) decision {
 	d := decision{step: stepRefuse, k: k, err: err}
 	var ne net.Error
 	switch {

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/proxyheader"
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -197,7 +198,7 @@ func TestBadHeaders(t *testing.T) {
 		{"v1 without crlf within 107 bytes", append([]byte("PROXY TCP4 "), make([]byte, 120)...), false, HeaderV1},
 		{"v1 truncated", []byte("PROXY TCP4 192.0.2.1 "), true, HeaderV1},
 		{"v2 truncated", v2Raw(0x21, 0x11, 12, []byte{192, 0, 2}), true, HeaderV2},
-		{"v2 oversized tlv block", v2Raw(0x21, 0x11, MaxV2Length+1, nil), false, HeaderV2},
+		{"v2 oversized tlv block", v2Raw(0x21, 0x11, proxyheader.MaxV2Length+1, nil), false, HeaderV2},
 		{"v2 largest length field", v2Raw(0x21, 0x11, 0xFFFF, nil), false, HeaderV2},
 		{"v2 malformed tlv", v2Raw(0x21, 0x11, 18, append(make([]byte, 12), 0xE0, 0x00, 0xC8, 'a', 'b', 'c')), false, HeaderV2},
 		{"v2 bad command", v2Raw(0x2F, 0x11, 12, make([]byte, 12)), false, HeaderV2},
@@ -563,7 +564,7 @@ func TestHeaderTimeoutRealSockets(t *testing.T) {
 	stalled := []*net.TCPConn{}
 	for _, b := range [][]byte{
 		[]byte("\r\n\r\n"), // a signature prefix
-		append(append([]byte{}, sigV2...), 0x21, 0x11, 0x00),
+		append(append([]byte{}, proxyheader.SigV2...), 0x21, 0x11, 0x00),
 		v2Raw(0x21, 0x11, 12, []byte{192, 0}), // address block missing
 	} {
 		c := h.dialFrom("127.0.0.2")

@@ -8,15 +8,17 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/edgefleet/edgefleet/internal/proxyheader"
 )
 
 // Header values of Peer.Header and of the header label of
 // edgefleet_origin_connections_total.
 const (
-	HeaderV2    = "v2"    // a PROXY v2 header with the client's address
-	HeaderV1    = "v1"    // a PROXY v1 line with the client's address
-	HeaderLocal = "local" // a v2 LOCAL header or a v1 UNKNOWN line: no client address
-	HeaderNone  = "none"  // no header: the connection was forwarded as it came
+	HeaderV2    = proxyheader.HeaderV2    // a PROXY v2 header with the client's address
+	HeaderV1    = proxyheader.HeaderV1    // a PROXY v1 line with the client's address
+	HeaderLocal = proxyheader.HeaderLocal // a v2 LOCAL header or a v1 UNKNOWN line: no client address
+	HeaderNone  = proxyheader.HeaderNone  // no header: the connection was forwarded as it came
 )
 
 // Peer is what the front knows about the outer connection behind one inner

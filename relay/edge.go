@@ -27,6 +27,7 @@ import (
 
 	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/internal/evloop"
+	"github.com/edgefleet/edgefleet/internal/proxyheader"
 	"github.com/edgefleet/edgefleet/internal/sockopt"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -322,7 +323,7 @@ func (h *handler) Dialed(c *evloop.Conn, err error) {
 		return
 	}
 	var hb [512]byte
-	header, err := appendProxyHeader(hb[:0], e.cfg.ProxyProtocol, c.Peer(), c.Local(), rc.id, e.cfg.Name)
+	header, err := proxyheader.Append(hb[:0], headerVersion(e.cfg.ProxyProtocol), c.Peer(), c.Local(), rc.id, e.cfg.Name)
 	if err != nil {
 		c.Close(ResultServerError, fmt.Errorf("write proxy header: %w", err))
 		return

@@ -47,7 +47,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/bench/internal/benchkit"
-	"github.com/edgefleet/edgefleet/relay"
+	"github.com/edgefleet/edgefleet/internal/proxyheader"
 	proxyproto "github.com/pires/go-proxyproto"
 	"golang.org/x/sys/unix"
 )
@@ -301,7 +301,7 @@ func header() []byte {
 		&net.TCPAddr{IP: net.IPv4(198, 51, 100, 1), Port: 636})
 	h.SetTLVs([]proxyproto.TLV{
 		{Type: proxyproto.PP2_TYPE_UNIQUE_ID, Value: []byte(strconv.FormatUint(seq, 16))},
-		{Type: relay.TLVEdgeName, Value: []byte("bench-edge")},
+		{Type: proxyheader.TLVEdgeName, Value: []byte("bench-edge")},
 	})
 	b, _ := h.Format()
 	return b
