@@ -16,7 +16,7 @@ import (
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/loglimit"
 )
 
 // ServerConfig is the embedded authoritative server (`fleet dns serve`).
@@ -81,7 +81,7 @@ type Server struct {
 	Addr string
 
 	now      func() time.Time
-	refusals *accept.Limiter
+	refusals *loglimit.Limiter
 	results  map[string]prometheus.Counter
 	// seen holds the MAC of every verified UPDATE until it stops
 	// verifying (time signed + fudge): a copy is a replay (under mu).
@@ -128,7 +128,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	s.refusals = accept.NewLimiter(refusalLogBurst, refusalLogWindow, s.now)
+	s.refusals = loglimit.New(refusalLogBurst, refusalLogWindow, s.now)
 	total := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "edgefleet_fleet_dns_updates_total",
 		Help: "UPDATEs the embedded DNS server received, by result (success, or why it was refused).",

@@ -14,6 +14,7 @@ import (
 
 	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/internal/evloop"
+	"github.com/edgefleet/edgefleet/internal/loglimit"
 	"github.com/edgefleet/edgefleet/internal/proxyheader"
 	"github.com/edgefleet/edgefleet/internal/sockopt"
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,7 +52,7 @@ type Front struct {
 	table    *PeerTable
 	log      *slog.Logger
 	m        *metrics
-	refusals *accept.Limiter
+	refusals *loglimit.Limiter
 	// own holds the inner connections, so that one coming back to the
 	// front (inner is the front itself) is refused.
 	own  *accept.Own
@@ -94,7 +95,7 @@ func New(cfg Config, table *PeerTable, log *slog.Logger, reg prometheus.Register
 	if ap, err := netip.ParseAddrPort(cfg.Inner); err == nil {
 		f.innerAddr = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	}
-	f.refusals = accept.NewLimiter(refusalLogBurst, refusalLogWindow, f.now)
+	f.refusals = loglimit.New(refusalLogBurst, refusalLogWindow, f.now)
 	f.srv = evloop.Server{Handler: (*handler)(f), Log: log, Now: f.now, MaxPipes: evloop.PipesFor(cfg.MaxConns)}
 	f.dial = evloop.DialOptions{Timeout: innerDialTimeout, NoDelay: true, Sent: f.sent}
 	f.ctx, f.cancel = context.WithCancel(context.Background())

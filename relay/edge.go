@@ -27,6 +27,7 @@ import (
 
 	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/internal/evloop"
+	"github.com/edgefleet/edgefleet/internal/loglimit"
 	"github.com/edgefleet/edgefleet/internal/proxyheader"
 	"github.com/edgefleet/edgefleet/internal/sockopt"
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,7 +59,7 @@ type Edge struct {
 	// back from one of them (an origin that is this edge) is refused.
 	own *accept.Own
 	// refusals rate-limits the log lines of refused connections.
-	refusals *accept.Limiter
+	refusals *loglimit.Limiter
 
 	// ctx is cancelled when Shutdown gives up waiting, so pending origin
 	// name lookups stop too.
@@ -120,7 +121,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Edge, error)
 		idle:   make(chan struct{}),
 		own:    accept.NewOwn(),
 	}
-	e.refusals = accept.NewLimiter(refusalLogBurst, refusalLogWindow, e.now)
+	e.refusals = loglimit.New(refusalLogBurst, refusalLogWindow, e.now)
 	e.srv = evloop.Server{Handler: (*handler)(e), Log: log, Now: e.now, MaxPipes: evloop.PipesFor(cfg.MaxConns)}
 	e.dial = evloop.DialOptions{Timeout: cfg.ConnectTimeout, NoDelay: true, Keepalive: keepalive(cfg.Keepalive),
 		Sent: e.sent}

@@ -2,8 +2,8 @@
 // accepting for every server: refusing connections that come back from
 // the server's own outbound sockets (Own: a relay pointed at itself), the
 // start-time check for such a configuration (SelfTarget), which errors
-// are the host running out of something (LocalResources, Temporary), and
-// a log-line rate limiter. The edge and the front accept on
+// are the host running out of something (LocalResources, Temporary). The
+// edge and the front accept on
 // internal/evloop, which follows the same rules.
 //
 //	l := accept.Loop{Handle: s.handle, Closing: s.closing, Log: log}
@@ -21,6 +21,8 @@ import (
 	"net"
 	"syscall"
 	"time"
+
+	"github.com/edgefleet/edgefleet/internal/loglimit"
 )
 
 // Backoff bounds: the first wait after a temporary error, and the longest.
@@ -62,7 +64,7 @@ func (l *Loop) Serve(ln net.Listener) error {
 	if sleep == nil {
 		sleep = time.Sleep
 	}
-	limit := NewLimiter(1, logWindow, l.Now)
+	limit := loglimit.New(1, logWindow, l.Now)
 	var backoff time.Duration
 	for {
 		c, err := ln.Accept()

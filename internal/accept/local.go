@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/edgefleet/edgefleet/internal/loglimit"
 )
 
 // LocalResources reports whether err is this host running out of a
@@ -66,13 +68,13 @@ func DescriptorShortage() error {
 // becomes a slog warning msg with the text as err, at most one per
 // logWindow; the next says how many were suppressed. now nil is time.Now.
 func ErrorLog(l *slog.Logger, msg string, now func() time.Time) *log.Logger {
-	return log.New(&errorLog{l: l, msg: msg, limit: NewLimiter(1, logWindow, now)}, "", 0)
+	return log.New(&errorLog{l: l, msg: msg, limit: loglimit.New(1, logWindow, now)}, "", 0)
 }
 
 type errorLog struct {
 	l     *slog.Logger
 	msg   string
-	limit *Limiter
+	limit *loglimit.Limiter
 }
 
 func (w *errorLog) Write(p []byte) (int, error) {

@@ -33,6 +33,7 @@ import (
 	"unsafe"
 
 	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/loglimit"
 	"golang.org/x/sys/unix"
 )
 
@@ -111,7 +112,7 @@ type Server struct {
 	next     int // the loop Adopt hands the next connection to
 	closed   bool
 	stopped  bool
-	limit    *accept.Limiter
+	limit    *loglimit.Limiter
 }
 
 // DefaultLoops is one loop per two CPUs the Go runtime may use
@@ -189,7 +190,7 @@ func (s *Server) start() error {
 		if s.Log == nil {
 			s.Log = slog.New(slog.DiscardHandler)
 		}
-		s.limit = accept.NewLimiter(1, 10*time.Second, s.Now)
+		s.limit = loglimit.New(1, 10*time.Second, s.Now)
 		for range n {
 			l, err := newLoop(s)
 			if err != nil {

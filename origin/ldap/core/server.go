@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/loglimit"
 	"github.com/edgefleet/edgefleet/internal/splice"
 	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
 	"github.com/edgefleet/edgefleet/origin/ldap/wire"
@@ -60,7 +61,7 @@ type Server struct {
 	ids atomic.Uint64
 	// starved rate-limits the lines of dials that failed for lack of
 	// local resources (a flood can make thousands).
-	starved *accept.Limiter
+	starved *loglimit.Limiter
 
 	mu       sync.Mutex
 	lns      map[net.Listener]struct{}
@@ -87,7 +88,7 @@ func New(cfg Config, file *dlp.File, peers PeerLookup, log *slog.Logger, reg pro
 	if s.now == nil {
 		s.now = time.Now
 	}
-	s.starved = accept.NewLimiter(1, 10*time.Second, s.now)
+	s.starved = loglimit.New(1, 10*time.Second, s.now)
 	switch {
 	case cfg.ProxyMode == 0:
 	case file == nil:

@@ -1,4 +1,6 @@
-package accept
+// Package loglimit rate-limits log lines: a flood of refused connections,
+// accept errors or refused updates is counted, not written line by line.
+package loglimit
 
 import (
 	"sync"
@@ -18,9 +20,9 @@ type Limiter struct {
 	suppressed int
 }
 
-// NewLimiter returns a limiter of burst lines per window; now nil is
+// New returns a limiter of burst lines per window; now nil is
 // time.Now.
-func NewLimiter(burst int, window time.Duration, now func() time.Time) *Limiter {
+func New(burst int, window time.Duration, now func() time.Time) *Limiter {
 	if now == nil {
 		now = time.Now
 	}

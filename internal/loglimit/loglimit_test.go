@@ -1,4 +1,4 @@
-package accept
+package loglimit
 
 import (
 	"testing"
@@ -7,7 +7,7 @@ import (
 
 func TestLimiter(t *testing.T) {
 	now := time.Unix(1000, 0)
-	l := NewLimiter(3, 10*time.Second, func() time.Time { return now })
+	l := New(3, 10*time.Second, func() time.Time { return now })
 	var allowed []int
 	for i := range 10 {
 		if ok, _ := l.Allow(); ok {
