@@ -20,16 +20,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-const (
-	// innerDialTimeout bounds the connect to inner (a loopback service:
-	// it either answers at once or is down).
-	innerDialTimeout = 3 * time.Second
-	// A refused connection (spoof, bad header, timeout, …) logs at most
-	// refusalLogBurst lines per refusalLogWindow; the rest are counted and
-	// the next line says how many were suppressed.
-	refusalLogBurst  = 10
-	refusalLogWindow = 10 * time.Second
-)
+// innerDialTimeout bounds the connect to inner (a loopback service: it
+// either answers at once or is down).
+const innerDialTimeout = 3 * time.Second
 
 // Front is the origin's front listener. For each accepted connection it
 // reads the first bytes, reads a PROXY header if one is there and the
@@ -95,7 +88,7 @@ func New(cfg Config, table *PeerTable, log *slog.Logger, reg prometheus.Register
 	if ap, err := netip.ParseAddrPort(cfg.Inner); err == nil {
 		f.innerAddr = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	}
-	f.refusals = loglimit.New(refusalLogBurst, refusalLogWindow, f.now)
+	f.refusals = loglimit.Refusals(f.now)
 	f.srv = evloop.Server{Handler: (*handler)(f), Log: log, Now: f.now, MaxPipes: evloop.PipesFor(cfg.MaxConns)}
 	f.dial = evloop.DialOptions{Timeout: innerDialTimeout, NoDelay: true, Sent: f.sent}
 	f.ctx, f.cancel = context.WithCancel(context.Background())

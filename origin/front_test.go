@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/loglimit"
 	"github.com/edgefleet/edgefleet/internal/proxyheader"
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/prometheus/client_golang/prometheus"
@@ -125,7 +126,7 @@ func TestSpoofedHeaders(t *testing.T) {
 func TestSpoofLogIsRateLimited(t *testing.T) {
 	h := newHarness(t, nil)
 	h.clock.freeze() // one rate-limit window, however slow the machine
-	const n = 3 * refusalLogBurst
+	const n = 3 * loglimit.RefusalBurst
 	for range n {
 		c := h.dialFrom("127.0.0.3")
 		c.Write(v2Header(t, "192.0.2.66:1", "198.51.100.1:636", "", ""))
@@ -135,8 +136,8 @@ func TestSpoofLogIsRateLimited(t *testing.T) {
 	if got := h.metric("edgefleet_origin_spoofed_headers_total", nil); got != n {
 		t.Fatalf("spoofed_headers_total = %v, want %d (every one counted)", got, n)
 	}
-	if got := len(h.logs.JSONLines("spoofed proxy header")); got != refusalLogBurst {
-		t.Fatalf("%d log lines for %d spoofs within one window, want %d", got, n, refusalLogBurst)
+	if got := len(h.logs.JSONLines("spoofed proxy header")); got != loglimit.RefusalBurst {
+		t.Fatalf("%d log lines for %d spoofs within one window, want %d", got, n, loglimit.RefusalBurst)
 	}
 }
 
@@ -224,8 +225,8 @@ func TestBadHeaders(t *testing.T) {
 		t.Errorf("inner dialled %d times for bad headers", n)
 	}
 	lines := h.logs.JSONLines("bad proxy header")
-	if got := len(lines); got != refusalLogBurst {
-		t.Errorf("%d bad-header log lines, want %d (rate limited)", got, refusalLogBurst)
+	if got := len(lines); got != loglimit.RefusalBurst {
+		t.Errorf("%d bad-header log lines, want %d (rate limited)", got, loglimit.RefusalBurst)
 	}
 	for _, l := range lines {
 		if _, ok := l["err"].(string); !ok || l["error"] != nil {

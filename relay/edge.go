@@ -33,14 +33,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// A refused connection (a client's own PROXY header, a loop) logs at most
-// refusalLogBurst lines per refusalLogWindow; the next line says how many
-// were suppressed.
-const (
-	refusalLogBurst  = 10
-	refusalLogWindow = 10 * time.Second
-)
-
 // Edge relays client connections to the origins. Its connections run on
 // event loops (internal/evloop): no goroutine per connection.
 type Edge struct {
@@ -121,7 +113,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Edge, error)
 		idle:   make(chan struct{}),
 		own:    accept.NewOwn(),
 	}
-	e.refusals = loglimit.New(refusalLogBurst, refusalLogWindow, e.now)
+	e.refusals = loglimit.Refusals(e.now)
 	e.srv = evloop.Server{Handler: (*handler)(e), Log: log, Now: e.now, MaxPipes: evloop.PipesFor(cfg.MaxConns)}
 	e.dial = evloop.DialOptions{Timeout: cfg.ConnectTimeout, NoDelay: true, Keepalive: keepalive(cfg.Keepalive),
 		Sent: e.sent}

@@ -45,3 +45,18 @@ func (l *Limiter) Allow() (ok bool, suppressed int) {
 	suppressed, l.suppressed = l.suppressed, 0
 	return true, suppressed
 }
+
+// The refusal lines of every server (the edge, the front, the fleet's DNS
+// server): at most RefusalBurst lines per RefusalWindow, the next one
+// saying how many were suppressed. Ten lines show what is being refused;
+// a flood, or a spoofed packet per second, writes no more.
+const (
+	RefusalBurst  = 10
+	RefusalWindow = 10 * time.Second
+)
+
+// Refusals returns a limiter of refusal lines on the clock now (nil:
+// time.Now).
+func Refusals(now func() time.Time) *Limiter {
+	return New(RefusalBurst, RefusalWindow, now)
+}

@@ -26,3 +26,23 @@ func TestLimiter(t *testing.T) {
 		t.Fatalf("suppressed reported twice: %d", s)
 	}
 }
+
+// TestRefusals checks the refusal policy every server shares: ten lines
+// per ten seconds.
+func TestRefusals(t *testing.T) {
+	now := time.Unix(1000, 0)
+	l := Refusals(func() time.Time { return now })
+	for i := range 12 {
+		if ok, _ := l.Allow(); ok != (i < 10) {
+			t.Fatalf("line %d: allow = %v", i, ok)
+		}
+	}
+	now = now.Add(9 * time.Second)
+	if ok, _ := l.Allow(); ok {
+		t.Fatal("allowed before ten seconds")
+	}
+	now = now.Add(time.Second)
+	if ok, suppressed := l.Allow(); !ok || suppressed != 3 {
+		t.Fatalf("after ten seconds: allow = %v, suppressed %d; want true, 3", ok, suppressed)
+	}
+}
