@@ -8,15 +8,13 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/internal/evloop"
-	"github.com/edgefleet/edgefleet/internal/loglimit"
 	"github.com/edgefleet/edgefleet/internal/proxyheader"
-	"github.com/edgefleet/edgefleet/internal/sockopt"
+	"github.com/edgefleet/edgefleet/internal/relayshell"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -41,26 +39,18 @@ type Front struct {
 	cfg Config
 	// trusted is trusted_edges parsed; SetTrustedEdges replaces it while
 	// the loops read it.
-	trusted  atomic.Pointer[parsed]
-	table    *PeerTable
-	log      *slog.Logger
-	m        *metrics
-	refusals *loglimit.Limiter
+	trusted atomic.Pointer[parsed]
+	table   *PeerTable
+	log     *slog.Logger
+	m       *metrics
+	shell   relayshell.Shell // the loops, max_conns, the drain, the refusal-log limiter
 	// own holds the inner connections, so that one coming back to the
 	// front (inner is the front itself) is refused.
 	own  *accept.Own
-	srv  evloop.Server
 	dial evloop.DialOptions // no keepalive toward inner: a local peer that dies resets its connections itself
 	// innerAddr is front.inner when it is an address; a name is looked
 	// up per connection off the loop.
 	innerAddr netip.AddrPort
-	ctx       context.Context // cancelled when Shutdown gives up waiting
-	cancel    context.CancelFunc
-
-	mu      sync.Mutex
-	closing bool
-	active  int           // open connections, against max_conns
-	idle    chan struct{} // closed once closing and active is 0
 }
 
 // New checks cfg and returns a front that records peers in table, logs to
@@ -81,17 +71,14 @@ func New(cfg Config, table *PeerTable, log *slog.Logger, reg prometheus.Register
 		table: table,
 		log:   log,
 		m:     newMetrics(table),
-		idle:  make(chan struct{}),
 		own:   accept.NewOwn(),
 	}
 	f.trusted.Store(&p)
 	if ap, err := netip.ParseAddrPort(cfg.Inner); err == nil {
 		f.innerAddr = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	}
-	f.refusals = loglimit.Refusals(f.now)
-	f.srv = evloop.Server{Handler: (*handler)(f), Log: log, Now: f.now, MaxPipes: evloop.PipesFor(cfg.MaxConns)}
+	f.shell.Init((*handler)(f), cfg.MaxConns, log, f.now)
 	f.dial = evloop.DialOptions{Timeout: innerDialTimeout, NoDelay: true, Sent: f.sent}
-	f.ctx, f.cancel = context.WithCancel(context.Background())
 	if err := f.m.register(reg); err != nil {
 		return nil, fmt.Errorf("origin: register metrics: %w", err)
 	}
@@ -135,28 +122,14 @@ func (f *Front) TrustedEdges() []string {
 // socket): no setsockopt per connection. Another kind of listener is
 // refused (closed, with an error).
 func (f *Front) Serve(ln net.Listener) error {
-	f.mu.Lock()
-	if f.closing {
-		f.mu.Unlock()
-		ln.Close()
-		return nil
-	}
-	f.mu.Unlock()
-	sockopt.NoDelay(ln)
-	goKeepalive.Set(ln)
-	return f.srv.Serve(ln)
+	return f.shell.Serve(ln, relayshell.GoKeepalive)
 }
-
-// goKeepalive is what Go's net package sets on every accepted connection
-// (15 s idle, 15 s interval, 9 probes): the front's outer connections keep
-// it, inherited from the listening socket, now that the loops accept.
-var goKeepalive = sockopt.Keepalive{Idle: 15 * time.Second, Interval: 15 * time.Second, Count: 9}
 
 // looped counts a connection that came from one of the front's own inner
 // connections (inner is the front itself) and was closed.
 func (f *Front) looped(measured string) {
 	f.m.conns.WithLabelValues(HeaderNone, ResultLoop).Inc()
-	if ok, suppressed := f.refusals.Allow(); ok {
+	if ok, suppressed := f.shell.Refusals.Allow(); ok {
 		f.log.Warn("connection from the front itself refused: front.inner is this front", "measured", measured,
 			"inner", f.cfg.Inner, "suppressed", suppressed)
 	}
@@ -165,18 +138,14 @@ func (f *Front) looped(measured string) {
 // reserve takes a slot for a new connection, or counts its refusal
 // (shutting down, max_conns) and reports false.
 func (f *Front) reserve() bool {
-	f.mu.Lock()
-	if f.closing || f.active >= f.cfg.MaxConns {
-		result := ResultShutdown
-		if !f.closing {
-			result = ResultMaxConns
-		}
-		f.mu.Unlock()
-		f.m.conns.WithLabelValues(HeaderNone, result).Inc()
+	switch f.shell.Admit() {
+	case relayshell.Closing:
+		f.m.conns.WithLabelValues(HeaderNone, ResultShutdown).Inc()
+		return false
+	case relayshell.Full:
+		f.m.conns.WithLabelValues(HeaderNone, ResultMaxConns).Inc()
 		return false
 	}
-	f.active++
-	f.mu.Unlock()
 	f.m.active.Inc()
 	return true
 }
@@ -185,43 +154,13 @@ func (f *Front) reserve() bool {
 // last one.
 func (f *Front) release() {
 	f.m.active.Dec()
-	f.mu.Lock()
-	f.active--
-	if f.closing && f.active == 0 {
-		f.wake()
-	}
-	f.mu.Unlock()
-}
-
-// wake closes f.idle once; f.mu is held.
-func (f *Front) wake() {
-	select {
-	case <-f.idle:
-	default:
-		close(f.idle)
-	}
+	f.shell.Release()
 }
 
 // Shutdown stops accepting at once and waits for open connections to end;
 // when ctx is done first it closes them and returns ctx's error.
 func (f *Front) Shutdown(ctx context.Context) error {
-	f.mu.Lock()
-	f.closing = true
-	if f.active == 0 {
-		f.wake()
-	}
-	f.mu.Unlock()
-	f.srv.Close()
-	defer f.srv.Stop()
-	select {
-	case <-f.idle:
-		return nil
-	case <-ctx.Done():
-	}
-	f.cancel()
-	f.srv.Abort()
-	<-f.idle
-	return ctx.Err()
+	return f.shell.Shutdown(ctx, relayshell.NoTimeout, nil)
 }
 
 // conn is the front's state of one connection on the event loops
@@ -235,7 +174,7 @@ type conn struct {
 	dialing bool           // token taken, not inserted yet
 	port    int            // the inner connection's local port once inserted
 	upLocal netip.AddrPort // the inner socket's local address while recorded in own
-	counted bool           // holds a slot (Front.active)
+	counted bool           // admitted by the shell: released when done
 }
 
 // handler is the Front as the event loops see it.
@@ -254,7 +193,7 @@ func (h *handler) Open(c *evloop.Conn) {
 	c.Data = fc
 	fc.measured = c.Peer().String()
 	fc.Header = HeaderNone
-	if f.own.Accepted(c.Peer(), c.Local(), killer{c}) {
+	if f.own.Accepted(c.Peer(), c.Local(), relayshell.Killer{C: c}) {
 		f.looped(fc.measured)
 		c.Close(reasonCounted, nil)
 		return
@@ -272,15 +211,6 @@ func (h *handler) Open(c *evloop.Conn) {
 		return
 	}
 	c.ReadFirst(f.cfg.HeaderTimeout)
-}
-
-// killer closes a connection from another loop (accept.Own cuts a loop
-// from the side that finds it).
-type killer struct{ c *evloop.Conn }
-
-func (k killer) Close() error {
-	k.c.Kill()
-	return nil
 }
 
 // Received decides on the first bytes: wait for more, refuse, or take the
@@ -325,7 +255,7 @@ func (h *handler) Received(c *evloop.Conn, b []byte, err error) {
 
 // resolveInner looks up front.inner's first address.
 func (f *Front) resolveInner() (netip.AddrPort, error) {
-	ctx, cancel := context.WithTimeout(f.ctx, innerDialTimeout)
+	ctx, cancel := context.WithTimeout(f.shell.Context(), innerDialTimeout)
 	defer cancel()
 	return evloop.Resolve(ctx, f.cfg.Inner)
 }
@@ -386,7 +316,7 @@ func (h *handler) Closed(c *evloop.Conn, res evloop.Result) {
 		f.table.remove(fc.port, fc.token)
 	}
 	f.forgetInner(fc)
-	f.own.Forget(c.Peer(), c.Local(), killer{c})
+	f.own.Forget(c.Peer(), c.Local(), relayshell.Killer{C: c})
 	switch {
 	case res.Reason == reasonCounted:
 	case res.Reason == evloop.ReasonKilled: // own cut a loop from the dialling side
@@ -459,7 +389,7 @@ func (f *Front) refuse(fc *conn, result, msg string, err error) {
 	if msg == "" {
 		return
 	}
-	if ok, suppressed := f.refusals.Allow(); ok {
+	if ok, suppressed := f.shell.Refusals.Allow(); ok {
 		attrs := []any{"claimed", fc.Claimed, "measured", fc.measured, "header", fc.Header, "reason", result}
 		if err != nil {
 			attrs = append(attrs, "err", err)
