@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/inneraddr"
 	"github.com/edgefleet/edgefleet/internal/proxyheader"
 )
 
@@ -97,17 +98,10 @@ func (t *PeerTable) Lookup(port int) (Peer, bool) {
 // /peers lists them); it finds no peer here.
 func (t *PeerTable) LookupAddr(addr netip.AddrPort) (Peer, bool) {
 	p, ok := t.Lookup(int(addr.Port()))
-	if !ok || !sameAddr(p.Inner, addr) {
+	if !ok || !inneraddr.Is(p.Inner, addr) {
 		return Peer{}, false
 	}
 	return p, true
-}
-
-// sameAddr reports whether inner (a Peer.Inner) is addr; IPv4-mapped IPv6
-// addresses equal their IPv4 form.
-func sameAddr(inner string, addr netip.AddrPort) bool {
-	a, err := netip.ParseAddrPort(inner)
-	return err == nil && a.Port() == addr.Port() && a.Addr().Unmap() == addr.Addr().Unmap()
 }
 
 // Len is the number of entries.

@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/inneraddr"
 	"github.com/edgefleet/edgefleet/internal/loglimit"
 	"github.com/edgefleet/edgefleet/internal/splice"
 	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
@@ -212,7 +212,7 @@ func (s *Server) peerOf(c net.Conn) Peer {
 		return p
 	}
 	if found, ok := s.peers(ta.Port); ok {
-		if remote := ta.AddrPort(); sameAddr(found.Inner, remote) {
+		if remote := ta.AddrPort(); inneraddr.Is(found.Inner, remote) {
 			p = found
 		} else {
 			s.log.Error("[unexpected] a peer table entry for the client's port belongs to another address: no peer",
@@ -223,13 +223,6 @@ func (s *Server) peerOf(c net.Conn) Peer {
 		p.ID = s.nextID()
 	}
 	return p
-}
-
-// sameAddr reports whether inner (ip:port) is addr; IPv4-mapped IPv6
-// addresses equal their IPv4 form.
-func sameAddr(inner string, addr netip.AddrPort) bool {
-	a, err := netip.ParseAddrPort(inner)
-	return err == nil && a.Port() == addr.Port() && a.Addr().Unmap() == addr.Addr().Unmap()
 }
 
 func (s *Server) nextID() string { return fmt.Sprintf("core-%d", s.ids.Add(1)) }
