@@ -34,6 +34,14 @@ const (
 	logWindow = 10 * time.Second
 )
 
+// NextBackoff is the wait after a temporary accept error (out of
+// descriptors or memory) that follows a wait of prev (0 after a success):
+// 5 ms doubling to 1 s. The accept loop here and the event loops'
+// accept share it.
+func NextBackoff(prev time.Duration) time.Duration {
+	return min(max(2*prev, minBackoff), maxBackoff)
+}
+
 // Loop is the configuration of one server's accept loop.
 type Loop struct {
 	// Handle serves an accepted connection; it is called in the loop's
@@ -75,7 +83,7 @@ func (l *Loop) Serve(ln net.Listener) error {
 			if !Temporary(err) {
 				return fmt.Errorf("accept on %s: %w", ln.Addr(), err)
 			}
-			backoff = min(max(2*backoff, minBackoff), maxBackoff)
+			backoff = NextBackoff(backoff)
 			if ok, suppressed := limit.Allow(); ok {
 				log.Warn("accept failed, retrying", "addr", ln.Addr().String(), "err", err,
 					"retry_in", backoff, "suppressed", suppressed)

@@ -689,13 +689,6 @@ func (l *loop) listenerGone(lst *listener, fd int) {
 // listener does not starve the connections the loop carries already.
 const acceptBatch = 64
 
-// Back-off bounds after a temporary accept error (out of descriptors or
-// memory), as internal/accept: 5 ms doubling to 1 s.
-const (
-	minBackoff = 5 * time.Millisecond
-	maxBackoff = time.Second
-)
-
 func (l *loop) accept(ls *lslot) {
 	var sa sockaddr
 	ls.more = false
@@ -740,7 +733,7 @@ func (l *loop) accept(ls *lslot) {
 // backOff takes a listener out of the epoll set for a while after a
 // temporary error: accepting again at once would fail the same way.
 func (l *loop) backOff(ls *lslot, err error) {
-	ls.backoff = min(max(2*ls.backoff, minBackoff), maxBackoff)
+	ls.backoff = accept.NextBackoff(ls.backoff)
 	ls.retryAt = l.mono.Add(ls.backoff)
 	l.fds[ls.fd] = slot{}
 	sysEpollCtl(l.epfd, unix.EPOLL_CTL_DEL, ls.fd, nil)

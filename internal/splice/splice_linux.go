@@ -8,10 +8,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// chunk is the most one splice(2) call moves into a pipe; pipeSize is asked
-// for with F_SETPIPE_SZ so a chunk fits (the kernel may give less).
+// Chunk is the most one splice(2) call moves into a pipe, here and in
+// the event loops; pipeSize is asked for with F_SETPIPE_SZ so a chunk
+// fits (the kernel may give less).
 const (
-	chunk    = 1 << 20
+	Chunk    = 1 << 20
 	pipeSize = 1 << 20
 )
 
@@ -118,7 +119,7 @@ func burst(dst, src syscall.RawConn) (n int64, eof bool, rerr, werr error) {
 		var serr error
 		err := src.Read(func(fd uintptr) bool {
 			for {
-				m, serr = unix.Splice(int(fd), nil, p.W, nil, chunk, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+				m, serr = unix.Splice(int(fd), nil, p.W, nil, Chunk, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
 				if serr != unix.EINTR {
 					return true
 				}
