@@ -16,8 +16,8 @@ import (
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/internal/clock"
+	"github.com/edgefleet/edgefleet/internal/loglimit"
 )
 
 // ServerConfig is the embedded authoritative server (`fleet dns serve`).
@@ -55,14 +55,6 @@ const (
 
 var updateResults = []string{UpdateApplied, UpdateUnsigned, UpdateBadKey, UpdateBadSig, UpdateBadTime, UpdateReplay, UpdateRefused}
 
-// A refused UPDATE logs at most refusalLogBurst lines per
-// refusalLogWindow (an unsigned one is a spoofable UDP packet); the next
-// line says how many were suppressed. The metric counts every one.
-const (
-	refusalLogBurst  = 10
-	refusalLogWindow = 10 * time.Second
-)
-
 // maxFudge bounds the time window of a signed UPDATE whatever fudge its
 // signer chose: it must be signed within 5 minutes of the server's clock
 // (RFC 8945's recommended fudge). The replay cache remembers an update
@@ -81,8 +73,10 @@ type Server struct {
 	// Addr is the address it serves on, once Serve is called.
 	Addr string
 
-	now      func() time.Time
-	refusals *accept.Limiter
+	now func() time.Time
+	// refusals limits the lines of refused UPDATEs (an unsigned one is a
+	// spoofable UDP packet); the metric counts every one.
+	refusals *loglimit.Limiter
 	results  map[string]prometheus.Counter
 	// seen holds the MAC of every verified UPDATE until it stops
 	// verifying (time signed + fudge): a copy is a replay (under mu).
@@ -126,7 +120,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	s.refusals = accept.NewLimiter(refusalLogBurst, refusalLogWindow, s.now)
+	s.refusals = loglimit.Refusals(s.now)
 	total := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "edgefleet_fleet_dns_updates_total",
 		Help: "UPDATEs the embedded DNS server received, by result (success, or why it was refused).",

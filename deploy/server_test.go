@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/edgefleet/edgefleet/internal/loglimit"
 	"github.com/edgefleet/edgefleet/internal/testbed"
 )
 
@@ -281,10 +282,10 @@ func TestServerRefusalLog(t *testing.T) {
 			t.Fatalf("BADSIG answer signed at %d, not the server's time", tsig.TimeSigned)
 		}
 	}
-	if n := strings.Count(out.String(), "dns update refused"); n != refusalLogBurst {
-		t.Fatalf("%d refusal lines for 400 refused updates, want %d:\n%s", n, refusalLogBurst, out.String())
+	if n := strings.Count(out.String(), "dns update refused"); n != loglimit.RefusalBurst {
+		t.Fatalf("%d refusal lines for 400 refused updates, want %d:\n%s", n, loglimit.RefusalBurst, out.String())
 	}
-	clock.Advance(refusalLogWindow)
+	clock.Advance(loglimit.RefusalWindow)
 	raw(t, srv.Addr, "udp", unsigned)
 	if !strings.Contains(out.String(), "suppressed=390") {
 		t.Fatalf("the line after the window does not count the suppressed ones:\n%s", out.String())

@@ -127,9 +127,7 @@ func TestAttackFrontEveryStageLeavesNothing(t *testing.T) {
 	h.settled()
 	eventually(t, "nothing left", func() bool {
 		runtime.GC()
-		h.front.mu.Lock()
-		active := h.front.active
-		h.front.mu.Unlock()
+		active := h.front.shell.Active()
 		v := reflect.ValueOf(h.front.own).Elem()
 		mu := (*sync.Mutex)(unsafe.Pointer(v.FieldByName("mu").UnsafeAddr()))
 		mu.Lock()

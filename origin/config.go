@@ -214,15 +214,3 @@ func (p parsed) trustsAddr(ip netip.Addr) bool {
 	}
 	return false
 }
-
-// addrPort converts a socket address to netip form.
-func addrPort(a net.Addr) (netip.AddrPort, bool) {
-	switch a := a.(type) {
-	case *net.TCPAddr:
-		return a.AddrPort(), true
-	case nil:
-		return netip.AddrPort{}, false
-	}
-	ap, err := netip.ParseAddrPort(a.String())
-	return ap, err == nil
-}

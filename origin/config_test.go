@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/edgefleet/edgefleet/internal/proxyheader"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -97,19 +99,19 @@ func TestTrusts(t *testing.T) {
 func TestJudge(t *testing.T) {
 	tests := []struct {
 		trusted, require bool
-		k                kind
+		k                proxyheader.Kind
 		want             string
 	}{
-		{true, false, kindV2, ""},
-		{true, false, kindV1, ""},
-		{true, false, kindNone, ""},
-		{true, true, kindNone, ResultNoHeader},
-		{true, true, kindV2, ""},
-		{false, false, kindV2, ResultSpoofed},
-		{false, false, kindV1, ResultSpoofed},
-		{false, true, kindV1, ResultSpoofed},
-		{false, false, kindNone, ""},
-		{false, true, kindNone, ""}, // require_header is about trusted sources only
+		{true, false, proxyheader.V2, ""},
+		{true, false, proxyheader.V1, ""},
+		{true, false, proxyheader.None, ""},
+		{true, true, proxyheader.None, ResultNoHeader},
+		{true, true, proxyheader.V2, ""},
+		{false, false, proxyheader.V2, ResultSpoofed},
+		{false, false, proxyheader.V1, ResultSpoofed},
+		{false, true, proxyheader.V1, ResultSpoofed},
+		{false, false, proxyheader.None, ""},
+		{false, true, proxyheader.None, ""}, // require_header is about trusted sources only
 	}
 	for _, tt := range tests {
 		if got := judge(tt.trusted, tt.k, tt.require).result; got != tt.want {

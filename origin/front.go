@@ -8,28 +8,20 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/internal/clock"
 	"github.com/edgefleet/edgefleet/internal/evloop"
 	"github.com/edgefleet/edgefleet/internal/loopguard"
-	"github.com/edgefleet/edgefleet/internal/sockopt"
+	"github.com/edgefleet/edgefleet/internal/proxyheader"
+	"github.com/edgefleet/edgefleet/internal/relayshell"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-const (
-	// innerDialTimeout bounds the connect to inner (a loopback service:
-	// it either answers at once or is down).
-	innerDialTimeout = 3 * time.Second
-	// A refused connection (spoof, bad header, timeout, …) logs at most
-	// refusalLogBurst lines per refusalLogWindow; the rest are counted and
-	// the next line says how many were suppressed.
-	refusalLogBurst  = 10
-	refusalLogWindow = 10 * time.Second
-)
+// innerDialTimeout bounds the connect to inner (a loopback service: it
+// either answers at once or is down).
+const innerDialTimeout = 3 * time.Second
 
 // Front is the origin's front listener. For each accepted connection it
 // reads the first bytes, reads a PROXY header if one is there and the
@@ -49,26 +41,18 @@ type Front struct {
 	cfg Config
 	// trusted is trusted_edges parsed; SetTrustedEdges replaces it while
 	// the loops read it.
-	trusted  atomic.Pointer[parsed]
-	table    *PeerTable
-	log      *slog.Logger
-	m        *metrics
-	refusals *accept.Limiter
+	trusted atomic.Pointer[parsed]
+	table   *PeerTable
+	log     *slog.Logger
+	m       *metrics
+	shell   relayshell.Shell // the loops, max_conns, the drain, the refusal-log limiter
 	// own holds the inner connections, so that one coming back to the
 	// front (inner is the front itself) is refused.
 	own  *loopguard.Own
-	srv  evloop.Server
 	dial evloop.DialOptions // no keepalive toward inner: a local peer that dies resets its connections itself
 	// innerAddr is front.inner when it is an address; a name is looked
 	// up per connection off the loop.
 	innerAddr netip.AddrPort
-	ctx       context.Context // cancelled when Shutdown gives up waiting
-	cancel    context.CancelFunc
-
-	mu      sync.Mutex
-	closing bool
-	active  int           // open connections, against max_conns
-	idle    chan struct{} // closed once closing and active is 0
 }
 
 // New checks cfg and returns a front that records peers in table, logs to
@@ -89,17 +73,14 @@ func New(cfg Config, table *PeerTable, log *slog.Logger, reg prometheus.Register
 		table: table,
 		log:   log,
 		m:     newMetrics(table),
-		idle:  make(chan struct{}),
 		own:   loopguard.NewOwn(),
 	}
 	f.trusted.Store(&p)
 	if ap, err := netip.ParseAddrPort(cfg.Inner); err == nil {
 		f.innerAddr = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	}
-	f.refusals = accept.NewLimiter(refusalLogBurst, refusalLogWindow, f.now)
-	f.srv = evloop.Server{Handler: (*handler)(f), Log: log, Now: f.now, MaxPipes: evloop.PipesFor(cfg.MaxConns)}
+	f.shell.Init((*handler)(f), cfg.MaxConns, log, f.now)
 	f.dial = evloop.DialOptions{Timeout: innerDialTimeout, NoDelay: true, Sent: f.sent}
-	f.ctx, f.cancel = context.WithCancel(context.Background())
 	if err := f.m.register(reg); err != nil {
 		return nil, fmt.Errorf("origin: register metrics: %w", err)
 	}
@@ -140,28 +121,14 @@ func (f *Front) TrustedEdges() []string {
 // socket): no setsockopt per connection. Another kind of listener is
 // refused (closed, with an error).
 func (f *Front) Serve(ln net.Listener) error {
-	f.mu.Lock()
-	if f.closing {
-		f.mu.Unlock()
-		ln.Close()
-		return nil
-	}
-	f.mu.Unlock()
-	sockopt.NoDelay(ln)
-	goKeepalive.Set(ln)
-	return f.srv.Serve(ln)
+	return f.shell.Serve(ln, relayshell.GoKeepalive)
 }
-
-// goKeepalive is what Go's net package sets on every accepted connection
-// (15 s idle, 15 s interval, 9 probes): the front's outer connections keep
-// it, inherited from the listening socket, now that the loops accept.
-var goKeepalive = sockopt.Keepalive{Idle: 15 * time.Second, Interval: 15 * time.Second, Count: 9}
 
 // looped counts a connection that came from one of the front's own inner
 // connections (inner is the front itself) and was closed.
 func (f *Front) looped(measured string) {
 	f.m.conns.WithLabelValues(HeaderNone, ResultLoop).Inc()
-	if ok, suppressed := f.refusals.Allow(); ok {
+	if ok, suppressed := f.shell.Refusals.Allow(); ok {
 		f.log.Warn("connection from the front itself refused: front.inner is this front", "measured", measured,
 			"inner", f.cfg.Inner, "suppressed", suppressed)
 	}
@@ -170,18 +137,14 @@ func (f *Front) looped(measured string) {
 // reserve takes a slot for a new connection, or counts its refusal
 // (shutting down, max_conns) and reports false.
 func (f *Front) reserve() bool {
-	f.mu.Lock()
-	if f.closing || f.active >= f.cfg.MaxConns {
-		result := ResultShutdown
-		if !f.closing {
-			result = ResultMaxConns
-		}
-		f.mu.Unlock()
-		f.m.conns.WithLabelValues(HeaderNone, result).Inc()
+	switch f.shell.Admit() {
+	case relayshell.Closing:
+		f.m.conns.WithLabelValues(HeaderNone, ResultShutdown).Inc()
+		return false
+	case relayshell.Full:
+		f.m.conns.WithLabelValues(HeaderNone, ResultMaxConns).Inc()
 		return false
 	}
-	f.active++
-	f.mu.Unlock()
 	f.m.active.Inc()
 	return true
 }
@@ -190,43 +153,13 @@ func (f *Front) reserve() bool {
 // last one.
 func (f *Front) release() {
 	f.m.active.Dec()
-	f.mu.Lock()
-	f.active--
-	if f.closing && f.active == 0 {
-		f.wake()
-	}
-	f.mu.Unlock()
-}
-
-// wake closes f.idle once; f.mu is held.
-func (f *Front) wake() {
-	select {
-	case <-f.idle:
-	default:
-		close(f.idle)
-	}
+	f.shell.Release()
 }
 
 // Shutdown stops accepting at once and waits for open connections to end;
 // when ctx is done first it closes them and returns ctx's error.
 func (f *Front) Shutdown(ctx context.Context) error {
-	f.mu.Lock()
-	f.closing = true
-	if f.active == 0 {
-		f.wake()
-	}
-	f.mu.Unlock()
-	f.srv.Close()
-	defer f.srv.Stop()
-	select {
-	case <-f.idle:
-		return nil
-	case <-ctx.Done():
-	}
-	f.cancel()
-	f.srv.Abort()
-	<-f.idle
-	return ctx.Err()
+	return f.shell.Shutdown(ctx, relayshell.NoTimeout, nil)
 }
 
 // conn is the front's state of one connection on the event loops
@@ -235,12 +168,12 @@ type conn struct {
 	start    time.Time
 	measured string
 	trusted  bool
-	headerInfo
+	proxyheader.Info
 	token   uint64         // the peer table's dial token, while dialling or inserted
 	dialing bool           // token taken, not inserted yet
 	port    int            // the inner connection's local port once inserted
 	upLocal netip.AddrPort // the inner socket's local address while recorded in own
-	counted bool           // holds a slot (Front.active)
+	counted bool           // admitted by the shell: released when done
 }
 
 // handler is the Front as the event loops see it.
@@ -258,8 +191,8 @@ func (h *handler) Open(c *evloop.Conn) {
 	fc := &conn{}
 	c.Data = fc
 	fc.measured = c.Peer().String()
-	fc.header = HeaderNone
-	if f.own.Accepted(c.Peer(), c.Local(), killer{c}) {
+	fc.Header = HeaderNone
+	if f.own.Accepted(c.Peer(), c.Local(), relayshell.Killer{C: c}) {
 		f.looped(fc.measured)
 		c.Close(reasonCounted, nil)
 		return
@@ -277,15 +210,6 @@ func (h *handler) Open(c *evloop.Conn) {
 		return
 	}
 	c.ReadFirst(f.cfg.HeaderTimeout)
-}
-
-// killer closes a connection from another loop (loopguard.Own cuts a loop
-// from the side that finds it).
-type killer struct{ c *evloop.Conn }
-
-func (k killer) Close() error {
-	k.c.Kill()
-	return nil
 }
 
 // Received decides on the first bytes: wait for more, refuse, or take the
@@ -309,7 +233,7 @@ func (h *handler) Received(c *evloop.Conn, b []byte, err error) {
 		c.Close(reasonCounted, nil)
 		return
 	}
-	fc.headerInfo = d.info
+	fc.Info = d.info
 	c.Consume(d.n)
 	fc.token, fc.dialing = f.table.beginDial(), true
 	if f.innerAddr.IsValid() {
@@ -330,7 +254,7 @@ func (h *handler) Received(c *evloop.Conn, b []byte, err error) {
 
 // resolveInner looks up front.inner's first address.
 func (f *Front) resolveInner() (netip.AddrPort, error) {
-	ctx, cancel := context.WithTimeout(f.ctx, innerDialTimeout)
+	ctx, cancel := context.WithTimeout(f.shell.Context(), innerDialTimeout)
 	defer cancel()
 	return evloop.Resolve(ctx, f.cfg.Inner)
 }
@@ -368,15 +292,15 @@ func (h *handler) Dialed(c *evloop.Conn, err error) {
 	fc.port, fc.dialing = int(local.Port()), false
 	f.table.insert(fc.token, Peer{
 		InnerPort: fc.port,
-		Claimed:   fc.claimed,
+		Claimed:   fc.Claimed,
 		Measured:  fc.measured,
-		Edge:      fc.edge,
-		ID:        fc.id,
-		Header:    fc.header,
+		Edge:      fc.Edge,
+		ID:        fc.ID,
+		Header:    fc.Header,
 		Since:     fc.start,
 		Inner:     local.String(),
 	})
-	f.m.ok(fc.header).Inc()
+	f.m.ok(fc.Header).Inc()
 	c.Relay(nil, nil)
 }
 
@@ -391,15 +315,15 @@ func (h *handler) Closed(c *evloop.Conn, res evloop.Result) {
 		f.table.remove(fc.port, fc.token)
 	}
 	f.forgetInner(fc)
-	f.own.Forget(c.Peer(), c.Local(), killer{c})
+	f.own.Forget(c.Peer(), c.Local(), relayshell.Killer{C: c})
 	switch {
 	case res.Reason == reasonCounted:
 	case res.Reason == evloop.ReasonKilled: // own cut a loop from the dialling side
 		f.looped(fc.measured)
 	case !forwarded: // aborted by Shutdown before forwarding
-		f.m.conns.WithLabelValues(fc.header, ResultShutdown).Inc()
+		f.m.conns.WithLabelValues(fc.Header, ResultShutdown).Inc()
 	case res.Up != 0 || res.Down != 0:
-		f.logClosed(&fc.headerInfo, fc.measured, fc.port, res.Up, res.Down, fc.start, res.Reason)
+		f.logClosed(&fc.Info, fc.measured, fc.port, res.Up, res.Down, fc.start, res.Reason)
 	}
 	if fc.counted {
 		f.release()
@@ -413,7 +337,7 @@ func (h *handler) Closed(c *evloop.Conn, res evloop.Result) {
 // one reading of the clock for the line's time and the duration's end
 // when the clock is the real one. The attributes are typed: no value is
 // boxed into an interface.
-func (f *Front) logClosed(h *headerInfo, measured string, port int, up, down int64, start time.Time, reason string) {
+func (f *Front) logClosed(h *proxyheader.Info, measured string, port int, up, down int64, start time.Time, reason string) {
 	ctx := context.Background()
 	if !f.log.Enabled(ctx, slog.LevelInfo) {
 		return
@@ -424,8 +348,8 @@ func (f *Front) logClosed(h *headerInfo, measured string, port int, up, down int
 		at = time.Now()
 	}
 	r := slog.NewRecord(at, slog.LevelInfo, "connection closed", 0)
-	r.AddAttrs(slog.String("id", h.id), slog.String("claimed", h.claimed), slog.String("measured", measured),
-		slog.String("edge", h.edge), slog.String("header", h.header), slog.Int("inner_port", port),
+	r.AddAttrs(slog.String("id", h.ID), slog.String("claimed", h.Claimed), slog.String("measured", measured),
+		slog.String("edge", h.Edge), slog.String("header", h.Header), slog.Int("inner_port", port),
 		slog.Int64("bytes_up", up), slog.Int64("bytes_down", down),
 		slog.Duration("duration", end.Sub(start)), slog.String("reason", reason))
 	f.log.Handler().Handle(ctx, r)
@@ -446,7 +370,7 @@ func (f *Front) forgetInner(fc *conn) {
 
 // refused counts and logs a refusal examine decided.
 func (f *Front) refused(fc *conn, d decision) {
-	fc.header = d.k.String()
+	fc.Header = d.k.String()
 	switch d.result {
 	case ResultSpoofed:
 		f.m.spoofed.Inc()
@@ -460,12 +384,12 @@ func (f *Front) refused(fc *conn, d decision) {
 // through the rate limiter. The caller closes the connection after:
 // whoever sees the close sees the count.
 func (f *Front) refuse(fc *conn, result, msg string, err error) {
-	f.m.conns.WithLabelValues(fc.header, result).Inc()
+	f.m.conns.WithLabelValues(fc.Header, result).Inc()
 	if msg == "" {
 		return
 	}
-	if ok, suppressed := f.refusals.Allow(); ok {
-		attrs := []any{"claimed", fc.claimed, "measured", fc.measured, "header", fc.header, "reason", result}
+	if ok, suppressed := f.shell.Refusals.Allow(); ok {
+		attrs := []any{"claimed", fc.Claimed, "measured", fc.measured, "header", fc.Header, "reason", result}
 		if err != nil {
 			attrs = append(attrs, "err", err)
 		}
@@ -492,12 +416,12 @@ const (
 // decision is what the first bytes of a connection make of it.
 type decision struct {
 	step   step
-	k      kind       // what the first bytes are, once known
-	n      int        // stepForward: the header's length
-	info   headerInfo // stepForward: what the header says (header none without one)
-	result string     // stepRefuse: the result label
-	msg    string     // stepRefuse: the log message; "" writes no line
-	err    error      // stepRefuse: why
+	k      proxyheader.Kind // what the first bytes are, once known
+	n      int              // stepForward: the header's length
+	info   proxyheader.Info // stepForward: what the header says (header none without one)
+	result string           // stepRefuse: the result label
+	msg    string           // stepRefuse: the log message; "" writes no line
+	err    error            // stepRefuse: why
 }
 
 // examine applies the sniff, the trust policy (docs/origin.md) and the
@@ -506,29 +430,29 @@ type decision struct {
 // come), io.EOF, a timeout (header_timeout ran out) or a read error.
 // The event loops decide through it each time more bytes arrive.
 func examine(b []byte, err error, trusted, requireHeader bool) decision {
-	k, decided := sniffKind(b, err == io.EOF)
+	k, decided := proxyheader.Sniff(b, err == io.EOF)
 	if !decided {
 		if err == nil {
 			return decision{}
 		}
-		return failed(kindNone, err, len(b) > 0)
+		return failed(proxyheader.None, err, len(b) > 0)
 	}
 	if v := judge(trusted, k, requireHeader); v.result != "" {
 		return decision{step: stepRefuse, k: k, result: v.result, msg: v.msg}
 	}
-	if k == kindNone {
-		return decision{step: stepForward, info: headerInfo{header: HeaderNone}}
+	if k == proxyheader.None {
+		return decision{step: stepForward, info: proxyheader.Info{Header: HeaderNone}}
 	}
-	n, herr := headerLen(b, k)
+	n, herr := proxyheader.Len(b, k)
 	switch {
 	case herr != nil:
 		return failed(k, herr, true)
 	case n == 0 && err == nil:
 		return decision{k: k}
 	case n == 0:
-		return failed(k, truncated(err), true)
+		return failed(k, proxyheader.Truncated(err), true)
 	}
-	info, perr := readHeader(b[:n], k)
+	info, perr := proxyheader.Read(b[:n], k)
 	if perr != nil {
 		return failed(k, perr, true)
 	}
@@ -537,7 +461,7 @@ func examine(b []byte, err error, trusted, requireHeader bool) decision {
 
 // failed refuses a connection whose first bytes or header could not be
 // read: too slow, gone before a byte (no log line), or broken.
-func failed(k kind, err error, gotBytes bool) decision {
+func failed(k proxyheader.Kind, err error, gotBytes bool) decision {
 	d := decision{step: stepRefuse, k: k, err: err}
 	var ne net.Error
 	switch {

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/loglimit"
+	"github.com/edgefleet/edgefleet/internal/proxyheader"
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -124,7 +126,7 @@ func TestSpoofedHeaders(t *testing.T) {
 func TestSpoofLogIsRateLimited(t *testing.T) {
 	h := newHarness(t, nil)
 	h.clock.freeze() // one rate-limit window, however slow the machine
-	const n = 3 * refusalLogBurst
+	const n = 3 * loglimit.RefusalBurst
 	for range n {
 		c := h.dialFrom("127.0.0.3")
 		c.Write(v2Header(t, "192.0.2.66:1", "198.51.100.1:636", "", ""))
@@ -134,8 +136,8 @@ func TestSpoofLogIsRateLimited(t *testing.T) {
 	if got := h.metric("edgefleet_origin_spoofed_headers_total", nil); got != n {
 		t.Fatalf("spoofed_headers_total = %v, want %d (every one counted)", got, n)
 	}
-	if got := len(h.logs.JSONLines("spoofed proxy header")); got != refusalLogBurst {
-		t.Fatalf("%d log lines for %d spoofs within one window, want %d", got, n, refusalLogBurst)
+	if got := len(h.logs.JSONLines("spoofed proxy header")); got != loglimit.RefusalBurst {
+		t.Fatalf("%d log lines for %d spoofs within one window, want %d", got, n, loglimit.RefusalBurst)
 	}
 }
 
@@ -197,7 +199,7 @@ func TestBadHeaders(t *testing.T) {
 		{"v1 without crlf within 107 bytes", append([]byte("PROXY TCP4 "), make([]byte, 120)...), false, HeaderV1},
 		{"v1 truncated", []byte("PROXY TCP4 192.0.2.1 "), true, HeaderV1},
 		{"v2 truncated", v2Raw(0x21, 0x11, 12, []byte{192, 0, 2}), true, HeaderV2},
-		{"v2 oversized tlv block", v2Raw(0x21, 0x11, MaxV2Length+1, nil), false, HeaderV2},
+		{"v2 oversized tlv block", v2Raw(0x21, 0x11, proxyheader.MaxV2Length+1, nil), false, HeaderV2},
 		{"v2 largest length field", v2Raw(0x21, 0x11, 0xFFFF, nil), false, HeaderV2},
 		{"v2 malformed tlv", v2Raw(0x21, 0x11, 18, append(make([]byte, 12), 0xE0, 0x00, 0xC8, 'a', 'b', 'c')), false, HeaderV2},
 		{"v2 bad command", v2Raw(0x2F, 0x11, 12, make([]byte, 12)), false, HeaderV2},
@@ -223,8 +225,8 @@ func TestBadHeaders(t *testing.T) {
 		t.Errorf("inner dialled %d times for bad headers", n)
 	}
 	lines := h.logs.JSONLines("bad proxy header")
-	if got := len(lines); got != refusalLogBurst {
-		t.Errorf("%d bad-header log lines, want %d (rate limited)", got, refusalLogBurst)
+	if got := len(lines); got != loglimit.RefusalBurst {
+		t.Errorf("%d bad-header log lines, want %d (rate limited)", got, loglimit.RefusalBurst)
 	}
 	for _, l := range lines {
 		if _, ok := l["err"].(string); !ok || l["error"] != nil {
@@ -563,7 +565,7 @@ func TestHeaderTimeoutRealSockets(t *testing.T) {
 	stalled := []*net.TCPConn{}
 	for _, b := range [][]byte{
 		[]byte("\r\n\r\n"), // a signature prefix
-		append(append([]byte{}, sigV2...), 0x21, 0x11, 0x00),
+		append(append([]byte{}, proxyheader.SigV2...), 0x21, 0x11, 0x00),
 		v2Raw(0x21, 0x11, 12, []byte{192, 0}), // address block missing
 	} {
 		c := h.dialFrom("127.0.0.2")

@@ -1,5 +1,7 @@
 package origin
 
+import "github.com/edgefleet/edgefleet/internal/proxyheader"
+
 // verdict is the trust policy's decision on a connection once its first
 // bytes are known.
 type verdict struct {
@@ -10,11 +12,11 @@ type verdict struct {
 // judge applies the trust rules of docs/origin.md to a connection from a source
 // that is (or is not) inside trusted_edges and whose first bytes are k.
 // untrusted: reject is decided earlier, before any byte is read.
-func judge(trusted bool, k kind, requireHeader bool) verdict {
+func judge(trusted bool, k proxyheader.Kind, requireHeader bool) verdict {
 	switch {
-	case !trusted && k != kindNone:
+	case !trusted && k != proxyheader.None:
 		return verdict{ResultSpoofed, "spoofed proxy header"}
-	case trusted && k == kindNone && requireHeader:
+	case trusted && k == proxyheader.None && requireHeader:
 		return verdict{ResultNoHeader, "proxy header required"}
 	}
 	return verdict{}

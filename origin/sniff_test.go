@@ -5,14 +5,10 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"testing/iotest"
 
-	"github.com/edgefleet/edgefleet/relay"
+	"github.com/edgefleet/edgefleet/internal/proxyheader"
 	proxyproto "github.com/pires/go-proxyproto"
 )
 
@@ -26,7 +22,7 @@ func v2Header(t testing.TB, src, dst, edge, id string) []byte {
 		tlvs = append(tlvs, proxyproto.TLV{Type: proxyproto.PP2_TYPE_UNIQUE_ID, Value: []byte(id)})
 	}
 	if edge != "" {
-		tlvs = append(tlvs, proxyproto.TLV{Type: relay.TLVEdgeName, Value: []byte(edge)})
+		tlvs = append(tlvs, proxyproto.TLV{Type: proxyheader.TLVEdgeName, Value: []byte(edge)})
 	}
 	if err := h.SetTLVs(tlvs); err != nil {
 		t.Fatal(err)
@@ -50,7 +46,7 @@ func tcpAddr(t testing.TB, s string) *net.TCPAddr {
 // v2Raw is a v2 header with a given command, family and length field
 // followed by body, for malformed cases.
 func v2Raw(cmd, fam byte, length uint16, body []byte) []byte {
-	b := append([]byte{}, sigV2...)
+	b := append([]byte{}, proxyheader.SigV2...)
 	b = append(b, cmd, fam)
 	b = binary.BigEndian.AppendUint16(b, length)
 	return append(b, body...)
@@ -70,73 +66,73 @@ func TestSniffAndReadHeader(t *testing.T) {
 	tests := []struct {
 		name    string
 		in      []byte
-		kind    kind
+		kind    proxyheader.Kind
 		empty   bool // refused as empty (nothing came)
 		wantErr bool // readHeader or interpret fails
-		info    headerInfo
+		info    proxyheader.Info
 		rest    []byte // bytes left for the inner service
 	}{
-		{name: "tls client hello", in: clientHello, kind: kindNone, rest: clientHello},
-		{name: "ldap bind", in: ldapBind, kind: kindNone, rest: ldapBind},
-		{name: "starts like v1 then differs", in: []byte("PROXIMITY"), kind: kindNone, rest: []byte("PROXIMITY")},
-		{name: "starts like v2 then differs", in: []byte("\r\n\r\nhello"), kind: kindNone, rest: []byte("\r\n\r\nhello")},
-		{name: "signature prefix then eof", in: []byte("PROX"), kind: kindNone, rest: []byte("PROX")},
-		{name: "empty", in: nil, kind: kindNone, empty: true},
+		{name: "tls client hello", in: clientHello, kind: proxyheader.None, rest: clientHello},
+		{name: "ldap bind", in: ldapBind, kind: proxyheader.None, rest: ldapBind},
+		{name: "starts like v1 then differs", in: []byte("PROXIMITY"), kind: proxyheader.None, rest: []byte("PROXIMITY")},
+		{name: "starts like v2 then differs", in: []byte("\r\n\r\nhello"), kind: proxyheader.None, rest: []byte("\r\n\r\nhello")},
+		{name: "signature prefix then eof", in: []byte("PROX"), kind: proxyheader.None, rest: []byte("PROX")},
+		{name: "empty", in: nil, kind: proxyheader.None, empty: true},
 		{
-			name: "v2 with tlvs", in: append(append([]byte{}, v2...), clientHello...), kind: kindV2,
-			info: headerInfo{header: HeaderV2, claimed: "192.0.2.10:50000", edge: "edge-ams-1", id: "c0ffee01"},
+			name: "v2 with tlvs", in: append(append([]byte{}, v2...), clientHello...), kind: proxyheader.V2,
+			info: proxyheader.Info{Header: HeaderV2, Claimed: "192.0.2.10:50000", Edge: "edge-ams-1", ID: "c0ffee01"},
 			rest: clientHello,
 		},
-		{name: "v2 ipv6", in: v2v6, kind: kindV2, info: headerInfo{header: HeaderV2, claimed: "[2001:db8::7]:443"}},
-		{name: "v2 local", in: append(local, ldapBind...), kind: kindV2, info: headerInfo{header: HeaderLocal}, rest: ldapBind},
+		{name: "v2 ipv6", in: v2v6, kind: proxyheader.V2, info: proxyheader.Info{Header: HeaderV2, Claimed: "[2001:db8::7]:443"}},
+		{name: "v2 local", in: append(local, ldapBind...), kind: proxyheader.V2, info: proxyheader.Info{Header: HeaderLocal}, rest: ldapBind},
 		{
-			name: "v1 tcp4", in: []byte("PROXY TCP4 192.0.2.10 198.51.100.1 50000 636\r\n\x30\x0c"), kind: kindV1,
-			info: headerInfo{header: HeaderV1, claimed: "192.0.2.10:50000"}, rest: []byte{0x30, 0x0c},
+			name: "v1 tcp4", in: []byte("PROXY TCP4 192.0.2.10 198.51.100.1 50000 636\r\n\x30\x0c"), kind: proxyheader.V1,
+			info: proxyheader.Info{Header: HeaderV1, Claimed: "192.0.2.10:50000"}, rest: []byte{0x30, 0x0c},
 		},
-		{name: "v1 tcp6", in: []byte("PROXY TCP6 2001:db8::7 2001:db8::1 443 636\r\n"), kind: kindV1, info: headerInfo{header: HeaderV1, claimed: "[2001:db8::7]:443"}},
+		{name: "v1 tcp6", in: []byte("PROXY TCP6 2001:db8::7 2001:db8::1 443 636\r\n"), kind: proxyheader.V1, info: proxyheader.Info{Header: HeaderV1, Claimed: "[2001:db8::7]:443"}},
 		// nginx on a dual-stack listener (ipv6only=off) with an IPv4 client.
-		{name: "v1 tcp6 mapped", in: []byte("PROXY TCP6 ::ffff:127.0.0.9 ::ffff:127.0.0.1 53633 38211\r\nx"), kind: kindV1, info: headerInfo{header: HeaderV1, claimed: "127.0.0.9:53633"}, rest: []byte("x")},
-		{name: "v1 unknown", in: []byte("PROXY UNKNOWN\r\n"), kind: kindV1, info: headerInfo{header: HeaderLocal}},
-		{name: "v1 garbage", in: []byte("PROXY garbage\r\n"), kind: kindV1, wantErr: true},
-		{name: "v1 missing ports", in: []byte("PROXY TCP4 192.0.2.10 198.51.100.1\r\n"), kind: kindV1, wantErr: true},
-		{name: "v1 no crlf", in: []byte("PROXY TCP4 192.0.2.10 198.51.100.1 1 2\n"), kind: kindV1, wantErr: true},
-		{name: "v1 too long", in: append([]byte("PROXY "), bytes.Repeat([]byte("x"), 200)...), kind: kindV1, wantErr: true},
-		{name: "v1 truncated", in: []byte("PROXY TCP4 192.0.2.10"), kind: kindV1, wantErr: true},
-		{name: "v2 truncated prefix", in: append(append([]byte{}, sigV2...), 0x21), kind: kindV2, wantErr: true},
-		{name: "v2 truncated address", in: v2Raw(0x21, 0x11, 12, []byte{192, 0, 2}), kind: kindV2, wantErr: true},
-		{name: "v2 oversized", in: v2Raw(0x21, 0x11, MaxV2Length+1, nil), kind: kindV2, wantErr: true},
-		{name: "v2 max length ok", in: v2Raw(0x21, 0x11, MaxV2Length, append(make([]byte, 12), append([]byte{0xEE, 0x0F, 0xF1}, make([]byte, MaxV2Length-15)...)...)), kind: kindV2, info: headerInfo{header: HeaderV2, claimed: "0.0.0.0:0"}},
-		{name: "v2 bad tlv", in: badTLV, kind: kindV2, wantErr: true},
-		{name: "v2 bad command", in: v2Raw(0x2F, 0x11, 12, make([]byte, 12)), kind: kindV2, wantErr: true},
-		{name: "v2 bad version", in: v2Raw(0x31, 0x11, 12, make([]byte, 12)), kind: kindV2, wantErr: true},
-		{name: "v2 proxy unspec", in: v2Raw(0x21, 0x00, 0, nil), kind: kindV2, wantErr: true},
-		{name: "v2 length too short for family", in: v2Raw(0x21, 0x11, 4, make([]byte, 4)), kind: kindV2, wantErr: true},
-		{name: "v2 tlv header cut short", in: v2Raw(0x21, 0x11, 14, append(make([]byte, 12), 0xE0, 0x00)), kind: kindV2, wantErr: true},
-		{name: "v2 length counts bytes that never come", in: v2Raw(0x21, 0x11, 40, make([]byte, 20)), kind: kindV2, wantErr: true},
+		{name: "v1 tcp6 mapped", in: []byte("PROXY TCP6 ::ffff:127.0.0.9 ::ffff:127.0.0.1 53633 38211\r\nx"), kind: proxyheader.V1, info: proxyheader.Info{Header: HeaderV1, Claimed: "127.0.0.9:53633"}, rest: []byte("x")},
+		{name: "v1 unknown", in: []byte("PROXY UNKNOWN\r\n"), kind: proxyheader.V1, info: proxyheader.Info{Header: HeaderLocal}},
+		{name: "v1 garbage", in: []byte("PROXY garbage\r\n"), kind: proxyheader.V1, wantErr: true},
+		{name: "v1 missing ports", in: []byte("PROXY TCP4 192.0.2.10 198.51.100.1\r\n"), kind: proxyheader.V1, wantErr: true},
+		{name: "v1 no crlf", in: []byte("PROXY TCP4 192.0.2.10 198.51.100.1 1 2\n"), kind: proxyheader.V1, wantErr: true},
+		{name: "v1 too long", in: append([]byte("PROXY "), bytes.Repeat([]byte("x"), 200)...), kind: proxyheader.V1, wantErr: true},
+		{name: "v1 truncated", in: []byte("PROXY TCP4 192.0.2.10"), kind: proxyheader.V1, wantErr: true},
+		{name: "v2 truncated prefix", in: append(append([]byte{}, proxyheader.SigV2...), 0x21), kind: proxyheader.V2, wantErr: true},
+		{name: "v2 truncated address", in: v2Raw(0x21, 0x11, 12, []byte{192, 0, 2}), kind: proxyheader.V2, wantErr: true},
+		{name: "v2 oversized", in: v2Raw(0x21, 0x11, proxyheader.MaxV2Length+1, nil), kind: proxyheader.V2, wantErr: true},
+		{name: "v2 max length ok", in: v2Raw(0x21, 0x11, proxyheader.MaxV2Length, append(make([]byte, 12), append([]byte{0xEE, 0x0F, 0xF1}, make([]byte, proxyheader.MaxV2Length-15)...)...)), kind: proxyheader.V2, info: proxyheader.Info{Header: HeaderV2, Claimed: "0.0.0.0:0"}},
+		{name: "v2 bad tlv", in: badTLV, kind: proxyheader.V2, wantErr: true},
+		{name: "v2 bad command", in: v2Raw(0x2F, 0x11, 12, make([]byte, 12)), kind: proxyheader.V2, wantErr: true},
+		{name: "v2 bad version", in: v2Raw(0x31, 0x11, 12, make([]byte, 12)), kind: proxyheader.V2, wantErr: true},
+		{name: "v2 proxy unspec", in: v2Raw(0x21, 0x00, 0, nil), kind: proxyheader.V2, wantErr: true},
+		{name: "v2 length too short for family", in: v2Raw(0x21, 0x11, 4, make([]byte, 4)), kind: proxyheader.V2, wantErr: true},
+		{name: "v2 tlv header cut short", in: v2Raw(0x21, 0x11, 14, append(make([]byte, 12), 0xE0, 0x00)), kind: proxyheader.V2, wantErr: true},
+		{name: "v2 length counts bytes that never come", in: v2Raw(0x21, 0x11, 40, make([]byte, 20)), kind: proxyheader.V2, wantErr: true},
 		{
-			name: "v2 empty and noop tlvs", kind: kindV2, in: append(v2Raw(0x21, 0x11, 12+3+4, append(append(make([]byte, 12), 0xE0, 0x00, 0x00), 0x04, 0x00, 0x01, 0xFF)), 'x'),
-			info: headerInfo{header: HeaderV2, claimed: "0.0.0.0:0"}, rest: []byte("x"),
+			name: "v2 empty and noop tlvs", kind: proxyheader.V2, in: append(v2Raw(0x21, 0x11, 12+3+4, append(append(make([]byte, 12), 0xE0, 0x00, 0x00), 0x04, 0x00, 0x01, 0xFF)), 'x'),
+			info: proxyheader.Info{Header: HeaderV2, Claimed: "0.0.0.0:0"}, rest: []byte("x"),
 		},
 		{
-			name: "v2 tlv with control characters is logged as hex", kind: kindV2,
+			name: "v2 tlv with control characters is logged as hex", kind: proxyheader.V2,
 			in:   v2Raw(0x21, 0x11, 12+3+3, append(make([]byte, 12), 0xE0, 0x00, 0x03, 'a', '\n', 'b')),
-			info: headerInfo{header: HeaderV2, claimed: "0.0.0.0:0", edge: "610a62"},
+			info: proxyheader.Info{Header: HeaderV2, Claimed: "0.0.0.0:0", Edge: "610a62"},
 		},
 		// v2 IPv6 family carrying an IPv4-mapped source: the IPv4 form.
-		{name: "v2 ipv6 mapped source", in: v2Header(t, "[::ffff:192.0.2.7]:9", "[::ffff:198.51.100.1]:636", "", ""), kind: kindV2, info: headerInfo{header: HeaderV2, claimed: "192.0.2.7:9"}},
+		{name: "v2 ipv6 mapped source", in: v2Header(t, "[::ffff:192.0.2.7]:9", "[::ffff:198.51.100.1]:636", "", ""), kind: proxyheader.V2, info: proxyheader.Info{Header: HeaderV2, Claimed: "192.0.2.7:9"}},
 		// LOCAL keeps claimed empty even when it carries addresses.
-		{name: "v2 local with addresses", in: v2Raw(0x20, 0x11, 12, []byte{192, 0, 2, 1, 198, 51, 100, 1, 0, 1, 0, 2}), kind: kindV2, info: headerInfo{header: HeaderLocal}},
+		{name: "v2 local with addresses", in: v2Raw(0x20, 0x11, 12, []byte{192, 0, 2, 1, 198, 51, 100, 1, 0, 1, 0, 2}), kind: proxyheader.V2, info: proxyheader.Info{Header: HeaderLocal}},
 		// LOCAL whose length does not fit its family: the block is skipped.
-		{name: "v2 local short block", in: append(v2Raw(0x20, 0x11, 2, []byte{0, 0}), 'y'), kind: kindV2, info: headerInfo{header: HeaderLocal}, rest: []byte("y")},
+		{name: "v2 local short block", in: append(v2Raw(0x20, 0x11, 2, []byte{0, 0}), 'y'), kind: proxyheader.V2, info: proxyheader.Info{Header: HeaderLocal}, rest: []byte("y")},
 		// Unix-socket and UDP sources are no client address: claimed stays empty.
-		{name: "v2 unix stream", in: v2Raw(0x21, 0x31, 216, make([]byte, 216)), kind: kindV2, info: headerInfo{header: HeaderV2}},
-		{name: "v2 udp over ipv4", in: v2Raw(0x21, 0x12, 12, []byte{192, 0, 2, 1, 198, 51, 100, 1, 0, 1, 0, 2}), kind: kindV2, info: headerInfo{header: HeaderV2}},
-		{name: "v2 undefined family byte", in: v2Raw(0x21, 0x13, 12, make([]byte, 12)), kind: kindV2, wantErr: true},
-		{name: "v1 tcp4 with ipv6 address", in: []byte("PROXY TCP4 2001:db8::1 198.51.100.1 1 2\r\n"), kind: kindV1, wantErr: true},
-		{name: "v1 extra token", in: []byte("PROXY TCP4 192.0.2.1 198.51.100.1 1 2 3\r\n"), kind: kindV1, wantErr: true},
-		{name: "v1 unknown with addresses", in: []byte("PROXY UNKNOWN ffff:f::1 ffff:f::2 65535 65535\r\nz"), kind: kindV1, info: headerInfo{header: HeaderLocal}, rest: []byte("z")},
-		{name: "v1 exactly 107 bytes", in: append(append([]byte("PROXY UNKNOWN "), bytes.Repeat([]byte("f"), 91)...), '\r', '\n'), kind: kindV1, info: headerInfo{header: HeaderLocal}},
-		{name: "v1 108 bytes", in: append(append([]byte("PROXY UNKNOWN "), bytes.Repeat([]byte("f"), 92)...), '\r', '\n'), kind: kindV1, wantErr: true},
+		{name: "v2 unix stream", in: v2Raw(0x21, 0x31, 216, make([]byte, 216)), kind: proxyheader.V2, info: proxyheader.Info{Header: HeaderV2}},
+		{name: "v2 udp over ipv4", in: v2Raw(0x21, 0x12, 12, []byte{192, 0, 2, 1, 198, 51, 100, 1, 0, 1, 0, 2}), kind: proxyheader.V2, info: proxyheader.Info{Header: HeaderV2}},
+		{name: "v2 undefined family byte", in: v2Raw(0x21, 0x13, 12, make([]byte, 12)), kind: proxyheader.V2, wantErr: true},
+		{name: "v1 tcp4 with ipv6 address", in: []byte("PROXY TCP4 2001:db8::1 198.51.100.1 1 2\r\n"), kind: proxyheader.V1, wantErr: true},
+		{name: "v1 extra token", in: []byte("PROXY TCP4 192.0.2.1 198.51.100.1 1 2 3\r\n"), kind: proxyheader.V1, wantErr: true},
+		{name: "v1 unknown with addresses", in: []byte("PROXY UNKNOWN ffff:f::1 ffff:f::2 65535 65535\r\nz"), kind: proxyheader.V1, info: proxyheader.Info{Header: HeaderLocal}, rest: []byte("z")},
+		{name: "v1 exactly 107 bytes", in: append(append([]byte("PROXY UNKNOWN "), bytes.Repeat([]byte("f"), 91)...), '\r', '\n'), kind: proxyheader.V1, info: proxyheader.Info{Header: HeaderLocal}},
+		{name: "v1 108 bytes", in: append(append([]byte("PROXY UNKNOWN "), bytes.Repeat([]byte("f"), 92)...), '\r', '\n'), kind: proxyheader.V1, wantErr: true},
 	}
 	for _, tt := range tests {
 		for _, trickle := range []bool{false, true} {
@@ -166,8 +162,8 @@ func TestSniffAndReadHeader(t *testing.T) {
 					return
 				}
 				info := d.info
-				if d.k == kindNone {
-					info = headerInfo{}
+				if d.k == proxyheader.None {
+					info = proxyheader.Info{}
 				}
 				if info != tt.info {
 					t.Errorf("info = %+v, want %+v", info, tt.info)
@@ -184,7 +180,7 @@ func TestSniffAndReadHeader(t *testing.T) {
 // trusted source, no require_header), and returns the decision and, when
 // forwarded, the bytes left for the inner service.
 func scan(src io.Reader) (decision, []byte) {
-	buf := make([]byte, 0, readerSize)
+	buf := make([]byte, 0, proxyheader.BufSize)
 	var rerr error
 	for {
 		d := examine(buf, rerr, true, false)
@@ -206,21 +202,6 @@ func scan(src io.Reader) (decision, []byte) {
 	}
 }
 
-func TestPrintable(t *testing.T) {
-	for in, want := range map[string]string{
-		"edge-ams-1":    "edge-ams-1",
-		"":              "",
-		"a\nb":          "610a62",
-		"\xff\x00":      "ff00",
-		"zürich-edge":   "zürich-edge",
-		"id\x1b[31mred": "69641b5b33316d726564",
-	} {
-		if got := printable([]byte(in)); got != want {
-			t.Errorf("printable(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // FuzzSniff feeds arbitrary first bytes through the sniff and header path,
 // whole and one byte at a time. It must never panic, never consume bytes it
 // does not recognise as a header, and decide the same way however the
@@ -232,9 +213,9 @@ func FuzzSniff(f *testing.F) {
 	f.Add(v2Header(f, "192.0.2.10:50000", "198.51.100.1:636", "edge", "id"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		type outcome struct {
-			k    kind
+			k    proxyheader.Kind
 			err  bool
-			info headerInfo
+			info proxyheader.Info
 			rest []byte
 		}
 		run := func(src io.Reader) outcome {
@@ -246,10 +227,10 @@ func FuzzSniff(f *testing.F) {
 				return outcome{k: d.k, err: true}
 			}
 			o := outcome{k: d.k, info: d.info, rest: rest}
-			if d.k == kindNone && !bytes.Equal(o.rest, data) {
+			if d.k == proxyheader.None && !bytes.Equal(o.rest, data) {
 				t.Fatalf("bytes of a non-header connection changed: %q → %q", data, o.rest)
 			}
-			if consumed := len(data) - len(o.rest); consumed > v2PrefixLen+MaxV2Length {
+			if consumed := len(data) - len(o.rest); consumed > proxyheader.PrefixLenV2+proxyheader.MaxV2Length {
 				t.Fatalf("consumed %d bytes of header", consumed)
 			}
 			return o
@@ -258,95 +239,6 @@ func FuzzSniff(f *testing.F) {
 		trickled := run(iotest.OneByteReader(bytes.NewReader(data)))
 		if whole.k != trickled.k || whole.err != trickled.err || whole.info != trickled.info || !bytes.Equal(whole.rest, trickled.rest) {
 			t.Fatalf("whole %+v != one byte at a time %+v", whole, trickled)
-		}
-	})
-}
-
-// v2Body is v2Raw with the length of body.
-func v2Body(cmd, fam byte, body ...byte) []byte {
-	return v2Raw(cmd, fam, uint16(len(body)), body)
-}
-
-// tlv is one TLV's bytes.
-func tlv(typ byte, v string) []byte {
-	return append([]byte{typ, byte(len(v) >> 8), byte(len(v))}, v...)
-}
-
-// FuzzParseV2 holds the front's own v2 parse to go-proxyproto's (Read,
-// then interpret): on every whole v2 header both accept with the same
-// Peer fields, or both refuse with the same error. The seeds are the v2
-// entries of FuzzSniff's corpus and headers of every command and family;
-// the fuzzer's bytes follow the signature.
-func FuzzParseV2(f *testing.F) {
-	files, err := filepath.Glob(filepath.Join("testdata", "fuzz", "FuzzSniff", "*"))
-	if err != nil {
-		f.Fatal(err)
-	}
-	for _, name := range files {
-		raw, err := os.ReadFile(name)
-		if err != nil {
-			f.Fatal(err)
-		}
-		for _, line := range strings.Split(string(raw), "\n") {
-			if q, ok := strings.CutPrefix(line, "[]byte("); ok {
-				s, err := strconv.Unquote(strings.TrimSuffix(q, ")"))
-				if err != nil {
-					f.Fatalf("%s: %v", name, err)
-				}
-				if rest, ok := bytes.CutPrefix([]byte(s), sigV2); ok {
-					f.Add(rest)
-				}
-			}
-		}
-	}
-	v4 := []byte{192, 0, 2, 10, 198, 51, 100, 1, 0xc3, 0x50, 0x02, 0x7c}
-	v6 := make([]byte, 36)
-	copy(v6[10:], []byte{0xff, 0xff, 192, 0, 2, 10}) // IPv4-mapped source
-	v6[32], v6[33] = 0x01, 0xbb
-	unix := make([]byte, 216)
-	copy(unix, "/run/edge.sock")
-	tlvs := append(tlv(0x05, "id-1"), tlv(byte(relay.TLVEdgeName), "edge-ams-1")...)
-	for _, h := range [][]byte{
-		v2Header(f, "192.0.2.10:50000", "198.51.100.1:636", "edge", "id"),
-		v2Header(f, "[2001:db8::1]:50000", "[2001:db8::2]:636", "edge\n", "\xff"),
-		v2Body(0x21, 0x11, append(v4, tlvs...)...),
-		v2Body(0x21, 0x12, v4...),                  // UDP: no claimed address
-		v2Body(0x21, 0x21, append(v6, tlvs...)...), // mapped: claimed as IPv4
-		v2Body(0x21, 0x31, append(unix, tlvs...)...),
-		v2Body(0x20, 0x00),                         // LOCAL, UNSPEC
-		v2Body(0x20, 0x00, tlvs...),                // LOCAL with TLVs
-		v2Body(0x20, 0x11, 1, 2, 3),                // LOCAL, block shorter than its family's
-		v2Body(0x20, 0x11, append(v4, tlvs...)...), // LOCAL with an address
-		v2Body(0x21, 0x00),                         // PROXY UNSPEC: refused
-		v2Body(0x21, 0x11, 1, 2, 3),                // too short
-		v2Body(0x22, 0x11, v4...),                  // bad command
-		v2Body(0x11, 0x11, v4...),                  // bad version
-		v2Body(0x21, 0x13, v4...),                  // bad transport
-		v2Body(0x21, 0x11, append(v4, 0x05, 0)...), // truncated TLV
-		v2Body(0x21, 0x11, append(v4, 0x05, 0, 9, 'x')...),
-		v2Body(0x21, 0x11, append(append(v4, tlv(0x04, "pad")...), tlv(0x05, "a")...)...),
-		v2Body(0x21, 0x11, append(append(v4, tlv(0x05, "a")...), tlv(0x05, "b")...)...), // last one wins
-	} {
-		f.Add(h[len(sigV2):])
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		b := append(append([]byte{}, sigV2...), data...)
-		n, err := headerLen(b, kindV2)
-		if err != nil || n == 0 {
-			return // not a whole header within MaxV2Length: never parsed
-		}
-		b = b[:n]
-		got, gerr := parseV2(b)
-		var want headerInfo
-		h, werr := parseHeader(b)
-		if werr == nil {
-			want, werr = interpret(h)
-		}
-		if (gerr == nil) != (werr == nil) || gerr != nil && gerr.Error() != werr.Error() {
-			t.Fatalf("%x: error %v, go-proxyproto's %v", b, gerr, werr)
-		}
-		if gerr == nil && got != want {
-			t.Fatalf("%x: %+v, go-proxyproto's %+v", b, got, want)
 		}
 	})
 }

@@ -8,15 +8,18 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/edgefleet/edgefleet/internal/inneraddr"
+	"github.com/edgefleet/edgefleet/internal/proxyheader"
 )
 
 // Header values of Peer.Header and of the header label of
 // edgefleet_origin_connections_total.
 const (
-	HeaderV2    = "v2"    // a PROXY v2 header with the client's address
-	HeaderV1    = "v1"    // a PROXY v1 line with the client's address
-	HeaderLocal = "local" // a v2 LOCAL header or a v1 UNKNOWN line: no client address
-	HeaderNone  = "none"  // no header: the connection was forwarded as it came
+	HeaderV2    = proxyheader.HeaderV2    // a PROXY v2 header with the client's address
+	HeaderV1    = proxyheader.HeaderV1    // a PROXY v1 line with the client's address
+	HeaderLocal = proxyheader.HeaderLocal // a v2 LOCAL header or a v1 UNKNOWN line: no client address
+	HeaderNone  = proxyheader.HeaderNone  // no header: the connection was forwarded as it came
 )
 
 // Peer is what the front knows about the outer connection behind one inner
@@ -95,17 +98,10 @@ func (t *PeerTable) Lookup(port int) (Peer, bool) {
 // /peers lists them); it finds no peer here.
 func (t *PeerTable) LookupAddr(addr netip.AddrPort) (Peer, bool) {
 	p, ok := t.Lookup(int(addr.Port()))
-	if !ok || !sameAddr(p.Inner, addr) {
+	if !ok || !inneraddr.Is(p.Inner, addr) {
 		return Peer{}, false
 	}
 	return p, true
-}
-
-// sameAddr reports whether inner (a Peer.Inner) is addr; IPv4-mapped IPv6
-// addresses equal their IPv4 form.
-func sameAddr(inner string, addr netip.AddrPort) bool {
-	a, err := netip.ParseAddrPort(inner)
-	return err == nil && a.Port() == addr.Port() && a.Addr().Unmap() == addr.Addr().Unmap()
 }
 
 // Len is the number of entries.

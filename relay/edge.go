@@ -21,25 +21,16 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"sync"
 	"syscall"
 	"time"
 
-	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/internal/clock"
 	"github.com/edgefleet/edgefleet/internal/errclass"
 	"github.com/edgefleet/edgefleet/internal/evloop"
 	"github.com/edgefleet/edgefleet/internal/loopguard"
-	"github.com/edgefleet/edgefleet/internal/sockopt"
+	"github.com/edgefleet/edgefleet/internal/proxyheader"
+	"github.com/edgefleet/edgefleet/internal/relayshell"
 	"github.com/prometheus/client_golang/prometheus"
-)
-
-// A refused connection (a client's own PROXY header, a loop) logs at most
-// refusalLogBurst lines per refusalLogWindow; the next line says how many
-// were suppressed.
-const (
-	refusalLogBurst  = 10
-	refusalLogWindow = 10 * time.Second
 )
 
 // Edge relays client connections to the origins. Its connections run on
@@ -50,27 +41,15 @@ type Edge struct {
 	// the durations measured and logged. Set it before Serve or HandleConn.
 	Now func() time.Time
 
-	cfg  Config
-	log  *slog.Logger
-	m    *metrics
-	orig *originSet
-	srv  evloop.Server
-	dial evloop.DialOptions
+	cfg   Config
+	log   *slog.Logger
+	m     *metrics
+	orig  *originSet
+	shell relayshell.Shell // the loops, max_conns, the drain, the refusal-log limiter
+	dial  evloop.DialOptions
 	// own holds the edge's origin connections, so that a connection coming
 	// back from one of them (an origin that is this edge) is refused.
 	own *loopguard.Own
-	// refusals rate-limits the log lines of refused connections.
-	refusals *accept.Limiter
-
-	// ctx is cancelled when Shutdown gives up waiting, so pending origin
-	// name lookups stop too.
-	ctx    context.Context
-	cancel context.CancelFunc
-
-	mu      sync.Mutex
-	active  int           // open client connections
-	closing bool          // Shutdown called: accept nothing more
-	idle    chan struct{} // closed when closing and active is 0
 }
 
 // conn is the edge's state of one relayed connection (evloop.Conn.Data).
@@ -81,7 +60,7 @@ type conn struct {
 	claim   uint64
 	next    int            // plan[next] is the origin to try next
 	origin  *origin        // the one being dialled, then the one connected
-	counted bool           // counted in Edge.active
+	counted bool           // admitted by the shell: released when done
 	upLocal netip.AddrPort // the origin socket's local address while it is recorded in own
 	local   error          // an origin of the plan was not reached for want of a local port (EADDRNOTAVAIL)
 	over    func()         // HandleConn's
@@ -108,20 +87,15 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Edge, error)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	e := &Edge{
-		cfg:    cfg,
-		log:    log,
-		m:      m,
-		orig:   newOriginSet(cfg.Origins, cfg.OfflineRetry),
-		ctx:    ctx,
-		cancel: cancel,
-		idle:   make(chan struct{}),
-		own:    loopguard.NewOwn(),
+		cfg:  cfg,
+		log:  log,
+		m:    m,
+		orig: newOriginSet(cfg.Origins, cfg.OfflineRetry),
+		own:  loopguard.NewOwn(),
 	}
-	e.refusals = accept.NewLimiter(refusalLogBurst, refusalLogWindow, e.now)
-	e.srv = evloop.Server{Handler: (*handler)(e), Log: log, Now: e.now, MaxPipes: evloop.PipesFor(cfg.MaxConns)}
-	e.dial = evloop.DialOptions{Timeout: cfg.ConnectTimeout, NoDelay: true, Keepalive: keepalive(cfg.Keepalive),
+	e.shell.Init((*handler)(e), cfg.MaxConns, log, e.now)
+	e.dial = evloop.DialOptions{Timeout: cfg.ConnectTimeout, NoDelay: true, Keepalive: relayshell.Keepalive(cfg.Keepalive),
 		Sent: e.sent}
 	if cfg.Source != "" {
 		e.dial.Source, _ = netip.ParseAddr(cfg.Source)
@@ -156,19 +130,7 @@ func (e *Edge) SetOrigins(origins []Origin) {
 // one: no setsockopt per connection. (A connection the kernel completed
 // before Serve set the options keeps the kernel's defaults.)
 func (e *Edge) Serve(ln net.Listener) error {
-	if e.isClosing() {
-		ln.Close()
-		return nil
-	}
-	keepalive(e.cfg.Keepalive).Set(ln)
-	sockopt.NoDelay(ln)
-	return e.srv.Serve(ln)
-}
-
-func (e *Edge) isClosing() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.closing
+	return e.shell.Serve(ln, relayshell.Keepalive(e.cfg.Keepalive))
 }
 
 // looped counts a connection that came from one of the edge's own origin
@@ -176,7 +138,7 @@ func (e *Edge) isClosing() bool {
 // rate-limited like every refusal.
 func (e *Edge) looped() {
 	e.m.total[ResultLoop].Inc()
-	if ok, suppressed := e.refusals.Allow(); ok {
+	if ok, suppressed := e.shell.Refusals.Allow(); ok {
 		e.log.Warn("connection from the edge itself refused: an origin is this edge", "origins", e.orig.names(),
 			"suppressed", suppressed)
 	}
@@ -186,8 +148,8 @@ func (e *Edge) looped() {
 // elsewhere) and returns when it is closed.
 func (e *Edge) HandleConn(c net.Conn) {
 	over := make(chan struct{})
-	keepalive(e.cfg.Keepalive).Set(c)
-	if err := e.srv.Adopt(c, &conn{over: func() { close(over) }}); err != nil {
+	relayshell.Keepalive(e.cfg.Keepalive).Set(c)
+	if err := e.shell.Server.Adopt(c, &conn{over: func() { close(over) }}); err != nil {
 		e.log.Error("connection not relayed", "err", err)
 		return
 	}
@@ -214,23 +176,18 @@ func (h *handler) Open(c *evloop.Conn) {
 		rc = &conn{}
 		c.Data = rc
 	}
-	e.mu.Lock()
-	switch {
-	case e.closing:
-		e.mu.Unlock()
+	switch e.shell.Admit() {
+	case relayshell.Closing:
 		c.Close(reasonSilent, nil)
 		return
-	case e.active >= e.cfg.MaxConns:
-		e.mu.Unlock()
+	case relayshell.Full:
 		e.m.total[ResultMaxConns].Inc()
 		c.Close(reasonCounted, nil)
 		return
 	}
-	e.active++
-	e.mu.Unlock()
 	rc.counted = true
 	e.m.active.Inc()
-	if e.own.Accepted(c.Peer(), c.Local(), killer{c}) {
+	if e.own.Accepted(c.Peer(), c.Local(), relayshell.Killer{C: c}) {
 		e.looped()
 		c.Close(reasonCounted, nil)
 		return
@@ -239,15 +196,6 @@ func (h *handler) Open(c *evloop.Conn) {
 	rc.start = c.Now()
 	rc.plan, rc.claim = e.orig.plan(rc.start)
 	e.dialNext(c, rc)
-}
-
-// killer closes a connection from another loop (loopguard.Own cuts a loop
-// from the side that finds it).
-type killer struct{ c *evloop.Conn }
-
-func (k killer) Close() error {
-	k.c.Kill()
-	return nil
 }
 
 // dialNext dials the next origin of rc's plan, or gives up.
@@ -274,7 +222,7 @@ func (e *Edge) dialNext(c *evloop.Conn, rc *conn) {
 	// A name: looked up off the loop, then dialled from it.
 	t0 := e.now()
 	go func() {
-		ctx, cancel := context.WithTimeout(e.ctx, e.cfg.ConnectTimeout)
+		ctx, cancel := context.WithTimeout(e.shell.Context(), e.cfg.ConnectTimeout)
 		defer cancel()
 		ap, err := evloop.Resolve(ctx, o.addr)
 		err = hideName(err, o)
@@ -322,7 +270,7 @@ func (h *handler) Dialed(c *evloop.Conn, err error) {
 		return
 	}
 	var hb [512]byte
-	header, err := appendProxyHeader(hb[:0], e.cfg.ProxyProtocol, c.Peer(), c.Local(), rc.id, e.cfg.Name)
+	header, err := proxyheader.Append(hb[:0], headerVersion(e.cfg.ProxyProtocol), c.Peer(), c.Local(), rc.id, e.cfg.Name)
 	if err != nil {
 		c.Close(ResultServerError, fmt.Errorf("write proxy header: %w", err))
 		return
@@ -352,7 +300,7 @@ func (h *handler) failed(c *evloop.Conn, rc *conn, took time.Duration, err error
 	e.forgetOrigin(rc)
 	e.m.dial.Observe(took.Seconds())
 	err = fmt.Errorf("dial origin %s: %w", o.name, err)
-	if e.ctx.Err() != nil {
+	if e.shell.Context().Err() != nil {
 		c.Close(ResultDrain, err)
 		return
 	}
@@ -361,7 +309,7 @@ func (h *handler) failed(c *evloop.Conn, rc *conn, took time.Duration, err error
 		// this destination only (ports are per destination), so the next
 		// origin may have room. This one is not OFFLINE.
 		rc.local = err
-		if ok, suppressed := e.refusals.Allow(); ok {
+		if ok, suppressed := e.shell.Refusals.Allow(); ok {
 			e.log.Warn("no local port left toward an origin: trying the next, none marked offline", "origin", o.name,
 				"err", err, "suppressed", suppressed)
 		}
@@ -369,7 +317,7 @@ func (h *handler) failed(c *evloop.Conn, rc *conn, took time.Duration, err error
 		return
 	}
 	if errclass.LocalResources(err) { // the next origin would fail the same way
-		if ok, suppressed := e.refusals.Allow(); ok {
+		if ok, suppressed := e.shell.Refusals.Allow(); ok {
 			e.log.Warn("out of local resources: connection refused, no origin marked offline", "origin", o.name,
 				"err", err, "suppressed", suppressed)
 		}
@@ -410,7 +358,7 @@ func (h *handler) Closed(c *evloop.Conn, res evloop.Result) {
 	if errors.Is(res.Err, errClientProxy) {
 		e.m.total[ResultClientProxy].Inc()
 		e.m.clientProxy.Inc()
-		if ok, suppressed := e.refusals.Allow(); ok {
+		if ok, suppressed := e.shell.Refusals.Allow(); ok {
 			e.log.Warn("client proxy header refused", "id", rc.id, "client", c.Peer().String(),
 				"origin", rc.origin.name, "suppressed", suppressed)
 		}
@@ -448,7 +396,7 @@ func (h *handler) Closed(c *evloop.Conn, res evloop.Result) {
 // done forgets a finished connection and wakes Shutdown when it was the
 // last one.
 func (e *Edge) done(c *evloop.Conn, rc *conn) {
-	e.own.Forget(c.Peer(), c.Local(), killer{c})
+	e.own.Forget(c.Peer(), c.Local(), relayshell.Killer{C: c})
 	e.forgetOrigin(rc)
 	if rc.over != nil {
 		defer rc.over()
@@ -457,16 +405,7 @@ func (e *Edge) done(c *evloop.Conn, rc *conn) {
 		return
 	}
 	e.m.active.Dec()
-	e.mu.Lock()
-	e.active--
-	if e.closing && e.active == 0 {
-		select {
-		case <-e.idle:
-		default:
-			close(e.idle)
-		}
-	}
-	e.mu.Unlock()
+	e.shell.Release()
 }
 
 // forgetOrigin takes rc's origin socket out of own.
@@ -502,53 +441,7 @@ var errLocal = errors.New("out of local resources")
 // until ctx is done or drain_timeout has passed, then closes the rest. It
 // returns ctx's error when it had to cut connections because of ctx.
 func (e *Edge) Shutdown(ctx context.Context) error {
-	e.mu.Lock()
-	e.closing = true
-	if e.active == 0 {
-		select {
-		case <-e.idle:
-		default:
-			close(e.idle)
-		}
-	}
-	open := e.active
-	e.mu.Unlock()
-	e.srv.Close()
-	if open > 0 {
-		e.log.Info("draining", "connections", open, "drain_timeout", e.cfg.DrainTimeout)
-	}
-
-	timer := time.NewTimer(e.cfg.DrainTimeout)
-	defer timer.Stop()
-	defer e.srv.Stop()
-	var err error
-	select {
-	case <-e.idle:
-		e.cancel()
-		return nil
-	case <-timer.C:
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
-	e.cancel()
-	e.mu.Lock()
-	n := e.active
-	e.mu.Unlock()
-	e.srv.Abort()
-	if n > 0 {
-		e.log.Warn("drain timeout: closing connections", "connections", n)
-	}
-	<-e.idle
-	return err
-}
-
-// keepalive is the relay's TCP keepalive both ways: idle time and
-// interval period, 4 probes; period 0 turns it off.
-func keepalive(period time.Duration) sockopt.Keepalive {
-	if period <= 0 {
-		return sockopt.Keepalive{}
-	}
-	return sockopt.Keepalive{Idle: period, Interval: period, Count: 4}
+	return e.shell.Shutdown(ctx, e.cfg.DrainTimeout, e.log)
 }
 
 func b2f(b bool) float64 {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/proxyheader"
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/pires/go-proxyproto"
 )
@@ -206,8 +207,8 @@ func TestProxyHeader(t *testing.T) {
 			if got[proxyproto.PP2_TYPE_UNIQUE_ID] != line["id"] || len(got[proxyproto.PP2_TYPE_UNIQUE_ID]) < 16 {
 				t.Fatalf("unique id TLV %q, logged id %v", got[proxyproto.PP2_TYPE_UNIQUE_ID], line["id"])
 			}
-			if got[TLVEdgeName] != "edge-7" {
-				t.Fatalf("edge name TLV %q", got[TLVEdgeName])
+			if got[proxyheader.TLVEdgeName] != "edge-7" {
+				t.Fatalf("edge name TLV %q", got[proxyheader.TLVEdgeName])
 			}
 		})
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/pires/go-proxyproto"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 )
 
 // testEdge is an Edge serving on a loopback listener, with its log lines
@@ -76,47 +75,19 @@ func startEdge(t *testing.T, cfg Config, tweak ...func(*Edge)) *testEdge {
 	return &testEdge{Edge: e, addr: ln.Addr().String(), reg: reg, logs: logs}
 }
 
-// counter returns the value of a metric with the given labels (nil when
-// the series does not exist).
+// metric returns the value of the series name with exactly the given
+// labels (name, value pairs), nil when it does not exist
+// (testbed.Metric: a histogram's value is its sample count).
 func (te *testEdge) metric(t *testing.T, name string, labels ...string) *float64 {
 	t.Helper()
-	mfs, err := te.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	want := map[string]string{}
+	for i := 0; i+1 < len(labels); i += 2 {
+		want[labels[i]] = labels[i+1]
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				if !hasLabel(m, labels[i], labels[i+1]) {
-					continue series
-				}
-			}
-			var v float64
-			switch {
-			case m.Counter != nil:
-				v = m.Counter.GetValue()
-			case m.Gauge != nil:
-				v = m.Gauge.GetValue()
-			case m.Histogram != nil:
-				v = float64(m.Histogram.GetSampleCount())
-			}
-			return &v
-		}
+	if v, ok := testbed.Metric(t, te.reg, name, want); ok {
+		return &v
 	}
 	return nil
-}
-
-func hasLabel(m *dto.Metric, k, v string) bool {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == k && l.GetValue() == v {
-			return true
-		}
-	}
-	return false
 }
 
 // value is metric() for a series that must exist.

@@ -30,7 +30,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -58,34 +57,11 @@ var (
 	out        = flag.String("out", "bench/results/edge.md", "also write the table here (empty: stdout only)")
 )
 
-// target is one way from the client to the backend.
-type target struct {
-	name    string
-	addr    string
-	pid     int    // the relay process; 0 for direct
-	metrics string // the edge's metrics endpoint, for the Go runtime's view of the idle cost
-}
+// edgeMetrics is the edge's metrics endpoint, for the Go runtime's view
+// of the idle cost ("" until the edge is started).
+var edgeMetrics string
 
-// result is what was measured for one target.
-type result struct {
-	throughput []float64 // bytes per second, one per round
-	rate       []float64 // connections per second, one per round
-	p50, p99   []time.Duration
-	cpuPerConn []float64 // relay CPU time (user+system) per short connection, µs
-	failed     []int     // failed short connections, one per round
-	rssPerConn float64
-	fdsPerConn float64
-	idleOK     int
-	idleNote   string
-}
-
-func main() {
-	flag.Parse()
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "bench/edge:", err)
-		os.Exit(1)
-	}
-}
+func main() { benchkit.Main("edge", run) }
 
 func run() error {
 	nofile := benchkit.RaiseNofile()
@@ -99,84 +75,51 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	var procs []*exec.Cmd
+	targets, procs, err := benchkit.StartTargets(*targetList, dir, map[string]benchkit.Starter{
+		"direct": func() (string, *exec.Cmd, error) { return backend, nil, nil },
+		"edge": func() (addr string, cmd *exec.Cmd, err error) {
+			addr, edgeMetrics, cmd, err = startEdge(dir, backend)
+			return addr, cmd, err
+		},
+		"haproxy": func() (string, *exec.Cmd, error) { return startHAProxy(dir, backend) },
+		"nginx":   func() (string, *exec.Cmd, error) { return startNginx(dir, backend) },
+	})
 	defer func() { benchkit.Stop(procs) }()
-
-	var targets []*target
-	for _, name := range strings.Split(*targetList, ",") {
-		t := &target{name: strings.TrimSpace(name)}
-		var cmd *exec.Cmd
-		switch t.name {
-		case "direct":
-			t.addr = backend
-		case "edge":
-			t.addr, t.metrics, cmd, err = startEdge(dir, backend)
-		case "haproxy":
-			t.addr, cmd, err = startHAProxy(dir, backend)
-		case "nginx":
-			t.addr, cmd, err = startNginx(dir, backend)
-		default:
-			err = fmt.Errorf("unknown target %q", t.name)
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", t.name, err)
-		}
-		if cmd != nil {
-			procs = append(procs, cmd)
-			t.pid = cmd.Process.Pid
-		}
-		if err := benchkit.WaitTCP(t.addr, 10*time.Second); err != nil {
-			return fmt.Errorf("%s: %w (see %s)", t.name, err, dir)
-		}
-		targets = append(targets, t)
+	if err != nil {
+		return err
 	}
 
-	res := map[string]*result{}
-	for _, t := range targets {
-		res[t.name] = &result{}
-	}
+	res := benchkit.Results(targets)
 	for r := range *rounds {
 		for _, t := range benchkit.Turn(targets, r) {
-			tp, err := benchkit.Throughput(t.dial, nil, *streamSize)
+			tp, _, err := res[t.Name].MeasureThroughput(t.PID, dial(t), nil, *streamSize)
 			if err != nil {
-				return fmt.Errorf("%s: throughput: %w", t.name, err)
+				return fmt.Errorf("%s: throughput: %w", t.Name, err)
 			}
-			res[t.name].throughput = append(res[t.name].throughput, tp)
-			progress("round %d %-8s throughput %8.0f MiB/s", r+1, t.name, tp/(1<<20))
+			progress("round %d %-8s throughput %8.0f MiB/s", r+1, t.Name, tp/(1<<20))
 		}
 		for _, t := range benchkit.Turn(targets, r) {
-			cpu0 := benchkit.CPUTime(t.pid)
-			cr := benchkit.ConnRate(*clients, *maxConns, *connTime, func() error { return benchkit.EchoOnce(t.dial, []byte{'E'}) })
-			if t.pid != 0 && cr.OK > 0 {
-				res[t.name].cpuPerConn = append(res[t.name].cpuPerConn, float64((benchkit.CPUTime(t.pid)-cpu0).Microseconds())/float64(cr.OK))
-			}
-			x := res[t.name]
-			x.rate = append(x.rate, cr.Rate)
-			x.p50 = append(x.p50, cr.P50)
-			x.p99 = append(x.p99, cr.P99)
-			x.failed = append(x.failed, cr.Failed)
-			progress("round %d %-8s %6.0f conn/s  p50 %v  p99 %v  failed %d  relay CPU %.0f µs/conn", r+1, t.name, cr.Rate, cr.P50, cr.P99, cr.Failed, lastOr0(x.cpuPerConn))
+			x := res[t.Name]
+			cr, _ := x.MeasureRate(t.PID, *clients, *maxConns, *connTime, func() error { return benchkit.EchoOnce(dial(t), []byte{'E'}) })
+			progress("round %d %-8s %6.0f conn/s  p50 %v  p99 %v  failed %d  relay CPU %.0f µs/conn", r+1, t.Name, cr.Rate, cr.P50, cr.P99, cr.Failed, lastOr0(x.CPUPerConn))
 			time.Sleep(500 * time.Millisecond) // let closes settle
 		}
 	}
 	for _, t := range targets {
-		if t.pid == 0 {
+		if t.PID == 0 {
 			continue
 		}
-		x := res[t.name]
-		x.idleOK, x.rssPerConn, x.fdsPerConn, x.idleNote = idleCost(t, *idleConns)
-		progress("idle     %-8s %d conns  %.2f KiB RSS/conn  %.2f fds/conn %s", t.name, x.idleOK, x.rssPerConn, x.fdsPerConn, x.idleNote)
+		x := res[t.Name]
+		idleCost(t, x, *idleConns)
+		progress("idle     %-8s %d conns  %.2f KiB RSS/conn  %.2f fds/conn %s", t.Name, x.IdleOK, x.RSSPerConn, x.FDsPerConn, idleNote(x))
 	}
 
 	report := table(targets, res, nofile)
-	fmt.Print(report)
-	benchkit.WriteReport(*out, report)
+	benchkit.Publish(*out, report)
 	return nil
 }
 
-func progress(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "bench/edge: "+format+"\n", args...)
-}
+func progress(format string, args ...any) { benchkit.Progress("edge", format, args...) }
 
 // --- the backend --------------------------------------------------------
 
@@ -241,32 +184,14 @@ func goStats(url string) map[string]float64 {
 }
 
 func startHAProxy(dir, backend string) (string, *exec.Cmd, error) {
-	addr, err := benchkit.FreeAddr()
-	if err != nil {
-		return "", nil, err
-	}
-	// maxconn 7000 needs 2 fds a connection plus maxpipes (maxconn/4) pipes:
-	// about 17,500, inside the 20,000 a process may hold here.
-	cfg := fmt.Sprintf(`global
-    maxconn 7000
-defaults
-    mode tcp
-    option splice-auto
-    timeout connect 5s
-    timeout client 1h
-    timeout server 1h
-frontend fe
+	return benchkit.StartHAProxy(dir, *haproxyBin, false, func(addr string) string {
+		return fmt.Sprintf(`frontend fe
     bind %s
     default_backend be
 backend be
     server s1 %s send-proxy-v2
 `, addr, backend)
-	path, err := benchkit.WriteConfig(dir, "haproxy.cfg", cfg)
-	if err != nil {
-		return "", nil, err
-	}
-	cmd, err := benchkit.Start(dir, "haproxy", *haproxyBin, "-db", "-f", path)
-	return addr, cmd, err
+	})
 }
 
 func startNginx(dir, backend string) (string, *exec.Cmd, error) {
@@ -305,43 +230,46 @@ stream {
 // --- the measurements ---------------------------------------------------
 
 // dial connects to the target directly, as a client of the relay.
-func (t *target) dial() (net.Conn, error) {
-	return net.DialTimeout("tcp", t.addr, 5*time.Second)
+func dial(t *benchkit.Target) func() (net.Conn, error) {
+	return func() (net.Conn, error) { return net.DialTimeout("tcp", t.Addr, 5*time.Second) }
 }
 
-// idleCost opens n relayed connections through t, each echoing one byte,
-// and returns how many were held and the relay's RSS (KiB) and file
-// descriptors per connection.
-func idleCost(t *target, n int) (ok int, rssKiB, fds float64, note string) {
-	settle := func() { time.Sleep(2 * time.Second) }
-	settle()
-	go0 := goStats(t.metrics)
-	rss0, fd0 := benchkit.ProcStats(t.pid)
-	pipes0 := benchkit.PipeFDs(t.pid)
-	conns, ok := benchkit.Hold(n, t.dial, func() []byte { return []byte{'E'} })
-	settle()
-	rss1, fd1 := benchkit.ProcStats(t.pid)
-	pipes1 := benchkit.PipeFDs(t.pid)
-	progress("idle     %-8s pipe ends held: %d before, %d with the connections open", t.name, pipes0, pipes1)
-	if go1 := goStats(t.metrics); len(go1) == 3 && ok > 0 { // after procStats: the scrape is a connection too
-		per := func(k string) float64 { return (go1[k] - go0[k]) / float64(ok) }
-		progress("idle     %-8s Go runtime per connection: %.2f goroutines, %.2f KiB stack, %.2f KiB heap in use",
-			t.name, per("go_goroutines"), per("go_memstats_stack_inuse_bytes")/1024, per("go_memstats_heap_inuse_bytes")/1024)
+// idleCost measures the idle cost of n relayed connections through t,
+// each echoing one byte, into x; for the edge it also reports the pipe
+// ends and the Go runtime's figures per connection.
+func idleCost(t *benchkit.Target, x *benchkit.Result, n int) {
+	metrics := ""
+	if t.Name == "edge" {
+		metrics = edgeMetrics
 	}
-	if ok < n {
-		note = fmt.Sprintf("(only %d of %d opened)", ok, n)
+	var go0 map[string]float64
+	var pipes0 int
+	before := func() {
+		go0 = goStats(metrics)
+		pipes0 = benchkit.PipeFDs(t.PID)
 	}
-	benchkit.CloseAll(conns)
-	benchkit.WaitFDs(t.pid, fd0+16) // the relay lets go of them before the next target
-	if ok == 0 {
-		return 0, 0, 0, note
+	held := func(ok int) {
+		progress("idle     %-8s pipe ends held: %d before, %d with the connections open", t.Name, pipes0, benchkit.PipeFDs(t.PID))
+		if go1 := goStats(metrics); len(go1) == 3 && ok > 0 { // after the /proc reading: the scrape is a connection too
+			per := func(k string) float64 { return (go1[k] - go0[k]) / float64(ok) }
+			progress("idle     %-8s Go runtime per connection: %.2f goroutines, %.2f KiB stack, %.2f KiB heap in use",
+				t.Name, per("go_goroutines"), per("go_memstats_stack_inuse_bytes")/1024, per("go_memstats_heap_inuse_bytes")/1024)
+		}
 	}
-	return ok, float64(rss1-rss0) / float64(ok), float64(fd1-fd0) / float64(ok), note
+	x.IdleCost(t.PID, n, dial(t), func() []byte { return []byte{'E'} }, before, held)
+}
+
+// idleNote says when fewer idle connections were held than asked for.
+func idleNote(x *benchkit.Result) string {
+	if x.IdleOK < *idleConns {
+		return fmt.Sprintf("(only %d of %d opened)", x.IdleOK, *idleConns)
+	}
+	return ""
 }
 
 // --- the report ---------------------------------------------------------
 
-func table(targets []*target, res map[string]*result, nofile uint64) string {
+func table(targets []*benchkit.Target, res map[string]*benchkit.Result, nofile uint64) string {
 	var b strings.Builder
 	b.WriteString(benchkit.Heading("Edge benchmark"))
 	fmt.Fprintf(&b, "Single stream %d MiB; short connections: %d clients, ≤ %d conns or %v per target and round; "+
@@ -350,35 +278,31 @@ func table(targets []*target, res map[string]*result, nofile uint64) string {
 	b.WriteString("| target | throughput MiB/s | conn/s | p50 | p99 | failed | relay CPU µs/conn | idle RSS/conn KiB | idle fds/conn |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, t := range targets {
-		x := res[t.name]
+		x := res[t.Name]
 		idle := "— | —"
-		if t.pid != 0 {
-			idle = fmt.Sprintf("%.2f | %.3f", x.rssPerConn, x.fdsPerConn)
-			if x.idleNote != "" {
-				idle = fmt.Sprintf("%.2f %s | %.3f", x.rssPerConn, x.idleNote, x.fdsPerConn)
+		if t.PID != 0 {
+			idle = fmt.Sprintf("%.2f | %.3f", x.RSSPerConn, x.FDsPerConn)
+			if note := idleNote(x); note != "" {
+				idle = fmt.Sprintf("%.2f %s | %.3f", x.RSSPerConn, note, x.FDsPerConn)
 			}
 		}
 		failed := 0
-		for _, f := range x.failed {
+		for _, f := range x.Failed {
 			failed += f
 		}
 		cpu := "—"
-		if t.pid != 0 {
-			cpu = fmt.Sprintf("%.0f", benchkit.Median(x.cpuPerConn))
+		if t.PID != 0 {
+			cpu = fmt.Sprintf("%.0f", benchkit.Median(x.CPUPerConn))
 		}
-		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %v | %v | %d | %s | %s |\n", t.name,
-			benchkit.Median(x.throughput)/(1<<20), benchkit.Median(x.rate),
-			benchkit.Median(x.p50).Round(time.Microsecond), benchkit.Median(x.p99).Round(time.Microsecond), failed, cpu, idle)
+		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %v | %v | %d | %s | %s |\n", t.Name,
+			benchkit.Median(x.Tput)/(1<<20), benchkit.Median(x.Rate),
+			benchkit.Median(x.P50).Round(time.Microsecond), benchkit.Median(x.P99).Round(time.Microsecond), failed, cpu, idle)
 	}
 	e, h := res["edge"], res["haproxy"]
 	if e == nil || h == nil {
 		return b.String()
 	}
-	relay := func(x *result) benchkit.Relay {
-		return benchkit.Relay{Throughput: benchkit.Median(x.throughput), Rate: benchkit.Median(x.rate), CPUPerConn: benchkit.Median(x.cpuPerConn),
-			P99: benchkit.Median(x.p99), RSSPerConn: x.rssPerConn, FDsPerConn: x.fdsPerConn, IdleOK: x.idleOK > 0}
-	}
-	b.WriteString(benchkit.Verdicts("edge", relay(e), relay(h)))
+	b.WriteString(benchkit.Verdicts("edge", e.Relay(), h.Relay()))
 	return b.String()
 }
 

@@ -37,7 +37,6 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -47,7 +46,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/bench/internal/benchkit"
-	"github.com/edgefleet/edgefleet/relay"
+	"github.com/edgefleet/edgefleet/internal/proxyheader"
 	proxyproto "github.com/pires/go-proxyproto"
 	"golang.org/x/sys/unix"
 )
@@ -68,33 +67,7 @@ var (
 
 const edgeIP = "127.0.0.2" // the clients' source address, trusted by the front
 
-// target is one way from the client to the inner service.
-type target struct {
-	name   string
-	addr   string
-	header bool // send a PROXY v2 header first
-	pid    int  // the proxy process; 0 for direct
-}
-
-type result struct {
-	rate       []float64 // connections per second
-	p50, p99   []time.Duration
-	failed     []int
-	cpuPerConn []float64 // microseconds of proxy CPU per connection
-	tput       []float64 // bytes per second
-	cpuPerGiB  []float64 // seconds of proxy CPU per GiB
-	idleOK     int
-	rssPerConn float64 // KiB
-	fdsPerConn float64
-}
-
-func main() {
-	flag.Parse()
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "bench/front:", err)
-		os.Exit(1)
-	}
-}
+func main() { benchkit.Main("front", run) }
 
 func run() error {
 	dir, cleanup, err := benchkit.TempDir("front", *keep)
@@ -106,100 +79,62 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	var procs []*exec.Cmd
+	var originAddr string
+	var originCmd *exec.Cmd
+	origin := func() (string, *exec.Cmd, error) { // one process serves "front" and "front-noheader"
+		if originCmd == nil {
+			addr, cmd, err := startOrigin(dir, inner)
+			if err != nil {
+				return "", cmd, err
+			}
+			originAddr, originCmd = addr, cmd
+		}
+		return originAddr, originCmd, nil
+	}
+	targets, procs, err := benchkit.StartTargets(*targetList, dir, map[string]benchkit.Starter{
+		"direct":         func() (string, *exec.Cmd, error) { return inner, nil, nil },
+		"front":          origin,
+		"front-noheader": origin,
+		"haproxy":        func() (string, *exec.Cmd, error) { return startHAProxy(dir, inner) },
+	})
 	defer func() { benchkit.Stop(procs) }()
-
-	var targets []*target
-	var origin *target
-	for _, name := range strings.Split(*targetList, ",") {
-		t := &target{name: strings.TrimSpace(name)}
-		var cmd *exec.Cmd
-		switch t.name {
-		case "direct":
-			t.addr = inner
-		case "front", "front-noheader":
-			t.header = t.name == "front"
-			if origin == nil {
-				origin = &target{}
-				origin.addr, cmd, err = startOrigin(dir, inner)
-			}
-			t.addr, t.pid = origin.addr, origin.pid
-		case "haproxy":
-			t.header = true
-			t.addr, cmd, err = startHAProxy(dir, inner)
-		default:
-			err = fmt.Errorf("unknown target %q", t.name)
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", t.name, err)
-		}
-		if cmd != nil {
-			procs = append(procs, cmd)
-			t.pid = cmd.Process.Pid
-			if origin != nil && origin.pid == 0 && strings.HasPrefix(t.name, "front") {
-				origin.pid = t.pid
-			}
-		}
-		if err := benchkit.WaitTCP(t.addr, 10*time.Second); err != nil {
-			return fmt.Errorf("%s: %w (see %s)", t.name, err, dir)
-		}
-		targets = append(targets, t)
+	if err != nil {
+		return err
 	}
 
-	res := map[string]*result{}
-	for _, t := range targets {
-		res[t.name] = &result{}
-	}
+	res := benchkit.Results(targets)
 	for r := range *rounds {
 		for _, t := range benchkit.Turn(targets, r) {
-			cpu0 := benchkit.CPUTime(t.pid)
-			cr := benchkit.ConnRate(*clients, *maxConns, *connTime, func() error { return benchkit.EchoOnce(t.dial, t.msg('E')) })
-			cpu := benchkit.CPUTime(t.pid) - cpu0
-			x := res[t.name]
-			x.rate = append(x.rate, cr.Rate)
-			x.p50 = append(x.p50, cr.P50)
-			x.p99 = append(x.p99, cr.P99)
-			x.failed = append(x.failed, cr.Failed)
-			if cr.OK > 0 {
-				x.cpuPerConn = append(x.cpuPerConn, cpu.Seconds()*1e6/float64(cr.OK))
-			}
-			progress("round %d %-15s %6.0f conn/s  p50 %v  p99 %v  failed %d  cpu %v", r+1, t.name, cr.Rate, cr.P50, cr.P99, cr.Failed, cpu)
+			cr, cpu := res[t.Name].MeasureRate(t.PID, *clients, *maxConns, *connTime, func() error { return benchkit.EchoOnce(dial(t), msg(t, 'E')) })
+			progress("round %d %-15s %6.0f conn/s  p50 %v  p99 %v  failed %d  cpu %v", r+1, t.Name, cr.Rate, cr.P50, cr.P99, cr.Failed, cpu)
 			time.Sleep(500 * time.Millisecond) // let closes settle
 		}
 		for _, t := range benchkit.Turn(targets, r) {
-			cpu0 := benchkit.CPUTime(t.pid)
-			tp, err := benchkit.Throughput(t.dial, t.msg(), *streamSize)
+			tp, cpu, err := res[t.Name].MeasureThroughput(t.PID, dial(t), msg(t), *streamSize)
 			if err != nil {
-				return fmt.Errorf("%s: throughput: %w", t.name, err)
+				return fmt.Errorf("%s: throughput: %w", t.Name, err)
 			}
-			cpu := benchkit.CPUTime(t.pid) - cpu0
-			x := res[t.name]
-			x.tput = append(x.tput, tp)
-			x.cpuPerGiB = append(x.cpuPerGiB, cpu.Seconds()/(float64(*streamSize)/(1<<30)))
-			progress("round %d %-15s throughput %8.0f MiB/s  cpu %v", r+1, t.name, tp/(1<<20), cpu)
+			progress("round %d %-15s throughput %8.0f MiB/s  cpu %v", r+1, t.Name, tp/(1<<20), cpu)
 		}
 	}
 
 	measured := map[int]bool{}
 	for _, t := range targets {
-		if t.pid == 0 || measured[t.pid] || *idleConns == 0 {
+		if t.PID == 0 || measured[t.PID] || *idleConns == 0 {
 			continue
 		}
-		measured[t.pid] = true
-		x := res[t.name]
-		x.idleOK, x.rssPerConn, x.fdsPerConn = idleCost(t, *idleConns)
-		progress("idle    %-15s %d conns  %.2f KiB RSS/conn  %.2f fds/conn", t.name, x.idleOK, x.rssPerConn, x.fdsPerConn)
+		measured[t.PID] = true
+		x := res[t.Name]
+		x.IdleCost(t.PID, *idleConns, dial(t), func() []byte { return msg(t, 'E') }, nil, nil)
+		progress("idle    %-15s %d conns  %.2f KiB RSS/conn  %.2f fds/conn", t.Name, x.IdleOK, x.RSSPerConn, x.FDsPerConn)
 	}
 
 	report := table(targets, res)
-	fmt.Print(report)
-	benchkit.WriteReport(*out, report)
+	benchkit.Publish(*out, report)
 	return nil
 }
 
-func progress(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "bench/front: "+format+"\n", args...)
-}
+func progress(format string, args ...any) { benchkit.Progress("front", format, args...) }
 
 // --- the inner service --------------------------------------------------
 
@@ -241,33 +176,12 @@ core:
 // splicing, and logging one line per connection (option tcplog) to a file,
 // like the front.
 func startHAProxy(dir, inner string) (string, *exec.Cmd, error) {
-	addr, err := benchkit.FreeAddr()
-	if err != nil {
-		return "", nil, err
-	}
-	// maxconn 7000 needs 2 fds a connection plus maxpipes (maxconn/4)
-	// pipes: about 17,500, inside the 20,000 a process may hold here.
-	cfg := fmt.Sprintf(`global
-    maxconn 7000
-    log stdout format raw daemon
-defaults
-    mode tcp
-    log global
-    option tcplog
-    option splice-auto
-    timeout connect 5s
-    timeout client 1h
-    timeout server 1h
-listen front
+	return benchkit.StartHAProxy(dir, *haproxyBin, true, func(addr string) string {
+		return fmt.Sprintf(`listen front
     bind %s accept-proxy
     server inner %s
 `, addr, inner)
-	path, err := benchkit.WriteConfig(dir, "haproxy.cfg", cfg)
-	if err != nil {
-		return "", nil, err
-	}
-	cmd, err := benchkit.Start(dir, "haproxy", *haproxyBin, "-db", "-f", path)
-	return addr, cmd, err
+	})
 }
 
 // --- the clients ----------------------------------------------------------
@@ -301,49 +215,35 @@ func header() []byte {
 		&net.TCPAddr{IP: net.IPv4(198, 51, 100, 1), Port: 636})
 	h.SetTLVs([]proxyproto.TLV{
 		{Type: proxyproto.PP2_TYPE_UNIQUE_ID, Value: []byte(strconv.FormatUint(seq, 16))},
-		{Type: relay.TLVEdgeName, Value: []byte("bench-edge")},
+		{Type: proxyheader.TLVEdgeName, Value: []byte("bench-edge")},
 	})
 	b, _ := h.Format()
 	return b
 }
 
 // dial connects to the target, from edgeIP when it is a proxy.
-func (t *target) dial() (net.Conn, error) {
-	if t.pid == 0 {
-		return net.DialTimeout("tcp", t.addr, 5*time.Second)
+func dial(t *benchkit.Target) func() (net.Conn, error) {
+	return func() (net.Conn, error) {
+		if t.PID == 0 {
+			return net.DialTimeout("tcp", t.Addr, 5*time.Second)
+		}
+		return edgeDialer.Dial("tcp", t.Addr)
 	}
-	return edgeDialer.Dial("tcp", t.addr)
 }
 
 // msg is what a client sends first: a PROXY v2 header if the target
-// wants one, then the given bytes.
-func (t *target) msg(b ...byte) []byte {
-	if t.header {
+// wants one (the front and HAProxy; not direct, not front-noheader), then
+// the given bytes.
+func msg(t *benchkit.Target, b ...byte) []byte {
+	if t.Name == "front" || t.Name == "haproxy" {
 		return append(header(), b...)
 	}
 	return b
 }
 
-// idleCost opens n forwarded connections through t, each echoing one
-// byte, holds them, and returns how many were held and the proxy's RSS
-// (KiB) and file descriptors per connection.
-func idleCost(t *target, n int) (ok int, rssKiB, fds float64) {
-	time.Sleep(2 * time.Second)
-	rss0, fd0 := benchkit.ProcStats(t.pid)
-	conns, ok := benchkit.Hold(n, t.dial, func() []byte { return t.msg('E') })
-	time.Sleep(2 * time.Second)
-	rss1, fd1 := benchkit.ProcStats(t.pid)
-	benchkit.CloseAll(conns)
-	benchkit.WaitFDs(t.pid, fd0+16) // let the proxy let go of them before going on
-	if ok == 0 {
-		return 0, 0, 0
-	}
-	return ok, float64(rss1-rss0) / float64(ok), float64(fd1-fd0) / float64(ok)
-}
-
 // --- the report ---------------------------------------------------------
 
-func table(targets []*target, res map[string]*result) string {
+func table(targets []*benchkit.Target, res map[string]*benchkit.Result) string {
 	var b strings.Builder
 	b.WriteString(benchkit.Heading("Origin front benchmark"))
 	fmt.Fprintf(&b, "Short connections: %d clients, ≤ %d conns or %v per target and round; single stream %d MiB; median of %d rounds; idle: %d connections held. "+
@@ -359,33 +259,29 @@ func table(targets []*target, res map[string]*result) string {
 		return fmt.Sprintf("%.2f", benchkit.Median(x)/benchkit.Median(r))
 	}
 	for _, t := range targets {
-		x := res[t.name]
+		x := res[t.Name]
 		var refRate, refTput []float64
 		if ref != nil {
-			refRate, refTput = ref.rate, ref.tput
+			refRate, refTput = ref.Rate, ref.Tput
 		}
 		cpuConn, cpuGiB := "–", "–"
-		if t.pid != 0 {
-			cpuConn = fmt.Sprintf("%.0f", benchkit.Median(x.cpuPerConn))
-			cpuGiB = fmt.Sprintf("%.2f", benchkit.Median(x.cpuPerGiB))
+		if t.PID != 0 {
+			cpuConn = fmt.Sprintf("%.0f", benchkit.Median(x.CPUPerConn))
+			cpuGiB = fmt.Sprintf("%.2f", benchkit.Median(x.CPUPerGiB))
 		}
 		idleRSS, idleFDs := "–", "–"
-		if x.idleOK > 0 {
-			idleRSS, idleFDs = fmt.Sprintf("%.1f", x.rssPerConn), fmt.Sprintf("%.2f", x.fdsPerConn)
-			if x.idleOK < *idleConns {
-				idleRSS += fmt.Sprintf(" (%d held)", x.idleOK)
+		if x.IdleOK > 0 {
+			idleRSS, idleFDs = fmt.Sprintf("%.1f", x.RSSPerConn), fmt.Sprintf("%.2f", x.FDsPerConn)
+			if x.IdleOK < *idleConns {
+				idleRSS += fmt.Sprintf(" (%d held)", x.IdleOK)
 			}
 		}
 		fmt.Fprintf(&b, "| %s | %.0f | %s | %v | %v | %d | %s | %.0f | %s | %s | %s | %s |\n",
-			t.name, benchkit.Median(x.rate), ratio(x.rate, refRate), benchkit.Median(x.p50).Round(time.Microsecond), benchkit.Median(x.p99).Round(time.Microsecond),
-			slices.Max(append(x.failed, 0)), cpuConn, benchkit.Median(x.tput)/(1<<20), ratio(x.tput, refTput), cpuGiB, idleRSS, idleFDs)
+			t.Name, benchkit.Median(x.Rate), ratio(x.Rate, refRate), benchkit.Median(x.P50).Round(time.Microsecond), benchkit.Median(x.P99).Round(time.Microsecond),
+			slices.Max(append(x.Failed, 0)), cpuConn, benchkit.Median(x.Tput)/(1<<20), ratio(x.Tput, refTput), cpuGiB, idleRSS, idleFDs)
 	}
 	if f, h := res["front"], res["haproxy"]; f != nil && h != nil {
-		relay := func(x *result) benchkit.Relay {
-			return benchkit.Relay{Throughput: benchkit.Median(x.tput), Rate: benchkit.Median(x.rate), CPUPerConn: benchkit.Median(x.cpuPerConn),
-				P99: benchkit.Median(x.p99), RSSPerConn: x.rssPerConn, FDsPerConn: x.fdsPerConn, IdleOK: x.idleOK > 0}
-		}
-		b.WriteString(benchkit.Verdicts("front", relay(f), relay(h)))
+		b.WriteString(benchkit.Verdicts("front", f.Relay(), h.Relay()))
 	}
 	b.WriteString("\n")
 	return b.String()

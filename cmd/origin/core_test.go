@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"fmt"
 	"github.com/edgefleet/edgefleet/internal/testbed"
 )
 
@@ -121,4 +122,22 @@ func TestPlainModeWithoutDefaultServerIsNotExit19(t *testing.T) {
 	if !strings.Contains(string(out), "core.default_server") {
 		t.Errorf("output does not name core.default_server:\n%s", out)
 	}
+}
+
+// originYAML writes the origin.yaml most tests here run with to a fresh
+// directory: the front on listen forwarding to inner, with front's
+// further keys (YAML lines), the peers API off, the metrics endpoint at
+// metrics ("" for none), JSON logs, and the core section's lines core.
+func originYAML(t *testing.T, listen, inner, metrics string, front, core []string) string {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "front:\n  listen: [%q]\n  inner: %q\n", listen, inner)
+	for _, l := range front {
+		b.WriteString("  " + l + "\n")
+	}
+	fmt.Fprintf(&b, "peers_api: \"\"\nmetrics: %q\nlog:\n  format: json\ncore:\n", metrics)
+	for _, l := range core {
+		b.WriteString("  " + l + "\n")
+	}
+	return testbed.WriteFile(t, t.TempDir(), "origin.yaml", b.String())
 }

@@ -36,20 +36,8 @@ func TestSurvivesFDExhaustion(t *testing.T) {
 			}
 			// max_conns above what 40 descriptors allow (the default
 			// would fit them): the flood must run the process out.
-			cfg := testbed.WriteFile(t, t.TempDir(), "origin.yaml", fmt.Sprintf(`front:
-  listen: [%q]
-  inner: %q
-  max_conns: 100000
-peers_api: ""
-metrics: ""
-log:
-  format: json
-core:
-  enabled: %v
-  listen: %q
-  proxy_mode: 0
-  default_server: %q
-`, front, inner, tc.core, coreAddr, echo))
+			cfg := originYAML(t, front, inner, "", []string{"max_conns: 100000"}, []string{
+				fmt.Sprintf("enabled: %v", tc.core), fmt.Sprintf("listen: %q", coreAddr), "proxy_mode: 0", fmt.Sprintf("default_server: %q", echo)})
 			p := testbed.StartNofile(t, 40, bin, "--config", cfg)
 			testbed.WaitTCP(t, front, 10*time.Second)
 			testbed.WaitOutput(t, p, 10*time.Second, "front.max_conns needs more descriptors than RLIMIT_NOFILE",
@@ -115,19 +103,8 @@ func TestCombinedSurvivesFDExhaustion(t *testing.T) {
 	front := testbed.FreeAddr(t, "127.0.0.1")
 	core := testbed.FreeAddr(t, "127.0.0.1")
 	metrics := testbed.FreeAddr(t, "127.0.0.1")
-	cfg := testbed.WriteFile(t, t.TempDir(), "origin.yaml", fmt.Sprintf(`front:
-  listen: [%q]
-  inner: %q
-  max_conns: 8
-peers_api: ""
-metrics: %q
-log:
-  format: json
-core:
-  listen: %q
-  proxy_mode: 0
-  default_server: %q
-`, front, core, metrics, core, echo))
+	cfg := originYAML(t, front, core, metrics, []string{"max_conns: 8"}, []string{
+		fmt.Sprintf("listen: %q", core), "proxy_mode: 0", fmt.Sprintf("default_server: %q", echo)})
 	p := testbed.StartNofile(t, 40, bin, "--config", cfg)
 	testbed.WaitTCP(t, front, 10*time.Second)
 	echoed(t, front, "before the flood")
@@ -158,18 +135,8 @@ core:
 func TestMaxConnsFromNofile(t *testing.T) {
 	bin := buildOrigin(t)
 	front, core := testbed.FreeAddr(t, "127.0.0.1"), testbed.FreeAddr(t, "127.0.0.1")
-	cfg := testbed.WriteFile(t, t.TempDir(), "origin.yaml", fmt.Sprintf(`front:
-  listen: [%q]
-  inner: %q
-peers_api: ""
-metrics: ""
-log:
-  format: json
-core:
-  listen: %q
-  proxy_mode: 0
-  default_server: %q
-`, front, core, core, testbed.EchoTCP(t)))
+	cfg := originYAML(t, front, core, "", nil, []string{
+		fmt.Sprintf("listen: %q", core), "proxy_mode: 0", fmt.Sprintf("default_server: %q", testbed.EchoTCP(t))})
 	p := testbed.StartNofile(t, 20000, bin, "--config", cfg)
 	testbed.WaitOutput(t, p, 10*time.Second, `"msg":"front listening"`, `"max_conns":4387`)
 	if strings.Contains(p.Output(), "needs more descriptors") {

@@ -228,18 +228,7 @@ func TestInnerNotCoreWarns(t *testing.T) {
 	front := testbed.FreeAddr(t, "127.0.0.1")
 	coreAddr := testbed.FreeAddr(t, "127.0.0.1")
 	other := testbed.FreeAddr(t, "127.0.0.1")
-	cfg := testbed.WriteFile(t, t.TempDir(), "origin.yaml", fmt.Sprintf(`front:
-  listen: [%q]
-  inner: %q
-peers_api: ""
-metrics: ""
-log:
-  format: json
-core:
-  listen: %q
-  proxy_mode: 0
-  default_server: 127.0.0.1:1
-`, front, other, coreAddr))
+	cfg := originYAML(t, front, other, "", nil, []string{fmt.Sprintf("listen: %q", coreAddr), "proxy_mode: 0", "default_server: 127.0.0.1:1"})
 	p := testbed.Start(t, bin, "--config", cfg)
 	testbed.WaitTCP(t, coreAddr, 10*time.Second)
 	testbed.WaitOutput(t, p, 10*time.Second, `"msg":"front.inner is not core.listen: connections go past the core","inner":"`+other+`","core_listen":"`+coreAddr+`"`)

@@ -43,17 +43,7 @@ func TestLocalFDExhaustionMarksNoServerOffline(t *testing.T) {
   `+strings.Join(servers, ",\n  ")+`,
   {"object": "LdapProxy", "name": "ldapConfiguration", "default": ["L1", "L2"]}
 ]`)
-	cfg := testbed.WriteFile(t, dir, "origin.yaml", fmt.Sprintf(`front:
-  listen: [%q]
-  inner: %q
-peers_api: ""
-metrics: ""
-log:
-  format: json
-core:
-  listen: %q
-  config: %q
-`, front, core, core, dlp))
+	cfg := originYAML(t, front, core, "", nil, []string{fmt.Sprintf("listen: %q", core), fmt.Sprintf("config: %q", dlp)})
 	p := testbed.StartNofile(t, 60, bin, "--config", cfg)
 	testbed.WaitTCP(t, front, 10*time.Second)
 	testbed.WaitTCP(t, core, 10*time.Second)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
 	"github.com/edgefleet/edgefleet/internal/listenaddr"
-	"github.com/edgefleet/edgefleet/internal/sockopt"
 	"github.com/edgefleet/edgefleet/origin"
 	"github.com/edgefleet/edgefleet/origin/ldap/core"
 	"github.com/prometheus/client_golang/prometheus"
@@ -264,15 +263,11 @@ func reloaded(cfg originFile, front *origin.Front, srv *core.Server, reload func
 	return cfg
 }
 
-// goKeepalive is Go's default keepalive for accepted connections: idle
-// and interval 15s, 9 probes.
-var goKeepalive = sockopt.Keepalive{Idle: 15 * time.Second, Interval: 15 * time.Second, Count: 9}
-
-// frontListen listens for the front with Go's default keepalive set once
-// on the listening socket, which accepted sockets inherit, instead of
-// four setsockopt calls on each accepted connection.
+// frontListen listens for the front. Front.Serve sets keepalive and
+// TCP_NODELAY on the listening socket, which accepted sockets inherit
+// (relayshell.SetListener), so Go's per-connection keepalive is off.
 func frontListen(addr string) (net.Listener, error) {
-	lc := net.ListenConfig{KeepAlive: -1, Control: goKeepalive.Control}
+	lc := net.ListenConfig{KeepAlive: -1}
 	return lc.Listen(context.Background(), "tcp", addr)
 }
 

@@ -1,8 +1,9 @@
 // Package accept is the LDAP core's accept loop: it hands each accepted
 // connection on and outlives the errors that waiting cures (which those
-// are is internal/errclass's Temporary). The edge and the front accept on
-// internal/evloop, which follows the same rules. ErrorLog and Limiter keep
-// such errors, and refusals, from flooding the log.
+// are is internal/errclass's Temporary), waiting NextBackoff between
+// tries. The edge and the front accept on internal/evloop, which follows
+// the same rules and the same back-off. ErrorLog keeps net/http's accept
+// errors from flooding the log (through internal/loglimit).
 //
 //	l := accept.Loop{Handle: s.handle, Closing: s.closing, Log: log}
 //	err := l.Serve(ln) // nil after Shutdown; otherwise the listener really failed
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/errclass"
+	"github.com/edgefleet/edgefleet/internal/loglimit"
 )
 
 // Backoff bounds: the first wait after a temporary error, and the longest.
@@ -29,6 +31,14 @@ const (
 	// (the line says how many were suppressed since the last one).
 	logWindow = 10 * time.Second
 )
+
+// NextBackoff is the wait after a temporary accept error (out of
+// descriptors or memory) that follows a wait of prev (0 after a success):
+// 5 ms doubling to 1 s. The accept loop here and the event loops'
+// accept share it.
+func NextBackoff(prev time.Duration) time.Duration {
+	return min(max(2*prev, minBackoff), maxBackoff)
+}
 
 // Loop is the configuration of one server's accept loop.
 type Loop struct {
@@ -56,7 +66,7 @@ func (l *Loop) Serve(ln net.Listener) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	limit := NewLimiter(1, logWindow, l.Now)
+	limit := loglimit.New(1, logWindow, l.Now)
 	var backoff time.Duration
 	for {
 		c, err := ln.Accept()
@@ -67,7 +77,7 @@ func (l *Loop) Serve(ln net.Listener) error {
 			if !errclass.Temporary(err) {
 				return fmt.Errorf("accept on %s: %w", ln.Addr(), err)
 			}
-			backoff = min(max(2*backoff, minBackoff), maxBackoff)
+			backoff = NextBackoff(backoff)
 			if ok, suppressed := limit.Allow(); ok {
 				log.Warn("accept failed, retrying", "addr", ln.Addr().String(), "err", err,
 					"retry_in", backoff, "suppressed", suppressed)

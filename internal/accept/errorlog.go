@@ -5,6 +5,8 @@ import (
 	"log"
 	"log/slog"
 	"time"
+
+	"github.com/edgefleet/edgefleet/internal/loglimit"
 )
 
 // ErrorLog is a log.Logger for http.Server.ErrorLog: each line net/http
@@ -12,13 +14,13 @@ import (
 // becomes a slog warning msg with the text as err, at most one per
 // logWindow; the next says how many were suppressed. now nil is time.Now.
 func ErrorLog(l *slog.Logger, msg string, now func() time.Time) *log.Logger {
-	return log.New(&errorLog{l: l, msg: msg, limit: NewLimiter(1, logWindow, now)}, "", 0)
+	return log.New(&errorLog{l: l, msg: msg, limit: loglimit.New(1, logWindow, now)}, "", 0)
 }
 
 type errorLog struct {
 	l     *slog.Logger
 	msg   string
-	limit *Limiter
+	limit *loglimit.Limiter
 }
 
 func (w *errorLog) Write(p []byte) (int, error) {

@@ -581,9 +581,6 @@ func (c *Conn) pump() {
 	}
 }
 
-// chunk is the most one splice moves into a pipe.
-const chunk = 1 << 20
-
 // move runs direction d (src to dst) until it must wait. It reports false
 // when c ended.
 func (c *Conn) move(d *dir, src, dst int) bool {
@@ -638,7 +635,7 @@ func (c *Conn) move(d *dir, src, dst int) bool {
 				}
 				d.p = p
 			}
-			m, err := sysSplice(src, d.p.W, chunk)
+			m, err := sysSplice(src, d.p.W, pipepool.Chunk)
 			switch {
 			case err == unix.EINTR:
 			case err == unix.EAGAIN:

@@ -35,6 +35,8 @@ import (
 	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/internal/clock"
 	"github.com/edgefleet/edgefleet/internal/errclass"
+	"github.com/edgefleet/edgefleet/internal/loglimit"
+	"github.com/edgefleet/edgefleet/internal/pipepool"
 	"golang.org/x/sys/unix"
 )
 
@@ -113,7 +115,7 @@ type Server struct {
 	next     int // the loop Adopt hands the next connection to
 	closed   bool
 	stopped  bool
-	limit    *accept.Limiter
+	limit    *loglimit.Limiter
 }
 
 // DefaultLoops is one loop per two CPUs the Go runtime may use
@@ -138,13 +140,10 @@ func (s *Server) takePipe() bool {
 
 func (s *Server) pipeGone() { s.pipes.Add(-1) }
 
-// idlePipes is the most pipes splice's pool keeps between bursts.
-const idlePipes = 64
-
 // PipesFor is the pipe budget (MaxPipes) of a relay that holds at most
 // maxConns connections: a quarter of them may splice at once, at least
-// idlePipes.
-func PipesFor(maxConns int) int { return max(idlePipes, maxConns/4) }
+// as many as the pool keeps idle (pipepool.Size).
+func PipesFor(maxConns int) int { return max(pipepool.Size, maxConns/4) }
 
 // DescriptorsFor is the most descriptors the loops hold for maxConns
 // connections with MaxPipes set to PipesFor: two sockets each, and two
@@ -188,7 +187,7 @@ func (s *Server) start() error {
 		if s.Log == nil {
 			s.Log = slog.New(slog.DiscardHandler)
 		}
-		s.limit = accept.NewLimiter(1, 10*time.Second, s.Now)
+		s.limit = loglimit.New(1, 10*time.Second, s.Now)
 		for range n {
 			l, err := newLoop(s)
 			if err != nil {
@@ -687,13 +686,6 @@ func (l *loop) listenerGone(lst *listener, fd int) {
 // listener does not starve the connections the loop carries already.
 const acceptBatch = 64
 
-// Back-off bounds after a temporary accept error (out of descriptors or
-// memory), as internal/accept: 5 ms doubling to 1 s.
-const (
-	minBackoff = 5 * time.Millisecond
-	maxBackoff = time.Second
-)
-
 func (l *loop) accept(ls *lslot) {
 	var sa sockaddr
 	ls.more = false
@@ -738,7 +730,7 @@ func (l *loop) accept(ls *lslot) {
 // backOff takes a listener out of the epoll set for a while after a
 // temporary error: accepting again at once would fail the same way.
 func (l *loop) backOff(ls *lslot, err error) {
-	ls.backoff = min(max(2*ls.backoff, minBackoff), maxBackoff)
+	ls.backoff = accept.NextBackoff(ls.backoff)
 	ls.retryAt = l.mono.Add(ls.backoff)
 	l.fds[ls.fd] = slot{}
 	sysEpollCtl(l.epfd, unix.EPOLL_CTL_DEL, ls.fd, nil)

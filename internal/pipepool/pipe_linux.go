@@ -6,9 +6,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// pipeSize is asked for with F_SETPIPE_SZ, so that the copies' splice(2)
-// calls of up to 1 MiB fit (the kernel may give less).
-const pipeSize = 1 << 20
+// Chunk is the most one splice(2) call moves into a pooled pipe, in the
+// core's copy (internal/splice) and in the event loops (internal/evloop);
+// pipeSize is asked for with F_SETPIPE_SZ so that a chunk fits (the
+// kernel may give less).
+const (
+	Chunk    = 1 << 20
+	pipeSize = Chunk
+)
 
 // Pipe is a kernel pipe, the buffer of a splice(2) copy (its read and
 // write ends).

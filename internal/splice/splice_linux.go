@@ -9,10 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// chunk is the most one splice(2) call moves into a pipe (a pooled pipe
-// holds pipeSize).
-const chunk = 1 << 20
-
 // spliceCopy moves src's bytes to dst through a pooled pipe, holding the
 // pipe only while src has data to read.
 func spliceCopy(dst, src *net.TCPConn) (n int64, rerr, werr error) {
@@ -75,7 +71,7 @@ func burst(dst, src syscall.RawConn) (n int64, eof bool, rerr, werr error) {
 		var serr error
 		err := src.Read(func(fd uintptr) bool {
 			for {
-				m, serr = unix.Splice(int(fd), nil, p.W, nil, chunk, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+				m, serr = unix.Splice(int(fd), nil, p.W, nil, pipepool.Chunk, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
 				if serr != unix.EINTR {
 					return true
 				}

@@ -10,7 +10,8 @@ import (
 )
 
 // Metric is the value of the series name with exactly labels in reg (a
-// gauge, counter or untyped metric), and whether that series exists.
+// gauge, counter or untyped metric; a histogram's sample count), and
+// whether that series exists.
 func Metric(t testing.TB, reg prometheus.Gatherer, name string, labels map[string]string) (float64, bool) {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -38,6 +39,8 @@ func Metric(t testing.TB, reg prometheus.Gatherer, name string, labels map[strin
 				return m.GetCounter().GetValue(), true
 			case m.Untyped != nil:
 				return m.GetUntyped().GetValue(), true
+			case m.Histogram != nil:
+				return float64(m.GetHistogram().GetSampleCount()), true
 			}
 			return 0, true
 		}

@@ -155,29 +155,11 @@ func Veth(t testing.TB, a *Netns, aIf string, b *Netns, bIf string) {
 }
 
 // Serve accepts on ln until it is closed and echoes every connection: the
-// peer tests connect to.
+// peer tests connect to. Unlike EchoTCP it does not wait for its
+// connections when the test ends (ln may live in a namespace the test
+// tears down itself).
 func Serve(ln net.Listener) {
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 512)
-				for {
-					k, err := c.Read(buf)
-					if err != nil {
-						return
-					}
-					if _, err := c.Write(buf[:k]); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
+	go serve(ln, echo, nil)
 }
 
 // Echo dials addr from the namespace, sends a line and reads it back: the

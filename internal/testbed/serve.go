@@ -17,20 +17,34 @@ func ServeConns(t testing.TB, ln net.Listener, handle func(net.Conn)) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				handle(c)
-			}()
-		}
+		serve(ln, handle, &wg)
 	}()
 }
+
+// serve accepts on ln until it is closed and runs handle for each
+// connection in its own goroutine, closing the connection when handle
+// returns; wg, when set, counts those goroutines.
+func serve(ln net.Listener, handle func(net.Conn), wg *sync.WaitGroup) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		if wg != nil {
+			wg.Add(1)
+		}
+		go func() {
+			if wg != nil {
+				defer wg.Done()
+			}
+			defer c.Close()
+			handle(c)
+		}()
+	}
+}
+
+// echo sends back what c sends until it ends.
+func echo(c net.Conn) { io.Copy(c, c) }
 
 // TCPPair returns the two ends of a loopback TCP connection (the dialled
 // end first), closed when the test ends.
@@ -64,7 +78,7 @@ func EchoTCP(t testing.TB) string {
 		t.Fatal(err)
 	}
 	ServeConns(t, ln, func(c net.Conn) {
-		io.Copy(c, c)
+		echo(c)
 		c.(*net.TCPConn).CloseWrite()
 	})
 	return ln.Addr().String()

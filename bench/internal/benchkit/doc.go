@@ -1,5 +1,7 @@
 // Package benchkit holds what the benchmark programs under bench/ share:
-// starting and stopping the proxies they compare, reading a process's
+// starting and stopping the proxies they compare (StartTargets, and the
+// HAProxy they all compare with), what a round measures through each
+// (Result: connection rate, throughput, idle cost), reading a process's
 // RSS, file descriptors and CPU time from /proc, the loopback sink/echo
 // service and the client loops that measure throughput, connection rate
 // and idle cost, and the pieces of the Markdown report. Standard library

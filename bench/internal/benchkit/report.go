@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"flag"
 )
 
 // Median of xs (the upper one for an even count), 0 for none.
@@ -88,4 +90,25 @@ func Verdicts(name string, ours, hap Relay) string {
 		fmt.Fprintf(&b, "| idle fds per connection | %.3f | %.3f | | ≤ 2 | %s |\n", ours.FDsPerConn, hap.FDsPerConn, yes(ours.FDsPerConn <= 2))
 	}
 	return b.String()
+}
+
+// Main parses the flags and runs a benchmark program; an error is one
+// line "bench/<name>: <err>" and exit status 1.
+func Main(name string, run func() error) {
+	flag.Parse()
+	if err := run(); err != nil {
+		fmt.Fprintf(os.Stderr, "bench/%s: %v\n", name, err)
+		os.Exit(1)
+	}
+}
+
+// Progress writes a line "bench/<name>: …" to stderr.
+func Progress(name, format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench/"+name+": "+format+"\n", args...)
+}
+
+// Publish prints report and also writes it to path (WriteReport).
+func Publish(path, report string) {
+	fmt.Print(report)
+	WriteReport(path, report)
 }

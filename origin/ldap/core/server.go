@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +14,8 @@ import (
 	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/internal/clock"
 	"github.com/edgefleet/edgefleet/internal/errclass"
+	"github.com/edgefleet/edgefleet/internal/inneraddr"
+	"github.com/edgefleet/edgefleet/internal/loglimit"
 	"github.com/edgefleet/edgefleet/internal/splice"
 	"github.com/edgefleet/edgefleet/ldap/wire"
 	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
@@ -63,7 +64,7 @@ type Server struct {
 	ids atomic.Uint64
 	// starved rate-limits the lines of dials that failed for lack of
 	// local resources (a flood can make thousands).
-	starved *accept.Limiter
+	starved *loglimit.Limiter
 
 	mu       sync.Mutex
 	lns      map[net.Listener]struct{}
@@ -87,7 +88,7 @@ func New(cfg Config, file *dlp.File, peers PeerLookup, log *slog.Logger, reg pro
 	}
 	s := &Server{cfg: cfg, log: log, peers: peers, now: clock.Func(cfg.Now),
 		lns: map[net.Listener]struct{}{}, conns: map[net.Conn]*session{}}
-	s.starved = accept.NewLimiter(1, 10*time.Second, s.now)
+	s.starved = loglimit.New(1, 10*time.Second, s.now)
 	switch {
 	case cfg.ProxyMode == 0:
 	case file == nil:
@@ -212,7 +213,7 @@ func (s *Server) peerOf(c net.Conn) Peer {
 		return p
 	}
 	if found, ok := s.peers(ta.Port); ok {
-		if remote := ta.AddrPort(); sameAddr(found.Inner, remote) {
+		if remote := ta.AddrPort(); inneraddr.Is(found.Inner, remote) {
 			p = found
 		} else {
 			s.log.Error("[unexpected] a peer table entry for the client's port belongs to another address: no peer",
@@ -223,13 +224,6 @@ func (s *Server) peerOf(c net.Conn) Peer {
 		p.ID = s.nextID()
 	}
 	return p
-}
-
-// sameAddr reports whether inner (ip:port) is addr; IPv4-mapped IPv6
-// addresses equal their IPv4 form.
-func sameAddr(inner string, addr netip.AddrPort) bool {
-	a, err := netip.ParseAddrPort(inner)
-	return err == nil && a.Port() == addr.Port() && a.Addr().Unmap() == addr.Addr().Unmap()
 }
 
 func (s *Server) nextID() string { return fmt.Sprintf("core-%d", s.ids.Add(1)) }

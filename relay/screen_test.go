@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/edgefleet/edgefleet/internal/evloop"
+	"github.com/edgefleet/edgefleet/internal/proxyheader"
 )
 
 // FuzzScreenProxy checks the edge's first-bytes check against its
@@ -15,14 +16,14 @@ import (
 // sees them).
 func FuzzScreenProxy(f *testing.F) {
 	for _, seed := range [][]byte{
-		[]byte("PROXY TCP4 6.6.6.6 127.0.0.1 1 2\r\n"), sigV2, []byte("PROX"), []byte("\r\n\r\n\x00"),
+		[]byte("PROXY TCP4 6.6.6.6 127.0.0.1 1 2\r\n"), proxyheader.SigV2, []byte("PROX"), []byte("\r\n\r\n\x00"),
 		{0x16, 0x03, 0x01}, {0x30, 0x0c, 0x02, 0x01, 0x01}, []byte("PROXY"), []byte("PROXYZ"), {},
 	} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		want := error(nil)
-		for _, sig := range [][]byte{sigV1, sigV2} {
+		for _, sig := range [][]byte{proxyheader.SigV1, proxyheader.SigV2} {
 			switch {
 			case bytes.HasPrefix(b, sig):
 				want = errClientProxy

@@ -1,4 +1,4 @@
-package origin
+package proxyheader
 
 import (
 	"bufio"
@@ -7,12 +7,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
 	"unicode/utf8"
 
-	"github.com/edgefleet/edgefleet/relay"
 	proxyproto "github.com/pires/go-proxyproto"
 )
 
@@ -24,27 +24,23 @@ import (
 const MaxV2Length = 4096
 
 const (
-	v2PrefixLen = 16  // signature, version/command, family, length
+	PrefixLenV2 = 16  // signature, version/command, family, length
 	maxV1Len    = 107 // the longest v1 line the spec allows, CRLF included
-	// readerSize holds the longest v2 header in one buffer.
-	readerSize = v2PrefixLen + MaxV2Length
+	// BufSize holds the longest header Len accepts in one buffer.
+	BufSize = PrefixLenV2 + MaxV2Length
 )
 
-var (
-	sigV1 = []byte("PROXY ")
-	sigV2 = proxyproto.SIGV2
-)
-
-// kind is what the first bytes of a connection turned out to be.
-type kind int
+// Kind is what the first bytes of a connection turned out to be.
+type Kind int
 
 const (
-	kindNone kind = iota // not a PROXY header: forward unchanged
-	kindV1
-	kindV2
+	None Kind = iota // not a PROXY header: forward unchanged
+	V1
+	V2
 )
 
-func (k kind) String() string {
+// String is the Header value of a header of kind k.
+func (k Kind) String() string {
 	return [...]string{HeaderNone, HeaderV1, HeaderV2}[k]
 }
 
@@ -54,46 +50,46 @@ var (
 	errV1TooLong = fmt.Errorf("proxy v1 line longer than %d bytes", maxV1Len)
 )
 
-// sniffKind tells whether the first bytes b of a connection start a PROXY
+// Sniff tells whether the first bytes b of a connection start a PROXY
 // header. It decides as soon as the bytes seen so far rule out both
 // signatures, so a client that sends one byte of something else and waits
 // for an answer is forwarded at once; decided is false while b is empty or
 // a proper prefix of a signature. A connection that ends (eof) partway
 // through a signature is forwarded as it came: only a whole signature
 // makes a header.
-func sniffKind(b []byte, eof bool) (k kind, decided bool) {
+func Sniff(b []byte, eof bool) (k Kind, decided bool) {
 	switch {
 	case len(b) == 0:
-		return kindNone, false
-	case bytes.HasPrefix(b, sigV2):
-		return kindV2, true
-	case bytes.HasPrefix(b, sigV1):
-		return kindV1, true
-	case !bytes.HasPrefix(sigV2, b) && !bytes.HasPrefix(sigV1, b):
-		return kindNone, true
+		return None, false
+	case bytes.HasPrefix(b, SigV2):
+		return V2, true
+	case bytes.HasPrefix(b, SigV1):
+		return V1, true
+	case !bytes.HasPrefix(SigV2, b) && !bytes.HasPrefix(SigV1, b):
+		return None, true
 	}
-	return kindNone, eof
+	return None, eof
 }
 
-// headerLen is the length of the whole header of kind k that b starts
+// Len is the length of the whole header of kind k that b starts
 // with, or 0 while more bytes are needed. A v2 length field above
 // MaxV2Length is refused as soon as the 16-byte prefix is in, and a v1
 // line without its end within maxV1Len bytes as soon as those are in.
-func headerLen(b []byte, k kind) (int, error) {
+func Len(b []byte, k Kind) (int, error) {
 	switch k {
-	case kindV2:
-		if len(b) < v2PrefixLen {
+	case V2:
+		if len(b) < PrefixLenV2 {
 			return 0, nil
 		}
 		length := int(binary.BigEndian.Uint16(b[14:16]))
 		if length > MaxV2Length {
 			return 0, errOversized
 		}
-		if len(b) < v2PrefixLen+length {
+		if len(b) < PrefixLenV2+length {
 			return 0, nil
 		}
-		return v2PrefixLen + length, nil
-	case kindV1:
+		return PrefixLenV2 + length, nil
+	case V1:
 		if i := bytes.IndexByte(b[:min(len(b), maxV1Len)], '\n'); i >= 0 {
 			return i + 1, nil
 		}
@@ -104,7 +100,7 @@ func headerLen(b []byte, k kind) (int, error) {
 	return 0, nil
 }
 
-// parseHeader parses b, exactly one whole header (headerLen's).
+// parseHeader parses b, exactly one whole header (Len's).
 func parseHeader(b []byte) (*proxyproto.Header, error) {
 	r := readers.Get().(*bufio.Reader)
 	br := bytes.NewReader(b)
@@ -115,25 +111,27 @@ func parseHeader(b []byte) (*proxyproto.Header, error) {
 	return h, err
 }
 
-func truncated(err error) error {
+// Truncated is the error of a header cut short by err: io.EOF becomes
+// io.ErrUnexpectedEOF, any other error is kept.
+func Truncated(err error) error {
 	if err == io.EOF {
 		return fmt.Errorf("truncated proxy header: %w", io.ErrUnexpectedEOF)
 	}
 	return err
 }
 
-// readHeader parses b, exactly one whole header of kind k (headerLen's),
-// into the Peer fields it carries. A v2 header is parsed here, without an
+// Read parses b, exactly one whole header of kind k (Len's),
+// into what it carries. A v2 header is parsed here, without an
 // allocation beyond the strings it yields; a v1 line goes through
 // go-proxyproto. Both accept and refuse exactly what go-proxyproto's Read
 // and interpret do, with the same errors (FuzzParseV2 holds them to it).
-func readHeader(b []byte, k kind) (headerInfo, error) {
-	if k == kindV2 {
+func Read(b []byte, k Kind) (Info, error) {
+	if k == V2 {
 		return parseV2(b)
 	}
 	h, err := parseHeader(b)
 	if err != nil {
-		return headerInfo{}, err
+		return Info{}, err
 	}
 	return interpret(h)
 }
@@ -150,16 +148,16 @@ const (
 // family and the length in the same order and with the same errors; the
 // client's address from a PROXY command over TCP; the unique id and edge
 // name from the TLVs.
-func parseV2(b []byte) (headerInfo, error) {
+func parseV2(b []byte) (Info, error) {
 	cmd, fam := proxyproto.ProtocolVersionAndCommand(b[12]), proxyproto.AddressFamilyAndProtocol(b[13])
 	if cmd != proxyproto.LOCAL && cmd != proxyproto.PROXY {
-		return headerInfo{}, proxyproto.ErrUnsupportedProtocolVersionAndCommand
+		return Info{}, proxyproto.ErrUnsupportedProtocolVersionAndCommand
 	}
 	var addrLen int
 	switch fam {
 	case proxyproto.UNSPEC:
 		if cmd != proxyproto.LOCAL {
-			return headerInfo{}, proxyproto.ErrUnsupportedAddressFamilyAndProtocol
+			return Info{}, proxyproto.ErrUnsupportedAddressFamilyAndProtocol
 		}
 	case proxyproto.TCPv4, proxyproto.UDPv4:
 		addrLen = v2AddrLen4
@@ -168,26 +166,26 @@ func parseV2(b []byte) (headerInfo, error) {
 	case proxyproto.UnixStream, proxyproto.UnixDatagram:
 		addrLen = v2AddrLenUnix
 	default:
-		return headerInfo{}, proxyproto.ErrUnsupportedAddressFamilyAndProtocol
+		return Info{}, proxyproto.ErrUnsupportedAddressFamilyAndProtocol
 	}
 	length := int(binary.BigEndian.Uint16(b[14:16]))
-	info := headerInfo{header: HeaderV2}
+	info := Info{Header: HeaderV2}
 	if cmd == proxyproto.LOCAL {
-		info.header = HeaderLocal
+		info.Header = HeaderLocal
 	}
 	if length < addrLen { // a LOCAL block that does not fit its family: skipped whole
 		if cmd == proxyproto.LOCAL && length <= int(proxyproto.MaxV2HeaderSize) {
 			return info, nil
 		}
-		return headerInfo{}, proxyproto.ErrInvalidLength
+		return Info{}, proxyproto.ErrInvalidLength
 	}
 	if length == 0 {
 		return info, nil
 	}
 	if length > int(proxyproto.MaxV2HeaderSize) {
-		return headerInfo{}, proxyproto.ErrInvalidLength
+		return Info{}, proxyproto.ErrInvalidLength
 	}
-	block := b[v2PrefixLen : v2PrefixLen+length]
+	block := b[PrefixLenV2 : PrefixLenV2+length]
 	if cmd == proxyproto.PROXY && fam.IsStream() && !fam.IsUnix() {
 		var ip netip.Addr
 		var port uint16
@@ -196,7 +194,7 @@ func parseV2(b []byte) (headerInfo, error) {
 		} else {
 			ip, port = netip.AddrFrom16([16]byte(block[0:16])).Unmap(), binary.BigEndian.Uint16(block[32:34])
 		}
-		info.claimed = netip.AddrPortFrom(ip, port).String()
+		info.Claimed = netip.AddrPortFrom(ip, port).String()
 	}
 	tlvs := block[addrLen:]
 	// proxyproto.SplitTLVs, keeping only the two types read, last one wins.
@@ -214,16 +212,16 @@ func parseV2(b []byte) (headerInfo, error) {
 		switch t {
 		case proxyproto.PP2_TYPE_UNIQUE_ID:
 			id, haveID = tlvs[i:i+n], true
-		case relay.TLVEdgeName:
+		case TLVEdgeName:
 			edge, haveEdge = tlvs[i:i+n], true
 		}
 		i += n
 	}
 	if haveID {
-		info.id = printable(id)
+		info.ID = printable(id)
 	}
 	if haveEdge {
-		info.edge = edgeName(edge)
+		info.Edge = edgeName(edge)
 	}
 	return info, nil
 }
@@ -242,25 +240,25 @@ func edgeName(b []byte) string {
 	return s
 }
 
-// headerInfo is what a parsed header contributes to a Peer.
-type headerInfo struct {
-	header  string // v2, v1, local
-	claimed string
-	edge    string
-	id      string
+// Info is what a header carries.
+type Info struct {
+	Header  string // HeaderV2, HeaderV1 or HeaderLocal
+	Claimed string // the client's address and port; "" for LOCAL, UNKNOWN, UDP and Unix sources
+	Edge    string // the TLVEdgeName TLV, printable or hex
+	ID      string // the PP2_TYPE_UNIQUE_ID TLV, printable or hex
 }
 
-// interpret turns a parsed header into the Peer fields it carries. A header
+// interpret turns a parsed header into what it carries. A header
 // whose TLVs do not parse is refused as a whole.
-func interpret(h *proxyproto.Header) (headerInfo, error) {
-	info := headerInfo{header: HeaderV2}
+func interpret(h *proxyproto.Header) (Info, error) {
+	info := Info{Header: HeaderV2}
 	if h.Version == 1 {
-		info.header = HeaderV1
+		info.Header = HeaderV1
 	}
 	if h.Command.IsLocal() {
-		info.header = HeaderLocal
+		info.Header = HeaderLocal
 	} else if ap, ok := addrPort(h.SourceAddr); ok && h.TransportProtocol.IsStream() && !h.TransportProtocol.IsUnix() {
-		info.claimed = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()).String()
+		info.Claimed = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()).String()
 	}
 	tlvs, err := h.TLVs()
 	if err != nil {
@@ -269,12 +267,24 @@ func interpret(h *proxyproto.Header) (headerInfo, error) {
 	for _, t := range tlvs {
 		switch t.Type {
 		case proxyproto.PP2_TYPE_UNIQUE_ID:
-			info.id = printable(t.Value)
-		case relay.TLVEdgeName: // what the edge writes
-			info.edge = printable(t.Value)
+			info.ID = printable(t.Value)
+		case TLVEdgeName: // what the edge writes
+			info.Edge = printable(t.Value)
 		}
 	}
 	return info, nil
+}
+
+// addrPort converts a socket address to netip form.
+func addrPort(a net.Addr) (netip.AddrPort, bool) {
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		return a.AddrPort(), true
+	case nil:
+		return netip.AddrPort{}, false
+	}
+	ap, err := netip.ParseAddrPort(a.String())
+	return ap, err == nil
 }
 
 // printable returns b as text when it is printable UTF-8, else as hex, so a
@@ -292,4 +302,4 @@ func printable(b []byte) string {
 }
 
 // readers pools the bufio.Readers parseHeader hands to go-proxyproto.
-var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readerSize) }}
+var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, BufSize) }}

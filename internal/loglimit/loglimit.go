@@ -1,4 +1,6 @@
-package accept
+// Package loglimit rate-limits log lines: a flood of refused connections,
+// accept errors or refused updates is counted, not written line by line.
+package loglimit
 
 import (
 	"sync"
@@ -18,9 +20,9 @@ type Limiter struct {
 	suppressed int
 }
 
-// NewLimiter returns a limiter of burst lines per window; now nil is
+// New returns a limiter of burst lines per window; now nil is
 // time.Now.
-func NewLimiter(burst int, window time.Duration, now func() time.Time) *Limiter {
+func New(burst int, window time.Duration, now func() time.Time) *Limiter {
 	if now == nil {
 		now = time.Now
 	}
@@ -42,4 +44,19 @@ func (l *Limiter) Allow() (ok bool, suppressed int) {
 	l.n++
 	suppressed, l.suppressed = l.suppressed, 0
 	return true, suppressed
+}
+
+// The refusal lines of every server (the edge, the front, the fleet's DNS
+// server): at most RefusalBurst lines per RefusalWindow, the next one
+// saying how many were suppressed. Ten lines show what is being refused;
+// a flood, or a spoofed packet per second, writes no more.
+const (
+	RefusalBurst  = 10
+	RefusalWindow = 10 * time.Second
+)
+
+// Refusals returns a limiter of refusal lines on the clock now (nil:
+// time.Now).
+func Refusals(now func() time.Time) *Limiter {
+	return New(RefusalBurst, RefusalWindow, now)
 }

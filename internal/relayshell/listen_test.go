@@ -1,6 +1,7 @@
-package main
+package relayshell
 
 import (
+	"context"
 	"net"
 	"syscall"
 	"testing"
@@ -8,15 +9,19 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestFrontListenKeepalive checks that a connection accepted on
-// frontListen's listener has Go's default keepalive, inherited from the
-// listening socket rather than set per connection.
-func TestFrontListenKeepalive(t *testing.T) {
-	ln, err := frontListen("127.0.0.1:0")
+// TestSetListenerKeepalive checks that a connection accepted on a
+// listener the front's way (SetListener with GoKeepalive, as Front.Serve
+// does, on a listener without Go's per-connection keepalive as cmd/origin
+// opens it) has Go's default keepalive, inherited from the listening
+// socket rather than set per connection.
+func TestSetListenerKeepalive(t *testing.T) {
+	lc := net.ListenConfig{KeepAlive: -1}
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
+	SetListener(ln, GoKeepalive)
 	client, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
