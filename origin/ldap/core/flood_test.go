@@ -408,3 +408,80 @@ func indexOf(s []string, v string) int {
 	}
 	return -1
 }
+
+// firstTicket is a session cache that keeps the first session it is given
+// and no later one, so a test can offer one ticket again and again.
+type firstTicket struct {
+	mu sync.Mutex
+	cs *tls.ClientSessionState
+}
+
+func (c *firstTicket) Get(string) (*tls.ClientSessionState, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cs, c.cs != nil
+}
+
+func (c *firstTicket) Put(_ string, cs *tls.ClientSessionState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cs == nil && cs != nil {
+		c.cs = cs
+	}
+}
+
+// TestTicketKeysRotate: keys rotate every hour of the core's clock and
+// three are kept. A ticket issued under the first key resumes one and two
+// rotations later and not three: then it is a full handshake (and counted
+// as one), which still succeeds.
+func TestTicketKeysRotate(t *testing.T) {
+	st := newTLSStack(t, func(c *core.Config) { c.TicketRotation, c.TicketKeys = time.Hour, 3 })
+	cache := &firstTicket{}
+	if _, err := st.dial(agentEdge, &st.pki.agent, cache, true); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, true, false} {
+		st.h.clock.Advance(time.Hour)
+		resumed, err := st.dial(agentEdge, &st.pki.agent, cache, true)
+		if err != nil || resumed != want {
+			t.Errorf("%d h after the ticket: resumed %v, err %v; want resumed %v", i+1, resumed, err, want)
+		}
+	}
+	if full, resumed := st.handshakes(t, "full", "ok"), st.handshakes(t, "resumed", "ok"); full != 2 || resumed != 2 {
+		t.Errorf("full ok %d, resumed ok %d; want 2 and 2", full, resumed)
+	}
+}
+
+// TestTicketKeysOff: ticket_keys 0 issues no ticket: every handshake is
+// full.
+func TestTicketKeysOff(t *testing.T) {
+	st := newTLSStack(t, func(c *core.Config) { c.TicketKeys = 0 })
+	cache := tls.NewLRUClientSessionCache(4)
+	for range 2 {
+		if resumed, err := st.dial(agentEdge, &st.pki.agent, cache, true); err != nil || resumed {
+			t.Fatalf("resumed %v, err %v; want a full handshake", resumed, err)
+		}
+	}
+}
+
+// TestHandshakeFailureLinesRateLimited: 30 failed handshakes (clients
+// without a certificate) in one window of the core's clock write 10 `tls
+// handshake` lines; the first failure of the next window writes one line
+// counting the 20 suppressed. Every failure is counted.
+func TestHandshakeFailureLinesRateLimited(t *testing.T) {
+	st := newTLSStack(t, nil)
+	for range 30 {
+		st.dial(floodEdge, nil, nil, true)
+	}
+	waitWithin(t, time.Minute, "30 failures counted", func() bool { return st.handshakes(t, "full", "failed") == 30 })
+	if n := len(st.h.logs.JSONLines("tls handshake")); n != 10 {
+		t.Errorf("%d tls handshake lines for 30 failures in one window, want 10", n)
+	}
+	st.h.clock.Advance(10 * time.Second)
+	st.dial(floodEdge, nil, nil, true)
+	waitWithin(t, time.Minute, "31 failures counted", func() bool { return st.handshakes(t, "full", "failed") == 31 })
+	lines := st.h.logs.JSONLines("tls handshake")
+	if len(lines) != 11 || lines[10]["suppressed"] != float64(20) {
+		t.Errorf("want an 11th line with suppressed 20: %v", lines[len(lines)-1])
+	}
+}
