@@ -36,6 +36,7 @@ type tlsStack struct {
 	h     *harness
 	pki   *pki
 	edges map[string]string // edge source → the edge's listening address
+	tls12 bool              // dial with TLS 1.2 at most
 }
 
 func newTLSStack(t *testing.T, mod func(*core.Config)) *tlsStack {
@@ -91,6 +92,9 @@ func (st *tlsStack) dial(edge string, cert *tls.Certificate, cache tls.ClientSes
 	cfg := &tls.Config{RootCAs: st.pki.pool, ServerName: "127.0.0.1", ClientSessionCache: cache}
 	if cert != nil {
 		cfg.Certificates = []tls.Certificate{*cert}
+	}
+	if st.tls12 {
+		cfg.MaxVersion = tls.VersionTLS12
 	}
 	tc := tls.Client(c, cfg)
 	tc.SetDeadline(time.Now().Add(5 * time.Minute)) // a hang guard
@@ -220,16 +224,21 @@ func TestHandshakesFairAcrossEdges(t *testing.T) {
 
 // TestResumedHandshakeSkipsQueue: with the only handshake slot held and
 // full handshakes through the flooded edge queued behind it, an agent that
-// holds a session ticket resumes at once — Go crypto/tls and openssl
-// s_client -sess_in alike — and its search is answered, while its full
-// handshake would have waited.
+// holds a session ticket resumes at once — Go crypto/tls (TLS 1.3 and
+// 1.2) and openssl s_client -sess_in alike — and its search is answered,
+// while its full handshake would have waited.
 func TestResumedHandshakeSkipsQueue(t *testing.T) {
 	testbed.Need(t, "openssl")
 	st := newTLSStack(t, func(c *core.Config) { c.HandshakeSlots = 1 })
-	cache := tls.NewLRUClientSessionCache(4)
+	cache, cache12 := tls.NewLRUClientSessionCache(4), tls.NewLRUClientSessionCache(4)
 	if _, err := st.dial(agentEdge, &st.pki.agent, cache, true); err != nil {
 		t.Fatal(err)
 	}
+	st.tls12 = true
+	if _, err := st.dial(agentEdge, &st.pki.agent, cache12, true); err != nil {
+		t.Fatal(err)
+	}
+	st.tls12 = false
 	sess := filepath.Join(t.TempDir(), "agent.sess")
 	if out, err := st.sClient(t, agentEdge, "agent", "-sess_out", sess); err != nil {
 		t.Fatalf("openssl s_client -sess_out: %v\n%s", err, out)
@@ -249,8 +258,13 @@ func TestResumedHandshakeSkipsQueue(t *testing.T) {
 	if out, err := st.sClient(t, agentEdge, "agent", "-sess_in", sess); err != nil || !strings.Contains(out, "Reused, TLSv1.3") {
 		t.Fatalf("openssl s_client -sess_in while the slot is held: %v\n%s", err, out)
 	}
-	if got := st.handshakes(t, "resumed", "ok"); got != 2 {
-		t.Errorf("resumed handshakes ok = %d, want 2", got)
+	st.tls12 = true // the session_ticket extension's ticket, not a PSK
+	if resumed, err := st.dial(agentEdge, &st.pki.agent, cache12, true); err != nil || !resumed {
+		t.Fatalf("the agent's TLS 1.2 ticket while the slot is held: resumed %v, err %v", resumed, err)
+	}
+	st.tls12 = false
+	if got := st.handshakes(t, "resumed", "ok"); got != 3 {
+		t.Errorf("resumed handshakes ok = %d, want 3", got)
 	}
 	for _, e := range events() {
 		if strings.HasSuffix(e, " "+agentEdge) {
