@@ -1,16 +1,11 @@
 package core_test
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -362,65 +357,9 @@ func TestRevokedAgentCannotResume(t *testing.T) {
 }
 
 // sClient runs openssl s_client through the edge sourced from edge with
-// the PKI's certificate name and extra arguments (-sess_out or
-// -sess_in), keeps its input open until it has printed its session
-// summary and, with -sess_out, written the session (TLS 1.3 tickets come
-// after the handshake), then ends it. out is what it printed.
-func (st *tlsStack) sClient(t *testing.T, edge, name string, extra ...string) (out string, err error) {
-	t.Helper()
-	args := append([]string{"s_client", "-connect", st.edges[edge], "-CAfile", st.pki.path("ca.pem"),
-		"-cert", st.pki.path(name + ".pem"), "-key", st.pki.path(name + ".key"), "-verify_return_error"}, extra...)
-	cmd := exec.Command("openssl", args...)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	guard := time.AfterFunc(5*time.Minute, func() { cmd.Process.Kill() }) // a hang guard
-	defer guard.Stop()
-	var b strings.Builder
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		b.WriteString(sc.Text() + "\n")
-		if strings.HasPrefix(sc.Text(), "Verify return code") || strings.Contains(sc.Text(), "Reused, TLSv1.3") ||
-			strings.Contains(sc.Text(), "New, TLSv1.3") {
-			break
-		}
-	}
-	if i := indexOf(extra, "-sess_out"); i >= 0 {
-		waitWithin(t, 5*time.Minute, "openssl writes the session", func() bool {
-			fi, err := os.Stat(extra[i+1])
-			return err == nil && fi.Size() > 0
-		})
-	}
-	stdin.Close()
-	io.Copy(&b, stdout)
-	err = cmd.Wait()
-	b.WriteString(stderr.String())
-	var ee *exec.ExitError
-	if err == nil && strings.Contains(b.String(), "alert") {
-		err = errors.New("an alert")
-	} else if errors.As(err, &ee) {
-		err = fmt.Errorf("openssl s_client: %w", err)
-	}
-	return b.String(), err
-}
-
-func indexOf(s []string, v string) int {
-	for i, x := range s {
-		if x == v {
-			return i
-		}
-	}
-	return -1
+// the PKI's certificate name (testbed.SClient).
+func (st *tlsStack) sClient(t *testing.T, edge, name string, extra ...string) (string, error) {
+	return testbed.SClient(t, st.edges[edge], st.pki.path("ca.pem"), st.pki.path(name+".pem"), st.pki.path(name+".key"), extra...)
 }
 
 // firstTicket is a session cache that keeps the first session it is given
