@@ -5,12 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"net"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/edgefleet/edgefleet/internal/clock"
+	"github.com/miekg/dns"
 )
 
 // DNSClient is the authoritative server as convergence sees it
@@ -26,11 +32,18 @@ var _ DNSClient = (*Publisher)(nil)
 
 // Firewall is the origin host's firewall as convergence sees it.
 type Firewall interface {
-	// Allow makes the live rules let in exactly these edges; it changes
-	// nothing (and returns false) when they already do.
-	Allow(edges []Edge) (changed bool, err error)
+	// Diff is the rule-level difference from the live rules to those
+	// letting in exactly these edges ("-" live only, "+" planned only);
+	// empty when they match. Its error is the one Allow would fail with.
+	Diff(edges []Edge) ([]string, error)
+	// Allow makes the live rules let in exactly these edges; undo puts
+	// back the rules as they were (nil when nothing changed).
+	Allow(edges []Edge) (undo func() error, err error)
 	// Allowed are the source addresses the live rules let in.
 	Allowed() (map[netip.Addr]bool, error)
+	// Sources are the same addresses, each with the edge name its rule
+	// carries.
+	Sources() (map[netip.Addr]string, error)
 }
 
 // ProbeResult is one end-to-end probe through an edge.
@@ -48,7 +61,9 @@ type ProbeFunc func(ctx context.Context, addr string) ProbeResult
 type ConnsFunc func(ctx context.Context, metrics string) (int, error)
 
 // Converger brings the live state (DNS, firewall) to the inventory in the
-// one safe order of docs/architecture.md, keeping its progress in the state file.
+// one safe order (docs/dns-deploy.md), keeping its progress in the state
+// file. It plans first (Plan: the list of steps, which --dry-run prints),
+// then runs the steps.
 type Converger struct {
 	Config    Config
 	StatePath string
@@ -59,30 +74,35 @@ type Converger struct {
 	// Slack is added to the TTL a removed edge waits for (resolvers that
 	// fetched the record just before it left).
 	Slack time.Duration
-	// DryRun prints what would be done and changes nothing.
+	// DryRun prints the plan and changes nothing.
 	DryRun bool
 	// Locked says the caller holds the state lock (LockState) already.
 	Locked bool
+	// BeforePublish, if non-nil, runs once every new edge passed its
+	// probe, before the first DNS change: rotate writes fleet.yaml there,
+	// so that a rotation that fails before leaves it as it was.
+	BeforePublish func() error
+	// Trusted is the origin's front.trusted_edges, when known (nil: not
+	// checked): a new edge outside it is warned about before step 1, since
+	// the origin would not honour its PROXY headers. TrustedFrom names
+	// where it was read.
+	Trusted     []netip.Prefix
+	TrustedFrom string
 	// Out receives the progress lines.
 	Out io.Writer
-	// Now and Sleep are the clock (nil: the real one).
-	Now   func() time.Time
-	Sleep func(ctx context.Context, d time.Duration) error
+	// Now, if non-nil, is used instead of time.Now (internal/clock): the
+	// clock of the state's timestamps and of the waits' deadlines. The
+	// waits themselves run on the runtime's clock.
+	Now func() time.Time
 	// Every is how often a wait prints its progress (5 s when zero).
 	Every time.Duration
 }
 
 func (c *Converger) now() time.Time {
-	if c.Now != nil {
-		return c.Now()
-	}
-	return time.Now()
+	return clock.Now(c.Now)
 }
 
 func (c *Converger) sleep(ctx context.Context, d time.Duration) error {
-	if c.Sleep != nil {
-		return c.Sleep(ctx, d)
-	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -99,24 +119,74 @@ func (c *Converger) printf(format string, args ...any) {
 	}
 }
 
+func (c *Converger) every() time.Duration {
+	if c.Every > 0 {
+		return c.Every
+	}
+	return 5 * time.Second
+}
+
 // ErrProbe is returned (wrapped) when a new edge failed its probe: only
 // the firewall step was done.
 var ErrProbe = errors.New("end-to-end probe failed")
 
-// Reconcile loads the state file and brings it up to date with the
-// inventory and the live DNS set: inventory edges already published are
+// ErrRegression is returned (wrapped) when an edge that got through
+// before a firewall change no longer does after it: the previous rules
+// are restored.
+var ErrRegression = errors.New("firewall change broke a working edge")
+
+// Reconcile brings the state up to date with the inventory, the live DNS
+// set and, when known (non-nil), the sources the live firewall lets in
+// with the names their rules carry: inventory edges already published are
 // active, others new (or failed); an edge that left the inventory after
-// being published is draining.
-func Reconcile(cfg Config, st *State, live RRSet) {
-	// An entry no longer listed whose every address is an inventory
-	// edge's again (an edge moved back while its old address drained):
-	// nothing to wait for or to drop.
+// being published is draining. Every address live in DNS or the firewall
+// that neither the inventory nor the state names drains too, under the
+// name its firewall rule gives or "unlisted-<address>": with the state
+// lost, it still leaves by the safe order. A draining entry whose
+// addresses are neither in DNS nor let in by the firewall is forgotten:
+// nothing can reach the origin through it (a state of another run, a run
+// killed after its last firewall step).
+func Reconcile(cfg Config, st *State, live RRSet, fw map[netip.Addr]string) {
 	listed := map[netip.Addr]bool{}
 	for _, e := range cfg.Edges {
 		for _, a := range e.Addrs() {
 			listed[a] = true
 		}
 	}
+	known := st.Names()
+	unknown := map[string]string{} // base name → the entry made for it
+	fwAddrs := slices.Collect(maps.Keys(fw))
+	sortAddrs(fwAddrs)
+	for _, a := range slices.Concat(live.Addrs(), fwAddrs) {
+		if listed[a] {
+			continue
+		}
+		if _, ok := known[a]; ok {
+			continue
+		}
+		base := fw[a]
+		if !edgeName.MatchString(base) || len(base) > 40 {
+			base = "unlisted-" + strings.ReplaceAll(a.String(), ":", "-")
+		} else if _, listed := cfg.Edge(base); listed {
+			base += ".old" // the edge's old address, as a re-addressing names it
+		}
+		name, ok := unknown[base]
+		if s := st.Edges[name]; !ok || (a.Is4() && s.IPv4 != "") || (a.Is6() && s.IPv6 != "") {
+			name = freeName(st, cfg, base)
+			unknown[base] = name
+			st.Edges[name] = &EdgeState{State: StateDraining}
+		}
+		if a.Is4() {
+			st.Edges[name].IPv4 = a.String()
+		} else {
+			st.Edges[name].IPv6 = a.String()
+		}
+		known[a] = name
+	}
+
+	// An entry no longer listed whose every address is an inventory
+	// edge's again (an edge moved back while its old address drained):
+	// nothing to wait for or to drop.
 	for name, s := range st.Edges {
 		if _, ok := cfg.Edge(name); ok {
 			continue
@@ -139,7 +209,7 @@ func Reconcile(cfg Config, st *State, live RRSet) {
 				old.IPv6 = ""
 			}
 			if old.IPv4 != "" || old.IPv6 != "" {
-				st.Edges[oldName(st, e.Name)] = &old
+				st.Edges[freeName(st, cfg, e.Name+".old")] = &old
 			}
 			s = nil
 		}
@@ -163,7 +233,8 @@ func Reconcile(cfg Config, st *State, live RRSet) {
 		if _, ok := cfg.Edge(name); ok {
 			continue
 		}
-		inDNS := slices.ContainsFunc(s.Edge(name).Addrs(), live.Has)
+		addrs := s.Edge(name).Addrs()
+		inDNS := slices.ContainsFunc(addrs, live.Has)
 		switch s.State {
 		case StateNew, StateFailed:
 			if !inDNS {
@@ -174,28 +245,62 @@ func Reconcile(cfg Config, st *State, live RRSet) {
 		case StateActive:
 			s.State = StateDraining
 		}
+		if fw != nil && !inDNS && !slices.ContainsFunc(addrs, func(a netip.Addr) bool { _, ok := fw[a]; return ok }) {
+			delete(st.Edges, name)
+		}
 	}
 }
 
-// oldName is the state entry a re-addressed edge's old addresses drain
-// under: "<name>.old", or ".old2", ".old3"… while an earlier one still
-// drains (re-addressed again before its TTL and drain were over), so each
-// keeps its own wait.
-func oldName(st *State, name string) string {
-	key := name + ".old"
-	for i := 2; st.Edges[key] != nil; i++ {
-		key = fmt.Sprintf("%s.old%d", name, i)
+// freeName is base, or base with a number ("e1.old", "e1.old2"…), that
+// neither the state nor the inventory uses, cut to fit an edge name: each
+// old address keeps its own entry and its own wait.
+func freeName(st *State, cfg Config, base string) string {
+	used := func(n string) bool {
+		_, listed := cfg.Edge(n)
+		return listed || st.Edges[n] != nil
 	}
-	return key
+	for i := 1; ; i++ {
+		suffix := ""
+		if i > 1 {
+			suffix = strconv.Itoa(i)
+		}
+		name := base
+		if len(name)+len(suffix) > maxEdgeName {
+			name = name[:maxEdgeName-len(suffix)]
+		}
+		name += suffix
+		if !used(name) {
+			return name
+		}
+	}
+}
+
+// Step is one action of a convergence: Plan says what it would do (what
+// --dry-run prints; empty for bookkeeping), Run does it and prints its
+// progress.
+type Step struct {
+	Plan string
+	run  func(ctx context.Context) error
+}
+
+// Run does the step.
+func (s Step) Run(ctx context.Context) error { return s.run(ctx) }
+
+// run is what the steps of one convergence share.
+type run struct {
+	st     *State
+	live   RRSet
+	dns    DNSPlan
+	failed []string
 }
 
 // Run converges: 1 firewall allows the new edges, 2 each new edge is
 // probed end to end, 3 DNS adds the new edges, 4 DNS removes the edges no
-// longer listed, 5 a removed edge waits one TTL plus slack and its drain,
-// 6 the firewall drops it. Each step is saved in the state file, so a run
-// that is interrupted resumes where it stopped.
+// longer listed, 5 a removed edge waits for resolver caches and its
+// drain, 6 the firewall drops it. Each step is saved in the state file, so
+// a run that is interrupted resumes where it stopped. With DryRun the plan
+// is printed and nothing changes.
 func (c *Converger) Run(ctx context.Context) error {
-	cfg := c.Config
 	if !c.DryRun && !c.Locked {
 		unlock, err := LockState(c.StatePath)
 		if err != nil {
@@ -203,164 +308,215 @@ func (c *Converger) Run(ctx context.Context) error {
 		}
 		defer unlock()
 	}
-	st, err := LoadState(c.StatePath)
+	if !c.DryRun {
+		RemoveTemps(c.StatePath) // of a run killed while saving; we hold the lock
+	}
+	steps, r, err := c.plan(ctx)
 	if err != nil {
 		return err
+	}
+	if c.DryRun {
+		for _, s := range steps {
+			if s.Plan != "" {
+				c.printf("%s", s.Plan)
+			}
+		}
+		return nil
+	}
+	// A key the server refuses would stop the run at step 3, after the
+	// firewall changed: find out before.
+	if len(r.dns.Changes) > 0 {
+		if err := c.DNS.Check(ctx); err != nil {
+			return err
+		}
+	}
+	if err := r.st.Save(c.StatePath); err != nil {
+		return err
+	}
+	for _, s := range steps {
+		if err := s.Run(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Plan reads the state file, DNS and the firewall and returns the steps
+// that would converge them, changing nothing: what --dry-run prints.
+func (c *Converger) Plan(ctx context.Context) ([]Step, error) {
+	steps, _, err := c.plan(ctx)
+	return steps, err
+}
+
+func (c *Converger) plan(ctx context.Context) ([]Step, *run, error) {
+	cfg := c.Config
+	st, err := LoadState(c.StatePath)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := st.Adopt(cfg, c.StatePath); err != nil {
+		return nil, nil, err
 	}
 	live, err := c.DNS.Read(ctx)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
+	var fwLive map[netip.Addr]string
+	if c.Firewall != nil {
+		if fwLive, err = c.Firewall.Sources(); err != nil {
+			return nil, nil, fmt.Errorf("firewall: %w", err)
+		}
+	}
+	Reconcile(cfg, st, live, fwLive)
 	for _, name := range st.Sorted() {
 		if s := st.Edges[name]; s.State == StateDraining && !s.LeftDNS.IsZero() {
 			c.printf("resuming: %s left DNS at %s", name, s.LeftDNS.UTC().Format(time.RFC3339))
 		}
 	}
-	Reconcile(cfg, st, live)
-	plan, err := PlanDNS(cfg.Name, live, cfg.Edges, uint32(cfg.TTL), st.Names())
+	dnsPlan, err := PlanDNS(cfg.Name, live, cfg.Edges, uint32(cfg.TTL), st.Names())
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	save := func() error {
-		if c.DryRun {
-			return nil
+	r := &run{st: st, live: live, dns: dnsPlan}
+	save := func() error { return st.Save(c.StatePath) }
+	var steps []Step
+
+	if c.Trusted != nil {
+		if u := Untrusted(cfg.Edges, st, c.Trusted); len(u) > 0 {
+			line := fmt.Sprintf("warning: %s outside front.trusted_edges of %s: the origin will not honour its PROXY headers (add it there and reload the origin first)", strings.Join(u, ", "), c.TrustedFrom)
+			steps = append(steps, Step{Plan: line, run: func(context.Context) error { c.printf("%s", line); return nil }})
 		}
-		return st.Save(c.StatePath)
-	}
-	// A key the server refuses would stop the run at step 3, after the
-	// firewall changed: find out before.
-	if len(plan.Changes) > 0 && !c.DryRun {
-		if err := c.DNS.Check(ctx); err != nil {
-			return err
-		}
-	}
-	if err := save(); err != nil {
-		return err
 	}
 
 	// 1. The firewall allows every listed edge, and still the draining ones.
 	allow := slices.Clone(cfg.Edges)
+	var draining []string
 	for _, name := range st.Sorted() {
 		if s := st.Edges[name]; s.State == StateDraining {
 			allow = append(allow, s.Edge(name))
+			draining = append(draining, name)
 		}
 	}
-	if err := c.allow("1/6", allow); err != nil {
-		return err
+	first, err := c.allowStep(ctx, "1/6", allow, r)
+	if err != nil {
+		return nil, nil, err
 	}
+	steps = append(steps, first)
 
 	// 2. Each new edge is probed end to end.
-	var failed []string
 	for _, e := range cfg.Edges {
-		s := st.Edges[e.Name]
-		if s.State == StateActive {
+		if st.Edges[e.Name].State == StateActive {
 			continue
 		}
-		if c.DryRun {
-			c.printf("step 2/6 probe: would probe %s end to end (%s)", e.Name, c.probeAddrs(e))
-			continue
-		}
-		// New until published, even once probed: a rerun probes again.
-		s.State, s.Error = StateNew, ""
-		for _, a := range e.Addrs() {
-			addr := net.JoinHostPort(a.String(), strconv.Itoa(cfg.Probe.Port))
-			r := c.Probe(ctx, addr)
-			if !r.OK {
-				s.State, s.Error = StateFailed, r.Error
-				c.printf("step 2/6 probe: %s %s failed: %s", e.Name, addr, r.Error)
-				failed = append(failed, e.Name)
-				break
+		steps = append(steps, Step{
+			Plan: fmt.Sprintf("step 2/6 probe: would probe %s end to end (%s)", e.Name, c.probeAddrs(e)),
+			run:  func(ctx context.Context) error { c.probeNew(ctx, e, r); return nil },
+		})
+	}
+	steps = append(steps, Step{run: func(context.Context) error {
+		if len(r.failed) > 0 {
+			if err := save(); err != nil {
+				return err
 			}
-			c.printf("step 2/6 probe: %s %s ok, TLS handshake %.1f ms", e.Name, addr, r.HandshakeMS)
+			allowed := "the firewall allows it; "
+			if c.Firewall == nil {
+				allowed = ""
+			}
+			return fmt.Errorf("%w: %s not published (%sfix it and rerun): %s", ErrProbe,
+				strings.Join(r.failed, ", "), allowed, st.Edges[r.failed[0]].Error)
 		}
-	}
-	if len(failed) > 0 {
-		if err := save(); err != nil {
-			return err
+		if c.BeforePublish != nil {
+			return c.BeforePublish()
 		}
-		allowed := "the firewall allows it; "
-		if c.Firewall == nil {
-			allowed = ""
-		}
-		return fmt.Errorf("%w: %s not published (%sfix it and rerun): %s", ErrProbe,
-			strings.Join(failed, ", "), allowed, st.Edges[failed[0]].Error)
-	}
+		return nil
+	}})
 
 	// 3 and 4. One UPDATE per change, additions first, each read back.
-	if len(plan.Changes) == 0 {
-		c.printf("step 3/6 dns: %s in sync: %s", plan.Name, addrList(plan.After))
+	if len(dnsPlan.Changes) == 0 {
+		line := fmt.Sprintf("step 3/6 dns: %s in sync: %s", dnsPlan.Name, addrList(dnsPlan.After))
+		steps = append(steps, Step{Plan: line, run: func(context.Context) error { c.printf("%s", line); return nil }})
 	}
-	owner := st.Names()
-	for _, ch := range plan.Changes {
+	for _, ch := range dnsPlan.Changes {
 		step := "3/6"
 		if ch.Op == OpRemove {
 			step = "4/6"
 		}
-		if c.DryRun {
-			c.printf("step %s dns: would %s", step, ch.Describe())
-			continue
-		}
-		if err := c.DNS.Apply(ctx, ch); err != nil {
-			return err
-		}
-		switch ch.Op {
-		case OpAdd:
-			live.add(ch.Addr)
-		case OpRemove:
-			live.remove(ch.Addr)
-		}
-		c.printf("step %s dns: %s, read back", step, ch.Describe())
-		if name, ok := owner[ch.Addr]; ok {
-			c.markDNS(st, name, live, plan)
-		}
-		if err := save(); err != nil {
-			return err
-		}
+		steps = append(steps, Step{
+			Plan: fmt.Sprintf("step %s dns: would %s", step, ch.Describe()),
+			run: func(ctx context.Context) error {
+				if err := ApplyChange(ctx, c.DNS, cfg, st, &r.live, dnsPlan, ch, c.now()); err != nil {
+					return err
+				}
+				c.printf("step %s dns: %s, read back", step, ch.Describe())
+				return save()
+			},
+		})
 	}
-	for _, name := range st.Sorted() {
-		c.markDNS(st, name, live, plan)
-	}
-	if err := save(); err != nil {
-		return err
-	}
+	steps = append(steps, Step{run: func(context.Context) error {
+		for _, name := range st.Sorted() {
+			markDNS(st, name, r.live, dnsPlan, uint32(cfg.TTL), c.now())
+		}
+		return save()
+	}})
 
 	// 5. Removed edges wait for resolver caches and their drain.
-	var done []string
-	for _, name := range st.Sorted() {
+	for _, name := range draining {
 		s := st.Edges[name]
-		if s.State != StateDraining {
-			continue
-		}
-		if c.DryRun {
-			c.printf("step 5/6 wait: would wait for %s: TTL %ds + %v slack, then its drain (up to %v)", name, max(s.TTL, uint32(cfg.TTL)), c.Slack, cfg.DrainTimeout)
-			continue
-		}
-		if err := c.wait(ctx, name, s); err != nil {
-			return err
-		}
-		done = append(done, name)
+		steps = append(steps, Step{
+			Plan: fmt.Sprintf("step 5/6 wait: would wait for %s: %s, then its drain (up to %v)", name, c.cacheWhy(s, st, live, dnsPlan), cfg.DrainTimeout),
+			run:  func(ctx context.Context) error { return c.wait(ctx, name, s, st) },
+		})
 	}
 
 	// 6. The firewall drops them.
-	if len(done) > 0 || c.DryRun {
-		if err := c.allow("6/6", cfg.Edges); err != nil {
+	if len(draining) > 0 {
+		last, err := c.allowStep(ctx, "6/6", cfg.Edges, r)
+		if err != nil {
+			return nil, nil, err
+		}
+		run := last.run
+		last.run = func(ctx context.Context) error {
+			if err := run(ctx); err != nil {
+				return err
+			}
+			for _, name := range draining {
+				delete(st.Edges, name)
+			}
+			return save()
+		}
+		steps = append(steps, last)
+	}
+	steps = append(steps, Step{run: func(context.Context) error {
+		if err := save(); err != nil {
 			return err
 		}
+		if c.Firewall == nil {
+			c.printf("done: %s answers %s", dnsPlan.Name, addrList(dnsPlan.After))
+		} else {
+			c.printf("done: %s answers %s; the firewall allows %s", dnsPlan.Name, addrList(dnsPlan.After), edgeNames(cfg.Edges))
+		}
+		return nil
+	}})
+	return steps, r, nil
+}
+
+// probeNew probes every address of a new edge, recording a failure in the
+// state and in r.failed.
+func (c *Converger) probeNew(ctx context.Context, e Edge, r *run) {
+	s := r.st.Edges[e.Name]
+	// New until published, even once probed: a rerun probes again.
+	s.State, s.Error = StateNew, ""
+	for _, a := range e.Addrs() {
+		addr := net.JoinHostPort(a.String(), strconv.Itoa(c.Config.Probe.Port))
+		res := c.Probe(ctx, addr)
+		if !res.OK {
+			s.State, s.Error = StateFailed, res.Error
+			c.printf("step 2/6 probe: %s %s failed: %s", e.Name, addr, res.Error)
+			r.failed = append(r.failed, e.Name)
+			return
+		}
+		c.printf("step 2/6 probe: %s %s ok, TLS handshake %.1f ms", e.Name, addr, res.HandshakeMS)
 	}
-	for _, name := range done {
-		delete(st.Edges, name)
-	}
-	if err := save(); err != nil {
-		return err
-	}
-	switch {
-	case c.DryRun:
-	case c.Firewall == nil:
-		c.printf("done: %s answers %s", plan.Name, addrList(plan.After))
-	default:
-		c.printf("done: %s answers %s; the firewall allows %s", plan.Name, addrList(plan.After), edgeNames(cfg.Edges))
-	}
-	return nil
 }
 
 func (c *Converger) probeAddrs(e Edge) string {
@@ -379,102 +535,245 @@ func edgeNames(edges []Edge) string {
 	return strings.Join(s, " ")
 }
 
+// ApplyChange sends one UPDATE of plan, and records in the state what it
+// did: the TTL a rewrite replaced (resolvers may hold the old records that
+// long), an edge published (active), an edge gone from DNS (draining, from
+// now on). live is kept as the server now answers.
+func ApplyChange(ctx context.Context, d DNSClient, cfg Config, st *State, live *RRSet, plan DNSPlan, ch Change, now time.Time) error {
+	if err := d.Apply(ctx, ch); err != nil {
+		return err
+	}
+	switch ch.Op {
+	case OpAdd:
+		live.add(ch.Addr)
+	case OpRemove:
+		live.remove(ch.Addr)
+	case OpTTL:
+		st.RecordTTL(live.TTLOf(ch.Type), now)
+		if ch.Type == dns.TypeAAAA {
+			live.TTLAAAA = ch.TTL
+		} else {
+			live.TTLA = ch.TTL
+		}
+	}
+	if name, ok := st.Names()[ch.Addr]; ok && ch.Op != OpTTL {
+		markDNS(st, name, *live, plan, uint32(cfg.TTL), now)
+	}
+	return nil
+}
+
 // markDNS records an edge's DNS progress: published (active), or gone
 // from DNS (draining, from now on, with the TTL resolvers may hold it).
-func (c *Converger) markDNS(st *State, name string, live RRSet, plan DNSPlan) {
+func markDNS(st *State, name string, live RRSet, plan DNSPlan, ttl uint32, now time.Time) {
 	s := st.Edges[name]
 	addrs := s.Edge(name).Addrs()
 	switch {
 	case s.State == StateNew && !slices.ContainsFunc(addrs, func(a netip.Addr) bool { return !live.Has(a) }):
 		s.State = StateActive
 	case s.State == StateDraining && s.LeftDNS.IsZero() && !slices.ContainsFunc(addrs, live.Has):
-		s.LeftDNS = c.now()
-		s.TTL = max(uint32(c.Config.TTL), live.TTLA, live.TTLAAAA, plan.beforeTTL)
+		s.LeftDNS = now
+		s.TTL = max(ttl, live.TTLA, live.TTLAAAA, plan.beforeTTL)
 	}
 }
 
-// allow runs a firewall step, printing what it does.
-func (c *Converger) allow(step string, edges []Edge) error {
-	if c.DryRun {
-		c.printf("step %s firewall: would allow exactly %s", step, edgeNames(edges))
-		return nil
-	}
+// allowStep is a firewall step allowing exactly edges: its plan shows the
+// rule-level difference from the live rules.
+func (c *Converger) allowStep(ctx context.Context, step string, edges []Edge, r *run) (Step, error) {
 	if c.Firewall == nil {
-		c.printf("step %s firewall: skipped (no firewall)", step)
-		return nil
+		line := fmt.Sprintf("step %s firewall: skipped (no firewall)", step)
+		return Step{Plan: line, run: func(context.Context) error { c.printf("%s", line); return nil }}, nil
 	}
-	changed, err := c.Firewall.Allow(edges)
+	d, err := c.Firewall.Diff(edges)
+	if err != nil {
+		return Step{}, fmt.Errorf("firewall: %w", err)
+	}
+	plan := fmt.Sprintf("step %s firewall: would allow exactly %s", step, edgeNames(edges))
+	if len(d) == 0 {
+		plan += " (the live rules already do)"
+	} else {
+		plan += "; the live rules would change so:\n  " + strings.Join(d, "\n  ")
+	}
+	return Step{Plan: plan, run: func(ctx context.Context) error { return c.allow(ctx, step, edges, r.st) }}, nil
+}
+
+// allow runs a firewall step, printing what it does. The edges that get
+// through before the change (published or draining ones whose probe
+// passes) are probed again after it; one that stopped is a regression:
+// the previous rules are put back and the run fails.
+func (c *Converger) allow(ctx context.Context, step string, edges []Edge, st *State) error {
+	d, err := c.Firewall.Diff(edges)
 	if err != nil {
 		return fmt.Errorf("firewall: %w", err)
 	}
-	what := "in sync"
-	if changed {
-		what = "applied"
+	if len(d) == 0 {
+		c.printf("step %s firewall: in sync, allowing %s", step, edgeNames(edges))
+		return nil
 	}
-	c.printf("step %s firewall: %s, allowing %s", step, what, edgeNames(edges))
-	return nil
+	var probed []Edge
+	for _, e := range edges {
+		if s := st.Edges[e.Name]; s != nil && (s.State == StateActive || s.State == StateDraining) {
+			probed = append(probed, e)
+		}
+	}
+	working := Working(ctx, c.Probe, c.Config.Probe.Port, probed)
+	undo, err := c.Firewall.Allow(edges)
+	if err != nil {
+		return fmt.Errorf("firewall: %w", err)
+	}
+	c.printf("step %s firewall: applied, allowing %s", step, edgeNames(edges))
+	err = Regressed(ctx, c.Probe, working)
+	if err == nil || undo == nil {
+		return err
+	}
+	if uerr := undo(); uerr != nil {
+		return fmt.Errorf("%w; restoring the previous rules failed too: %w", err, uerr)
+	}
+	c.printf("step %s firewall: the previous rules are restored", step)
+	return fmt.Errorf("%w: the previous rules are restored", err)
 }
 
-// wait holds a removed edge until one TTL plus slack has passed since it
-// left DNS, then until its active connections reach zero or drain_timeout
-// passes, printing progress.
-func (c *Converger) wait(ctx context.Context, name string, s *EdgeState) error {
-	ttl := time.Duration(max(s.TTL, uint32(c.Config.TTL))) * time.Second
+// Working probes every address of edges and returns those that get
+// through now ("e2 10.77.0.12:636"), for Regressed to probe again after a
+// firewall change.
+func Working(ctx context.Context, probe ProbeFunc, port int, edges []Edge) []string {
+	var working []string
+	for _, e := range edges {
+		for _, a := range e.Addrs() {
+			addr := net.JoinHostPort(a.String(), strconv.Itoa(port))
+			if probe(ctx, addr).OK {
+				working = append(working, e.Name+" "+addr)
+			}
+		}
+	}
+	return working
+}
+
+// Regressed probes the working addresses again: an error (ErrRegression)
+// names those that no longer get through.
+func Regressed(ctx context.Context, probe ProbeFunc, working []string) error {
+	var broken []string
+	for _, w := range working {
+		_, addr, _ := strings.Cut(w, " ")
+		if r := probe(ctx, addr); !r.OK {
+			broken = append(broken, w+": "+r.Error)
+		}
+	}
+	if len(broken) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: after the change %s no longer gets through (check origin.interface and origin.address)", ErrRegression, strings.Join(broken, "; "))
+}
+
+// cached is until when resolvers may hold a removed edge's records, and
+// why: one TTL after it left DNS, or later when a higher TTL its records
+// had was replaced shortly before (the copies fetched then are held for
+// that TTL), plus slack.
+func (c *Converger) cached(s *EdgeState, st *State, ttl uint32) (time.Time, string) {
 	left := s.LeftDNS
 	if left.IsZero() {
-		// [unexpected] an address of it is still published (under another
-		// edge's name): count from now, never from the zero time.
+		// Not yet gone (a dry run), or [unexpected] an address of it is
+		// still published under another edge's name: count from now,
+		// never from the zero time.
 		left = c.now()
 	}
-	cached := left.Add(ttl + c.Slack)
-	every := c.Every
-	if every <= 0 {
-		every = 5 * time.Second
+	d := time.Duration(ttl) * time.Second
+	until, why := left.Add(d), fmt.Sprintf("TTL %v", d)
+	for _, ch := range st.TTLChanges {
+		if !ch.Replaced.After(left) && ch.Until().After(until) {
+			until = ch.Until()
+			why = fmt.Sprintf("the TTL %v its records had until %s", time.Duration(ch.TTL)*time.Second, ch.Replaced.UTC().Format(time.RFC3339))
+		}
 	}
+	return until.Add(c.Slack), why + fmt.Sprintf(" + slack %v", c.Slack)
+}
+
+// cacheWhy is the TTL wait as the plan states it.
+func (c *Converger) cacheWhy(s *EdgeState, st *State, live RRSet, plan DNSPlan) string {
+	ttl := max(s.TTL, uint32(c.Config.TTL))
+	if s.LeftDNS.IsZero() {
+		ttl = max(ttl, live.TTLA, live.TTLAAAA, plan.beforeTTL)
+	}
+	_, why := c.cached(s, st, ttl)
+	return why
+}
+
+// wait holds a removed edge until resolvers can no longer hold its records
+// (cached), then until its active connections reach zero, its metrics
+// endpoint refuses connections (the edge is down: nothing left to drain),
+// or drain_timeout passes, printing progress every c.Every.
+func (c *Converger) wait(ctx context.Context, name string, s *EdgeState, st *State) error {
+	cached, why := c.cached(s, st, max(s.TTL, uint32(c.Config.TTL)))
+	every := c.every()
 	for {
 		left := cached.Sub(c.now())
 		if left <= 0 {
 			break
 		}
-		c.printf("step 5/6 wait: %s left DNS at %s; resolvers may hold it %s more (TTL %v + slack %v)",
-			name, s.LeftDNS.UTC().Format(time.RFC3339), left.Round(time.Second), ttl, c.Slack)
+		c.printf("step 5/6 wait: %s left DNS at %s; resolvers may hold it %s more (%s)",
+			name, s.LeftDNS.UTC().Format(time.RFC3339), roundUp(left), why)
 		if err := c.sleep(ctx, min(left, every)); err != nil {
 			return err
 		}
 	}
 	deadline := cached.Add(c.Config.DrainTimeout)
 	if s.Metrics == "" || c.Conns == nil {
-		if left := deadline.Sub(c.now()); left > 0 {
-			c.printf("step 5/6 drain: %s has no metrics endpoint: waiting drain_timeout (%s left)", name, left.Round(time.Second))
-			if err := c.sleep(ctx, left); err != nil {
+		for {
+			left := deadline.Sub(c.now())
+			if left <= 0 {
+				c.printf("step 5/6 drain: %s: drain_timeout passed (no metrics endpoint to read its connections from)", name)
+				return nil
+			}
+			c.printf("step 5/6 drain: %s has no metrics endpoint: waiting drain_timeout (%s left)", name, roundUp(left))
+			if err := c.sleep(ctx, min(left, every)); err != nil {
 				return err
 			}
 		}
-		return nil
 	}
+	poll := min(every, time.Second)
+	var printed time.Time
 	for {
 		n, err := c.Conns(ctx, s.Metrics)
-		left := deadline.Sub(c.now())
+		now := c.now()
+		left := deadline.Sub(now)
 		switch {
 		case err == nil && n == 0:
 			c.printf("step 5/6 drain: %s has no active connection", name)
+			return nil
+		case errors.Is(err, syscall.ECONNREFUSED):
+			c.printf("step 5/6 drain: %s: its metrics endpoint refuses connections: the edge is down, nothing left to drain", name)
 			return nil
 		case left <= 0:
 			if err != nil {
 				c.printf("step 5/6 drain: %s: drain_timeout passed (%v)", name, err)
 			} else {
-				c.printf("step 5/6 drain: %s: drain_timeout passed with %d active connections", name, n)
+				c.printf("step 5/6 drain: %s: drain_timeout passed with %s", name, plural(n, "active connection"))
 			}
 			return nil
+		case !printed.IsZero() && now.Sub(printed) < every:
 		case err != nil:
-			c.printf("step 5/6 drain: %s: %v; waiting up to %s more", name, err, left.Round(time.Second))
+			printed = now
+			c.printf("step 5/6 drain: %s: %v; waiting up to %s more", name, err, roundUp(left))
 		default:
-			c.printf("step 5/6 drain: %s has %d active connections; waiting up to %s more", name, n, left.Round(time.Second))
+			printed = now
+			c.printf("step 5/6 drain: %s has %s; waiting up to %s more", name, plural(n, "active connection"), roundUp(left))
 		}
-		if err := c.sleep(ctx, min(left, every, time.Second)); err != nil {
+		if err := c.sleep(ctx, min(left, poll)); err != nil {
 			return err
 		}
 	}
+}
+
+// roundUp is d in whole seconds, rounded up: a wait of 0.4 s is "1s more",
+// never "0s more".
+func roundUp(d time.Duration) time.Duration {
+	return time.Duration(math.Ceil(d.Seconds())) * time.Second
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 func (s *RRSet) add(a netip.Addr) {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/clock"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -82,7 +83,8 @@ type Exporter struct {
 	// MaxAge is how long a result answers scrapes (5 s when zero, none
 	// when negative).
 	MaxAge time.Duration
-	// Now is the clock (nil: time.Now).
+	// Now, if non-nil, is used instead of time.Now (internal/clock): the
+	// clock of a result's MaxAge and of the repeated warning lines.
 	Now func() time.Time
 	// Log gets a line when the server stops answering (again every 5
 	// minutes while it does not) and when it answers again, and when the
@@ -153,10 +155,7 @@ func (x *Exporter) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (x *Exporter) now() time.Time {
-	if x.Now != nil {
-		return x.Now()
-	}
-	return time.Now()
+	return clock.Now(x.Now)
 }
 
 func (x *Exporter) log() *slog.Logger {

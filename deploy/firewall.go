@@ -7,36 +7,63 @@ import (
 )
 
 // IPTables is the origin host's firewall through the firewall package:
-// Base carries the hook chain, ports, pin and flags; the edges are
+// Base carries the hook chain, ports, pin, owner and flags; the edges are
 // convergence's.
 type IPTables struct {
 	FW   *firewall.Firewall
 	Base firewall.Config
 }
 
-// Allow applies a new generation when the live rules differ from the plan
-// for edges.
-func (t IPTables) Allow(edges []Edge) (bool, error) {
+// Config is Base allowing exactly edges.
+func (t IPTables) Config(edges []Edge) firewall.Config {
 	c := t.Base
 	c.Edges = nil
 	for _, e := range edges {
 		c.Edges = append(c.Edges, firewall.Edge{Name: e.Name, IPv4: e.IPv4, IPv6: e.IPv6})
 	}
+	return c
+}
+
+// Diff is the rule-level difference from the live rules to the plan for
+// edges.
+func (t IPTables) Diff(edges []Edge) ([]string, error) {
+	c := t.Config(edges)
 	if err := c.Validate(); err != nil {
-		return false, err
+		return nil, err
 	}
 	rep, err := t.FW.Check(c)
 	if err != nil {
-		return false, err
+		return nil, err
+	}
+	return rep.Diff, nil
+}
+
+// Allow applies a new generation when the live rules differ from the plan
+// for edges; undo restores the rules as they were.
+func (t IPTables) Allow(edges []Edge) (func() error, error) {
+	c := t.Config(edges)
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	rep, err := t.FW.Check(c)
+	if err != nil {
+		return nil, err
 	}
 	if rep.InSync() {
-		return false, nil
+		return nil, nil
 	}
 	p, err := t.FW.Plan(c)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	return true, t.FW.Apply(p)
+	saved, err := t.FW.Save()
+	if err != nil {
+		return nil, err
+	}
+	if err := t.FW.Apply(p); err != nil {
+		return nil, err
+	}
+	return func() error { return t.FW.Restore(saved) }, nil
 }
 
 // Allowed are the sources the live rules let in.
@@ -51,5 +78,9 @@ func (t IPTables) Allowed() (map[netip.Addr]bool, error) {
 	}
 	return m, nil
 }
+
+// Sources are the sources the live rules let in, with the edge name of
+// each rule's comment.
+func (t IPTables) Sources() (map[netip.Addr]string, error) { return t.FW.SourceNames(t.Base.Chain) }
 
 var _ Firewall = IPTables{}

@@ -9,7 +9,8 @@
 //	pub, err := deploy.NewPublisher(cfg)   // reads and updates the name's RRsets
 //	plan, err := deploy.PlanDNS(cfg.Name, live, cfg.Edges, ttl, nil)
 //	c := &deploy.Converger{Config: cfg, StatePath: p, DNS: pub, Firewall: fw, Probe: probe}
-//	err = c.Run(ctx)                       // the six steps of docs/architecture.md
+//	steps, err := c.Plan(ctx)              // what --dry-run prints
+//	err = c.Run(ctx)                       // the six steps (docs/dns-deploy.md)
 //
 // The package never reads fleet.yaml itself: cmd/fleet does, with the
 // strict loader, into the plain Config below; the probe, the firewall, the
@@ -24,6 +25,7 @@ import (
 	"net/netip"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -79,6 +81,10 @@ type Origin struct {
 	Ports     []int  `mapstructure:"ports"`
 	Interface string `mapstructure:"interface"`
 	Address   string `mapstructure:"address"`
+	// Config is the origin's own configuration file (origin.yaml), where
+	// fleet reads front.trusted_edges to warn about a new edge outside it
+	// (optional).
+	Config string `mapstructure:"config"`
 }
 
 // Edge is one relay of the fleet.
@@ -130,6 +136,10 @@ func DefaultConfig() Config {
 		Deploy:       DefaultDeploy(),
 	}
 }
+
+// maxEdgeName is the longest edge name (a DNS label's length), in the
+// inventory and in the state file alike.
+const maxEdgeName = 63
 
 var (
 	edgeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
@@ -344,4 +354,56 @@ func inZone(name, zone string) bool {
 	n := strings.ToLower(strings.TrimSuffix(name, "."))
 	z := strings.ToLower(strings.TrimSuffix(zone, "."))
 	return n == z || strings.HasSuffix(n, "."+z)
+}
+
+// CheckEdgeAddrs refuses an edge address that can never be an edge:
+// unspecified, broadcast, multicast, loopback (unless allowLoopback: the
+// one-machine demo), or an address of the origin itself (origin.address,
+// and own: the addresses of the host fleet runs on when it is the
+// origin's) — publishing the origin would bypass the edges.
+func (c Config) CheckEdgeAddrs(allowLoopback bool, own []netip.Addr) error {
+	var errs []error
+	origin := map[netip.Addr]bool{}
+	for _, a := range own {
+		origin[a.Unmap()] = true
+	}
+	if a, err := netip.ParseAddr(c.Origin.Address); err == nil {
+		origin[a.Unmap()] = true
+	}
+	for i, e := range c.Edges {
+		for fam, s := range map[string]string{"ipv4": e.IPv4, "ipv6": e.IPv6} {
+			a, err := netip.ParseAddr(s)
+			if err != nil {
+				continue
+			}
+			key := fmt.Sprintf("edges[%d].%s", i, fam)
+			switch {
+			case a.IsUnspecified(), a.IsMulticast(), a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+				errs = append(errs, fmt.Errorf("%s: %s (edge %q) is not the address of one host", key, a, e.Name))
+			case a.IsLoopback() && !allowLoopback:
+				errs = append(errs, fmt.Errorf("%s: %s (edge %q) is a loopback address: no agent can reach it (--allow-loopback for a fleet on one machine)", key, a, e.Name))
+			case origin[a] && !a.IsLoopback():
+				errs = append(errs, fmt.Errorf("%s: %s (edge %q) is an address of the origin: publishing it would let agents bypass the edges", key, a, e.Name))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Untrusted lists the addresses of the edges not yet published that no
+// prefix of trusted (the origin's front.trusted_edges) contains, as
+// "e3 10.77.0.13": the origin would not honour their PROXY headers.
+func Untrusted(edges []Edge, st *State, trusted []netip.Prefix) []string {
+	var out []string
+	for _, e := range edges {
+		if s := st.Edges[e.Name]; s != nil && s.State == StateActive {
+			continue
+		}
+		for _, a := range e.Addrs() {
+			if !slices.ContainsFunc(trusted, func(p netip.Prefix) bool { return p.Contains(a.Unmap()) }) {
+				out = append(out, e.Name+" "+a.String())
+			}
+		}
+	}
+	return out
 }

@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -126,5 +127,34 @@ func TestLoadSecretFile(t *testing.T) {
 				t.Fatalf("LoadSecret() = %q, %v; want %q", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestCheckEdgeAddrs: addresses that can never be an edge are refused,
+// each naming its key and edge; loopback only with allowLoopback.
+func TestCheckEdgeAddrs(t *testing.T) {
+	own := []netip.Addr{netip.MustParseAddr("10.77.0.1")}
+	for _, tc := range []struct {
+		ipv4, ipv6    string
+		allowLoopback bool
+		want          string
+	}{
+		{ipv4: "203.0.113.10", want: ""},
+		{ipv4: "127.0.0.2", want: `edges[0].ipv4: 127.0.0.2 (edge "e1") is a loopback address`},
+		{ipv4: "127.0.0.2", allowLoopback: true, want: ""},
+		{ipv6: "::1", want: `edges[0].ipv6: ::1 (edge "e1") is a loopback address`},
+		{ipv4: "0.0.0.0", want: "is not the address of one host"},
+		{ipv4: "255.255.255.255", want: "is not the address of one host"},
+		{ipv4: "224.0.0.1", want: "is not the address of one host"},
+		{ipv6: "ff02::1", want: "is not the address of one host"},
+		{ipv4: "192.0.2.2", want: `edges[0].ipv4: 192.0.2.2 (edge "e1") is an address of the origin`}, // origin.address
+		{ipv4: "10.77.0.1", want: "is an address of the origin"},                                      // the host's own
+	} {
+		c := validConfig()
+		c.Edges = []Edge{{Name: "e1", IPv4: tc.ipv4, IPv6: tc.ipv6}}
+		err := c.CheckEdgeAddrs(tc.allowLoopback, own)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s %s (loopback %v): err = %v, want %q", tc.ipv4, tc.ipv6, tc.allowLoopback, err, tc.want)
+		}
 	}
 }

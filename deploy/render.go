@@ -15,7 +15,7 @@ import (
 	"text/template"
 	"time"
 
-	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/listenaddr"
 	"github.com/edgefleet/edgefleet/relay"
 	"golang.org/x/crypto/ssh"
 )
@@ -115,7 +115,7 @@ func Render(c Config, name string) (*Rendering, error) {
 	if err := rc.Validate(); err != nil {
 		return nil, fmt.Errorf("edge %s configuration: %w", e.Name, err)
 	}
-	if err := accept.ListenOverlap(rc.Listen); err != nil {
+	if err := listenaddr.Overlap(rc.Listen); err != nil {
 		return nil, fmt.Errorf("deploy.listen: %w", err)
 	}
 	if relay.Descriptors(rc.MaxConns)+4096 > LimitNOFILE {

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/clock"
 )
 
 // ServerConfig is the embedded authoritative server (`fleet dns serve`).
@@ -35,8 +36,8 @@ type ServerConfig struct {
 	Log   *slog.Logger
 	// Registerer, when set, gets edgefleet_fleet_dns_updates_total.
 	Registerer prometheus.Registerer
-	// Now is the clock of the replay cache and the TSIG time check (nil:
-	// time.Now).
+	// Now, if non-nil, is used instead of time.Now (internal/clock): the
+	// clock of the replay cache and the TSIG time check.
 	Now func() time.Time
 }
 
@@ -121,12 +122,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	cfg.Names = slices.Clone(cfg.Names)
-	s := &Server{cfg: cfg, log: cfg.Log, now: cfg.Now, seen: map[string]time.Time{}, results: map[string]prometheus.Counter{}}
+	s := &Server{cfg: cfg, log: cfg.Log, now: clock.Func(cfg.Now), seen: map[string]time.Time{}, results: map[string]prometheus.Counter{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
-	}
-	if s.now == nil {
-		s.now = time.Now
 	}
 	s.refusals = accept.NewLimiter(refusalLogBurst, refusalLogWindow, s.now)
 	total := prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -8,7 +8,9 @@ import (
 	"io/fs"
 	"net/netip"
 	"os"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -30,8 +32,80 @@ const (
 // has seen, so that an edge that left fleet.yaml can still be drained and
 // dropped by name.
 type State struct {
-	Version int                   `json:"version"`
-	Edges   map[string]*EdgeState `json:"edges"`
+	Version int `json:"version"`
+	// Inventory is the fleet the state belongs to: a state file of another
+	// inventory is refused, never acted on.
+	Inventory *InventoryID `json:"inventory,omitempty"`
+	// TTLChanges are the TTLs the name's records had before a change that
+	// resolvers may still hold.
+	TTLChanges []TTLChange           `json:"ttl_changes,omitempty"`
+	Edges      map[string]*EdgeState `json:"edges"`
+}
+
+// InventoryID names an inventory: its DNS name, zone and origin ports.
+type InventoryID struct {
+	Name  string `json:"name"`
+	Zone  string `json:"zone"`
+	Ports []int  `json:"ports"`
+}
+
+// IDOf is the inventory's identity as the state file records it.
+func IDOf(c Config) *InventoryID {
+	ports := slices.Clone(c.Origin.Ports)
+	slices.Sort(ports)
+	return &InventoryID{Name: canonical(c.Name), Zone: canonical(c.Zone), Ports: ports}
+}
+
+func canonical(name string) string { return strings.ToLower(strings.TrimSuffix(name, ".")) }
+
+func (id *InventoryID) String() string {
+	return fmt.Sprintf("name %s, zone %s, origin ports %v", id.Name, id.Zone, id.Ports)
+}
+
+// TTLChange is one TTL replaced: resolvers that fetched the records just
+// before Replaced may hold them TTL seconds longer.
+type TTLChange struct {
+	TTL      uint32    `json:"ttl"`
+	Replaced time.Time `json:"replaced"`
+}
+
+// Until is when the last copy of the replaced records expires.
+func (t TTLChange) Until() time.Time { return t.Replaced.Add(time.Duration(t.TTL) * time.Second) }
+
+// RecordTTL records that records of TTL old were replaced at now, and
+// forgets the changes no resolver can hold any more.
+func (s *State) RecordTTL(old uint32, now time.Time) {
+	s.TTLChanges = slices.DeleteFunc(s.TTLChanges, func(t TTLChange) bool { return !t.Until().After(now) })
+	if old > 0 {
+		s.TTLChanges = append(s.TTLChanges, TTLChange{TTL: old, Replaced: now})
+	}
+	if len(s.TTLChanges) == 0 {
+		s.TTLChanges = nil
+	}
+}
+
+// HeldUntil is the latest time a resolver may hold a record replaced by a
+// TTL change.
+func (s *State) HeldUntil() time.Time {
+	var t time.Time
+	for _, c := range s.TTLChanges {
+		if c.Until().After(t) {
+			t = c.Until()
+		}
+	}
+	return t
+}
+
+// Adopt checks that the state belongs to the inventory c, and records c as
+// its inventory when it names none (an empty state, or one written before
+// states named theirs).
+func (s *State) Adopt(c Config, path string) error {
+	id := IDOf(c)
+	if o := s.Inventory; o != nil && len(s.Edges) > 0 && (o.Name != id.Name || o.Zone != id.Zone || !slices.Equal(o.Ports, id.Ports)) {
+		return fmt.Errorf("state %s belongs to another inventory (%s), not this one (%s): refusing to act on it (the state file must sit beside its own fleet.yaml; if this is the same fleet renamed, move the state away: every live address not in fleet.yaml is drained in the safe order all the same)", path, s.Inventory, id)
+	}
+	s.Inventory = id
+	return nil
 }
 
 // EdgeState is one edge's progress.
@@ -54,7 +128,11 @@ func (e *EdgeState) Edge(name string) Edge {
 }
 
 // NewState is an empty state.
-func NewState() *State { return &State{Version: 1, Edges: map[string]*EdgeState{}} }
+func NewState() *State { return &State{Version: stateVersion, Edges: map[string]*EdgeState{}} }
+
+// stateVersion is the version Marshal writes; version 1 (no inventory
+// name, no TTL changes) is read too.
+const stateVersion = 2
 
 // LoadState reads the state file; a missing one is an empty state.
 func LoadState(path string) (*State, error) {
@@ -88,9 +166,10 @@ func ParseState(b []byte) (*State, error) {
 	if dec.More() {
 		return nil, errors.New("trailing data after the JSON object")
 	}
-	if s.Version != 1 {
-		return nil, fmt.Errorf("version %d: want 1", s.Version)
+	if s.Version != 1 && s.Version != stateVersion {
+		return nil, fmt.Errorf("version %d: want 1 or %d", s.Version, stateVersion)
 	}
+	s.Version = stateVersion
 	if s.Edges == nil {
 		s.Edges = map[string]*EdgeState{}
 	}
@@ -128,7 +207,10 @@ func (s *State) Marshal() []byte {
 }
 
 // Save writes the state atomically.
-func (s *State) Save(path string) error { return WriteFileAtomic(path, s.Marshal(), 0o600) }
+func (s *State) Save(path string) error {
+	s.Version = stateVersion
+	return WriteFileAtomic(path, s.Marshal(), 0o600)
+}
 
 // Names maps every address the state knows to its edge's name.
 func (s *State) Names() map[netip.Addr]string {
@@ -151,18 +233,40 @@ func (s *State) Sorted() []string {
 	return names
 }
 
+// ErrLocked is LockState's error while another command holds the lock.
+var ErrLocked = errors.New("another fleet command that changes DNS or the firewall (apply, rotate, firewall apply|remove|watch, dns apply) is running on this inventory")
+
 // LockState takes the state file's lock (fleet.state.json.lock, flock):
-// one convergence at a time per inventory. The lock goes with the process,
+// one writer of DNS and the firewall at a time per inventory. A lock held
+// for a moment (a round of `fleet firewall watch`) is waited for, up to
+// LockWait; one held longer is an error. The lock goes with the process,
 // so a killed command leaves none behind.
-func LockState(path string) (unlock func(), err error) {
+func LockState(path string) (unlock func(), err error) { return lockState(path, LockWait) }
+
+// TryLockState is LockState without the wait: `fleet firewall watch`
+// skips its round instead.
+func TryLockState(path string) (unlock func(), err error) { return lockState(path, 0) }
+
+// LockWait is how long LockState waits for a lock held by another command.
+var LockWait = 3 * time.Second
+
+func lockState(path string, wait time.Duration) (unlock func(), err error) {
 	f, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("state lock: %w", err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	deadline := time.Now().Add(wait)
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if !errors.Is(err, unix.EWOULDBLOCK) || !time.Now().Before(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("state %s: another fleet apply or rotate is running on this inventory", path)
+			return nil, fmt.Errorf("state %s: %w", path, ErrLocked)
 		}
 		return nil, fmt.Errorf("state lock %s: %w", path+".lock", err)
 	}

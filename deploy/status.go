@@ -40,12 +40,16 @@ type ProbeStatus struct {
 	Error       string  `json:"error,omitempty"`
 }
 
-// Status builds one row per edge of the inventory, per draining edge of
-// the state, and per address live in DNS or the firewall that neither
-// knows (state unknown): the live DNS set and firewall rules, a fresh
-// probe of every address of every row (in parallel) and its active
-// connections. An edge is failed when the probe of any of its addresses
-// fails: an agent that picks the failing one does not get through.
+// Status builds one row per edge of the inventory, per edge the state
+// holds that is leaving (as the converger sees the state: Reconcile — a
+// draining entry, an edge removed from fleet.yaml, the old address of a
+// re-addressed one), and per address live in DNS or the firewall that
+// neither has (state unknown: an address the state does not hold is a
+// stranger until a run adopts it as draining). Each row gets the live DNS
+// set and firewall rules, a fresh probe of every address (in parallel) and
+// its active connections. An edge is failed when the probe of any of its
+// addresses fails: an agent that picks the failing one does not get
+// through.
 func Status(ctx context.Context, cfg Config, st *State, live RRSet, fw Firewall, probe ProbeFunc, conns ConnsFunc) []StatusRow {
 	type item struct {
 		e     Edge
@@ -60,22 +64,18 @@ func Status(ctx context.Context, cfg Config, st *State, live RRSet, fw Firewall,
 		}
 		items = append(items, item{e, state})
 	}
-	for _, name := range st.Sorted() {
-		if s := st.Edges[name]; s.State == StateDraining {
-			if _, listed := cfg.Edge(name); !listed {
-				items = append(items, item{s.Edge(name), StateDraining})
-			}
-		}
+	var allowed map[netip.Addr]bool
+	fwErr := errors.New("no firewall")
+	if fw != nil {
+		allowed, fwErr = fw.Allowed()
+	}
+	for _, e := range leaving(cfg, st, live, allowed, fwErr == nil) {
+		items = append(items, item{e, StateDraining})
 	}
 	for _, it := range items {
 		for _, a := range it.e.Addrs() {
 			known[a] = true
 		}
-	}
-	var allowed map[netip.Addr]bool
-	fwErr := errors.New("no firewall")
-	if fw != nil {
-		allowed, fwErr = fw.Allowed()
 	}
 	var strangers []netip.Addr
 	for _, a := range live.Addrs() {
@@ -137,6 +137,51 @@ func Status(ctx context.Context, cfg Config, st *State, live RRSet, fw Firewall,
 	}
 	wg.Wait()
 	return rows
+}
+
+// leaving are the edges the state holds that the next run drains, in the
+// state's order: Reconcile on a copy of st (the live DNS set, and the
+// firewall's sources when fwKnown), keeping only addresses st already
+// holds — an address Reconcile would adopt now is nobody's yet, and
+// Status shows it as unknown.
+func leaving(cfg Config, st *State, live RRSet, allowed map[netip.Addr]bool, fwKnown bool) []Edge {
+	held := st.Names()
+	view := NewState()
+	for name, s := range st.Edges {
+		c := *s
+		view.Edges[name] = &c
+	}
+	var fw map[netip.Addr]string
+	if fwKnown {
+		fw = map[netip.Addr]string{}
+		for a, ok := range allowed {
+			if ok {
+				fw[a] = ""
+			}
+		}
+	}
+	Reconcile(cfg, view, live, fw)
+	var out []Edge
+	for _, name := range view.Sorted() {
+		s := view.Edges[name]
+		if _, listed := cfg.Edge(name); listed || s.State != StateDraining {
+			continue
+		}
+		e := s.Edge(name)
+		for _, a := range e.Addrs() {
+			if _, ok := held[a]; !ok {
+				if a.Is4() {
+					e.IPv4 = ""
+				} else {
+					e.IPv6 = ""
+				}
+			}
+		}
+		if len(e.Addrs()) > 0 {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // probe probes every address of the row in parallel and fills Probes,

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/netip"
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
 )
 
 // TestStatusUnknownAddresses: an address DNS answers or the firewall lets
@@ -79,4 +82,53 @@ func TestStatusJSON(t *testing.T) {
 	if err := json.Unmarshal(b.Bytes(), &back); err != nil || len(back.Edges) != 1 || back.Edges[0].Probes[0].Address != "192.0.2.1:636" {
 		t.Fatalf("%v: %s", err, b.String())
 	}
+}
+
+// TestStatusFollowsTheState: status shows what the state holds as the
+// converger sees it. An address live in DNS and the firewall that no
+// state holds is unknown; once a run adopted it (here interrupted during
+// its wait) it is draining under the name the run gave it, while a
+// stranger that appeared since is still unknown. An edge the state holds
+// as active that fleet.yaml no longer lists is draining by name too (the
+// next run drains it), not an unknown address.
+func TestStatusFollowsTheState(t *testing.T) { synctest.Test(t, testStatusFollowsTheState) }
+
+func testStatusFollowsTheState(t *testing.T) {
+	ok := func(context.Context, string) ProbeResult { return ProbeResult{OK: true, HandshakeMS: 1} }
+	rowsOf := func(c *Converger, w *fakeWorld) []string {
+		t.Helper()
+		st, err := LoadState(c.StatePath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range Status(context.Background(), c.Config, st, w.dns, fakeFirewall{w}, ok, nil) {
+			got = append(got, strings.Join([]string{r.Edge, r.Address, r.InDNS, r.InFirewall, r.State}, " "))
+		}
+		return got
+	}
+	check := func(what string, got []string, want ...string) {
+		t.Helper()
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: rows:\n%s\nwant:\n%s", what, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+
+	w, conv := world(t) // e1 and e2 published and allowed; no state file
+	c := conv(e2)
+	check("before any run", rowsOf(c, w), "e2 192.0.2.2 yes yes active", " 192.0.2.1 yes yes unknown")
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(time.Second, cancel) // in the bubble: once the run waits
+	if err := c.Run(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("run: %v, want it interrupted in its wait", err)
+	}
+	w.dns.add(netip.MustParseAddr("198.51.100.7"))
+	check("adopted, then a stranger", rowsOf(c, w),
+		"e2 192.0.2.2 yes yes active", "e1 192.0.2.1 no yes draining", " 198.51.100.7 yes no unknown")
+
+	w, conv = world(t)
+	if err := conv(e1, e2).Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	check("e1 removed from fleet.yaml", rowsOf(conv(e2), w), "e2 192.0.2.2 yes yes active", "e1 192.0.2.1 yes yes draining")
 }

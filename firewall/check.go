@@ -3,6 +3,7 @@ package firewall
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/coreos/go-iptables/iptables"
@@ -41,9 +42,15 @@ func (fw *Firewall) CheckPlan(p *Plan) (Report, error) {
 			return rep, fmt.Errorf("%s: %w", f.Name, err)
 		}
 		var want, have []string
-		want = append(want, Jump("EDGEFLEET").Line("-I", f.Hook+" 1"))
+		want = append(want, Jump("EDGEFLEET", p.owner).Line("-I", f.Hook+" 1"))
 		if l.first != "" {
-			have = append(have, Jump("EDGEFLEET").Line("-I", f.Hook+" 1"))
+			owner := ""
+			for _, j := range l.jumps {
+				if j.primary {
+					owner = j.owner
+				}
+			}
+			have = append(have, Jump("EDGEFLEET", owner).Line("-I", f.Hook+" 1"))
 			rep.Chains = append(rep.Chains, f.Name+": "+l.first)
 		}
 		for _, j := range l.jumps {
@@ -120,10 +127,24 @@ func diff(a, b []string) []string {
 // read from INPUT, where Plan puts it then); none when nothing of ours is
 // hooked.
 func (fw *Firewall) Sources(hook string) ([]netip.Addr, error) {
+	m, err := fw.SourceNames(hook)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]netip.Addr, 0, len(m))
+	for a := range m {
+		out = append(out, a)
+	}
+	slices.SortFunc(out, func(x, y netip.Addr) int { return x.Compare(y) })
+	return out, nil
+}
+
+// SourceNames is Sources with the edge name each rule's comment gives.
+func (fw *Firewall) SourceNames(hook string) (map[netip.Addr]string, error) {
 	if hook == "" {
 		hook = fw.hook
 	}
-	var out []netip.Addr
+	out := map[netip.Addr]string{}
 	for _, proto := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
 		l, err := fw.read(proto, hook)
 		if err == nil && l.first == "" && hook == DockerUser {
@@ -135,15 +156,23 @@ func (fw *Firewall) Sources(hook string) ([]netip.Addr, error) {
 		}
 		for _, line := range l.rules {
 			args := splitRule(line)
-			if !strings.Contains(line, commentEdgePrefix) {
+			name := ""
+			for i := 0; i+1 < len(args); i++ {
+				if args[i] == "--comment" {
+					if rest, ok := strings.CutPrefix(args[i+1], commentEdgePrefix); ok {
+						name, _, _ = strings.Cut(rest, " port ")
+					}
+				}
+			}
+			if name == "" {
 				continue
 			}
 			for i := 0; i+1 < len(args); i++ {
 				if args[i] == "-s" {
 					if p, err := netip.ParsePrefix(args[i+1]); err == nil && p.IsSingleIP() {
-						out = append(out, p.Addr())
+						out[p.Addr()] = name
 					} else if a, err := netip.ParseAddr(args[i+1]); err == nil {
-						out = append(out, a)
+						out[a] = name
 					}
 				}
 			}

@@ -55,7 +55,9 @@ func TestFleetBinary(t *testing.T) {
 	cfg := testbed.WriteFile(t, dir, "fleet.yaml", strings.ReplaceAll(fleetYAML, "PORT", "8636"))
 
 	out, code := fleet(t, d.Host, bin, "--config", cfg, "firewall", "plan")
-	want, err := NewPlan(hostConfig(d, false), 1)
+	wantCfg := hostConfig(d, false)
+	wantCfg.Owner = "ldap.example.net"
+	want, err := NewPlan(wantCfg, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,6 +76,7 @@ func TestFleetBinary(t *testing.T) {
 	out, code = fleet(t, d.Host, bin, "--config", cfg, "firewall", "check")
 	if code != 1 || !strings.Contains(out, `+ -A EDGEFLEET -s 198.51.100.10/32 -i ext0 -p tcp -m conntrack --ctstate NEW --ctorigdstport 8636 --ctdir ORIGINAL -m comment --comment "edgefleet: edge edge-1 port 8636" -j RETURN`) {
 		t.Errorf("check after deleting the edge's rule: exit %d, want 1 and the missing rule:\n%s", code, out)
+		t.Logf("%s", d.Host.Run("iptables", "-S"))
 	}
 	t.Logf("check after deleting the edge's rule:\n%s", out)
 	if out, code := fleet(t, d.Host, bin, "--config", cfg, "firewall", "apply"); code != 0 || !strings.Contains(out, "chain=EDGEFLEET-2") {
@@ -85,6 +88,7 @@ func TestFleetBinary(t *testing.T) {
 
 	t.Run("refusals", func(t *testing.T) {
 		bare := testbed.NewNetns(t, "bare") // no Docker: no DOCKER-USER
+		bare.Run("ip", "link", "add", "ext0", "type", "veth", "peer", "name", "ext0-peer")
 		empty := testbed.WriteFile(t, dir, "empty.yaml", "origin:\n  ports: [8636]\n  interface: ext0\n")
 		badAddr := testbed.WriteFile(t, dir, "bad.yaml", strings.ReplaceAll(strings.ReplaceAll(fleetYAML, "PORT", "8636"), "198.51.100.10", "198.51.100.300"))
 		unknown := testbed.WriteFile(t, dir, "unknown.yaml", strings.ReplaceAll(fleetYAML, "PORT", "8636")+"edgez: []\n")
@@ -121,6 +125,20 @@ func TestFleetBinary(t *testing.T) {
 			t.Errorf("--create-chain: DOCKER-USER is\n%s", out)
 		}
 	})
+
+	// A second inventory on the same host (another name, another port)
+	// would replace the first's rules: refused, and so is its remove.
+	other := testbed.WriteFile(t, t.TempDir(), "fleet.yaml", strings.ReplaceAll(strings.ReplaceAll(fleetYAML, "PORT", "9636"), "ldap.example.net", "ldap2.example.net"))
+	rules := d.Host.Run("iptables", "-S")
+	if out, code := fleet(t, d.Host, bin, "--config", other, "firewall", "apply"); code == 0 || !strings.Contains(out, `the firewall holds the rules of inventory "ldap.example.net": refusing to replace them with those of "ldap2.example.net"`) {
+		t.Errorf("apply of a second inventory: exit %d\n%s", code, out)
+	}
+	if out, code := fleet(t, d.Host, bin, "--config", other, "firewall", "remove"); code != 1 || !strings.Contains(out, `holds the rules of inventory "ldap.example.net"`) {
+		t.Errorf("remove by a second inventory: exit %d\n%s", code, out)
+	}
+	if got := d.Host.Run("iptables", "-S"); got != rules {
+		t.Errorf("the second inventory changed the first's rules:\n%s", got)
+	}
 
 	if out, code := fleet(t, d.Host, bin, "--config", cfg, "firewall", "remove"); code != 0 {
 		t.Fatalf("remove: exit %d\n%s", code, out)

@@ -10,6 +10,8 @@
 //	plan, err := fw.Plan(cfg)                             // exact rules, next generation
 //	err = fw.Apply(plan)                                  // build, swap, delete the old chain
 //	report, err := fw.Check(cfg)                          // report.Diff is empty when in sync
+//	snap, err := fw.Save()                                // the live rules, for Restore to put back
+//	err = fw.Watch(ctx, firewall.Static(cfg), 5*time.Second, log)
 //
 // NewPlan is the pure half (no iptables involved): the golden tests and
 // `fleet firewall plan` print what it returns.
@@ -57,6 +59,11 @@ type Config struct {
 	Force bool
 	// CreateChain creates a missing hook chain instead of refusing.
 	CreateChain bool
+	// Owner names the inventory the rules belong to (its DNS name); it is
+	// written into the jump's comment. Rules of another owner are never
+	// replaced or removed (unless Force): one host, one inventory's rules.
+	// Rules without an owner are anyone's.
+	Owner string
 }
 
 // Edge is one allowed source; either address may be empty.
@@ -72,6 +79,8 @@ func DefaultConfig() Config { return Config{Chain: DockerUser} }
 var (
 	safeName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,63}$`)
 	ifName   = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,15}$`)
+	// ownerName is a domain name, as the inventory's name is.
+	ownerName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,253}$`)
 )
 
 // IsInterfaceName reports whether s can be a Linux network interface name
@@ -99,6 +108,9 @@ func (c Config) Validate() error {
 		if _, err := parseAddr(c.Address); err != nil {
 			errs = append(errs, fmt.Errorf("origin.address: %w", err))
 		}
+	}
+	if c.Owner != "" && !ownerName.MatchString(c.Owner) {
+		errs = append(errs, fmt.Errorf("owner %q: use letters, digits, . _ - (it goes into a rule comment)", c.Owner))
 	}
 	for _, e := range c.Edges {
 		if !safeName.MatchString(e.Name) {

@@ -238,7 +238,7 @@ func TestDockerUser(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				return fw.Watch(ctx, c, 50*time.Millisecond, nil)
+				return fw.Watch(ctx, Static(c), 50*time.Millisecond, nil)
 			})
 		}()
 		defer func() {
@@ -426,6 +426,7 @@ func TestWatchWaitsForDockerUser(t *testing.T) {
 	testbed.NeedRoot(t)
 	testbed.Need(t, "ip", "iptables", "ip6tables")
 	ns := testbed.NewNetns(t, "late")
+	ns.Run("ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0-peer")
 	c := DefaultConfig()
 	c.Ports = []int{port}
 	c.Interface = "eth0"
@@ -448,7 +449,7 @@ func TestWatchWaitsForDockerUser(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			return fw.Watch(ctx, c, 20*time.Millisecond, nil)
+			return fw.Watch(ctx, Static(c), 20*time.Millisecond, nil)
 		})
 	}()
 	defer func() {
@@ -519,6 +520,7 @@ func TestTestChainsLeaveDeploymentAlone(t *testing.T) {
 	testbed.NeedRoot(t)
 	testbed.Need(t, "ip", "iptables", "ip6tables")
 	ns := testbed.NewNetns(t, "prefix")
+	ns.Run("ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0-peer")
 	c := DefaultConfig()
 	c.Ports = []int{port}
 	c.Interface = "eth0"
@@ -563,4 +565,94 @@ func TestTestChainsLeaveDeploymentAlone(t *testing.T) {
 		}
 		return err
 	})
+}
+
+// TestInterfaceMustExist: an origin.interface the host does not have (a
+// typo) is refused before anything changes — its rules would let no edge
+// in; --force applies it with a warning.
+func TestInterfaceMustExist(t *testing.T) {
+	t.Parallel()
+	testbed.NeedRoot(t)
+	testbed.Need(t, "ip", "iptables", "ip6tables")
+	ns := testbed.NewNetns(t, "typo")
+	c := DefaultConfig()
+	c.Chain = Input
+	c.Ports = []int{port}
+	c.Interface = "eth9"
+	c.Edges = []Edge{{Name: "edge-1", IPv4: "198.51.100.10"}}
+	in(t, ns, func(fw *Firewall) error {
+		if _, err := fw.Plan(c); err == nil || !strings.Contains(err.Error(), `origin.interface: no interface "eth9" on this host`) {
+			t.Errorf("plan with a missing interface: err = %v", err)
+		}
+		c.Force = true
+		p, err := fw.Plan(c)
+		if err != nil || len(p.Warnings) == 0 || !strings.Contains(p.Warnings[0], "eth9") {
+			t.Errorf("forced: %v %q", err, p.Warnings)
+		}
+		return nil
+	})
+	if out := ns.Run("iptables", "-S"); strings.Contains(out, "EDGEFLEET") {
+		t.Errorf("a refused plan changed the rules:\n%s", out)
+	}
+}
+
+// TestOwner: the rules name their inventory; another inventory's plan on
+// the same host is refused (its rules would replace the first's), unless
+// forced; rules of no owner are adopted; Save and Restore put back the
+// rules as they were, owner included.
+func TestOwner(t *testing.T) {
+	t.Parallel()
+	testbed.NeedRoot(t)
+	testbed.Need(t, "ip", "iptables", "ip6tables")
+	ns := testbed.NewNetns(t, "owner")
+	a := DefaultConfig()
+	a.Chain = Input
+	a.Ports = []int{8636}
+	a.Owner = "ldap.a.test"
+	a.Edges = []Edge{{Name: "edge-1", IPv4: "198.51.100.10"}}
+	b := a
+	b.Ports = []int{9636}
+	b.Owner = "ldap.b.test"
+	apply(t, ns, a)
+	first := ns.Run("iptables", "-S")
+	if !strings.Contains(first, `--comment "edgefleet: jump ldap.a.test"`) {
+		t.Fatalf("the jump does not name its inventory:\n%s", first)
+	}
+	in(t, ns, func(fw *Firewall) error {
+		_, err := fw.Plan(b)
+		if err == nil || !strings.Contains(err.Error(), `the firewall holds the rules of inventory "ldap.a.test": refusing to replace them with those of "ldap.b.test"`) {
+			t.Errorf("another inventory's plan: err = %v", err)
+		}
+		if o, err := fw.Foreign("ldap.b.test"); err != nil || o != "ldap.a.test" {
+			t.Errorf("Foreign = %q, %v", o, err)
+		}
+		saved, err := fw.Save()
+		if err != nil {
+			return err
+		}
+		c := a
+		c.Edges = append(c.Edges, Edge{Name: "edge-2", IPv4: "198.51.100.11"})
+		p, err := fw.Plan(c)
+		if err != nil {
+			return err
+		}
+		if err := fw.Apply(p); err != nil {
+			return err
+		}
+		return fw.Restore(saved)
+	})
+	restored := ns.Run("iptables", "-S")
+	if strings.ReplaceAll(restored, "EDGEFLEET-3", "EDGEFLEET-1") != first {
+		t.Errorf("restored:\n%s\nwant (as generation 3):\n%s", restored, first)
+	}
+	// Rules without an owner (written before rules named theirs) are
+	// replaced.
+	in(t, ns, func(fw *Firewall) error { return fw.Remove() })
+	legacy := a
+	legacy.Owner = ""
+	apply(t, ns, legacy)
+	apply(t, ns, b)
+	if out := ns.Run("iptables", "-S"); !strings.Contains(out, "jump ldap.b.test") || strings.Contains(out, "8636") {
+		t.Errorf("after adopting unnamed rules:\n%s", out)
+	}
 }

@@ -34,6 +34,7 @@ type Plan struct {
 
 	spec   spec
 	prefix string // of the generation chain; "" is ChainPrefix
+	owner  string // Config.Owner, in the jump's comment
 }
 
 // Chain is the generation chain, EDGEFLEET-<generation>.
@@ -46,13 +47,39 @@ func orDefault(prefix string) string {
 	return prefix
 }
 
-// Jump is the rule in the hook chain that sends traffic to chain.
-func Jump(chain string) Rule {
-	return Rule{"-m", "comment", "--comment", "edgefleet: jump", "-j", chain}
+// Jump is the rule in the hook chain that sends traffic to chain, its
+// comment naming the owner (Config.Owner) when there is one.
+func Jump(chain, owner string) Rule {
+	return Rule{"-m", "comment", "--comment", jumpComment(owner), "-j", chain}
+}
+
+func jumpComment(owner string) string {
+	if owner == "" {
+		return commentJump
+	}
+	return commentJump + " " + owner
+}
+
+// jumpOwner is the owner a jump's comment names: "" for none, ok false
+// when the comment is not one of ours.
+func jumpOwner(args []string) (owner string, ok bool) {
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "--comment" {
+			c := args[i+1]
+			if c == commentJump {
+				return "", true
+			}
+			if o, found := strings.CutPrefix(c, commentJump+" "); found {
+				return o, true
+			}
+		}
+	}
+	return "", false
 }
 
 // Comments of the generated rules; every rule carries one.
 const (
+	commentJump    = "edgefleet: jump"
 	commentReplies = "edgefleet: replies"
 	// commentEdgePrefix starts the comment of every edge's rule.
 	commentEdgePrefix = "edgefleet: edge "
@@ -72,7 +99,7 @@ func NewPlan(c Config, gen int) (*Plan, error) {
 	if gen < 1 {
 		return nil, fmt.Errorf("generation %d: must be at least 1", gen)
 	}
-	p := &Plan{Generation: gen}
+	p := &Plan{Generation: gen, owner: c.Owner}
 	var refusals []error
 	refuse := func(format string, args ...any) {
 		msg := fmt.Sprintf(format, args...)
@@ -218,7 +245,7 @@ func (p *Plan) String() string {
 		for _, r := range f.Rules {
 			fmt.Fprintf(&b, "%s\n", r.Line("-A", p.Chain()))
 		}
-		fmt.Fprintf(&b, "%s\n", Jump(p.Chain()).Line("-I", f.Hook+" 1"))
+		fmt.Fprintf(&b, "%s\n", Jump(p.Chain(), p.owner).Line("-I", f.Hook+" 1"))
 	}
 	return b.String()
 }

@@ -3,6 +3,7 @@ package firewall
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"slices"
@@ -140,6 +141,7 @@ type jump struct {
 	target  string   // EDGEFLEET-n
 	args    []string // its -S arguments after "-A chain"
 	primary bool     // rule 1 of the plan's hook: the one Apply replaces
+	owner   string   // the inventory its comment names ("" for none)
 }
 
 // hooks are every chain a jump of ours may sit in (a plan may have moved
@@ -182,6 +184,7 @@ func (fw *Firewall) read(proto iptables.Protocol, hook string) (live, error) {
 				continue
 			}
 			j := jump{chain: h, pos: n, target: target, args: args[2:], primary: h == hook && n == 1}
+			j.owner, _ = jumpOwner(j.args)
 			l.jumps = append(l.jumps, j)
 			if j.primary {
 				l.first = target
@@ -237,6 +240,7 @@ func (fw *Firewall) Plan(c Config) (*Plan, error) {
 	}
 	gen := 0
 	exists := map[iptables.Protocol]bool{}
+	var foreign string
 	for _, proto := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
 		l, err := fw.read(proto, c.Chain)
 		if err != nil {
@@ -246,6 +250,11 @@ func (fw *Firewall) Plan(c Config) (*Plan, error) {
 		for _, ch := range l.chains {
 			gen = max(gen, fw.generation(ch))
 		}
+		for _, j := range l.jumps {
+			if j.owner != "" && j.owner != c.Owner {
+				foreign = j.owner
+			}
+		}
 	}
 	p, err := NewPlan(c, gen+1)
 	if err != nil {
@@ -253,6 +262,24 @@ func (fw *Firewall) Plan(c Config) (*Plan, error) {
 	}
 	p.prefix = fw.prefix
 	var refusals []error
+	if foreign != "" {
+		msg := fmt.Sprintf("the firewall holds the rules of inventory %q: refusing to replace them with those of %q (one inventory's rules per host)", foreign, displayOwner(c.Owner))
+		if !c.Force {
+			return nil, errors.New(msg + "; --force replaces them")
+		}
+		p.Warnings = append(p.Warnings, msg+" (forced)")
+	}
+	if c.Interface != "" {
+		// A typo (eth9) would match no edge's connection: every edge
+		// dropped, with rules that look right.
+		if _, err := net.InterfaceByName(c.Interface); err != nil {
+			msg := fmt.Sprintf("origin.interface: no interface %q on this host (%v): the rules would let no edge in", c.Interface, err)
+			if !c.Force {
+				return nil, errors.New(msg)
+			}
+			p.Warnings = append(p.Warnings, msg+" (forced)")
+		}
+	}
 	var kept []Family
 	for _, f := range p.Families {
 		switch {
@@ -320,9 +347,9 @@ func (fw *Firewall) Apply(p *Plan) error {
 			}
 		}
 		if l.first != "" {
-			err = ipt.Replace("filter", f.Hook, 1, Jump(chain)...)
+			err = ipt.Replace("filter", f.Hook, 1, Jump(chain, p.owner)...)
 		} else {
-			err = ipt.Insert("filter", f.Hook, 1, Jump(chain)...)
+			err = ipt.Insert("filter", f.Hook, 1, Jump(chain, p.owner)...)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: jump from %s: %w", f.Name, f.Hook, err)
@@ -376,6 +403,30 @@ func (fw *Firewall) dropChain(ipt *iptables.IPTables, chain string, l live) erro
 	return ipt.ClearAndDeleteChain("filter", chain)
 }
 
+func displayOwner(owner string) string {
+	if owner == "" {
+		return "(unnamed)"
+	}
+	return owner
+}
+
+// Foreign returns the owner named by a live jump of ours that is not
+// owner ("" when every jump is owner's or names none).
+func (fw *Firewall) Foreign(owner string) (string, error) {
+	for _, proto := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
+		l, err := fw.read(proto, fw.hook)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", cmdName(proto), err)
+		}
+		for _, j := range l.jumps {
+			if j.owner != "" && j.owner != owner {
+				return j.owner, nil
+			}
+		}
+	}
+	return "", nil
+}
+
 // Remove deletes every jump and chain of ours, both families.
 func (fw *Firewall) Remove() error {
 	var errs []error
@@ -383,6 +434,78 @@ func (fw *Firewall) Remove() error {
 		if err := fw.cleanup(proto, "", ""); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	return errors.Join(errs...)
+}
+
+// Snapshot is the live rule set of ours as Save read it, for Restore to
+// put back: the rules of the chain each family's hook jumps to.
+type Snapshot struct {
+	plan *Plan // the live rules as a plan (generation set by Restore)
+	// bare are the families nothing of ours was hooked into.
+	bare []iptables.Protocol
+}
+
+// Save reads the live rule set of both families (hooked into the
+// firewall's hook chain, or for IPv6 into INPUT where Plan puts it on a
+// dockerd without ip6tables).
+func (fw *Firewall) Save() (*Snapshot, error) {
+	s := &Snapshot{plan: &Plan{prefix: fw.prefix}}
+	for _, proto := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
+		hook := fw.hook
+		l, err := fw.read(proto, hook)
+		if err == nil && l.first == "" && hook == DockerUser {
+			hook = Input
+			l, err = fw.read(proto, hook)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", cmdName(proto), err)
+		}
+		if l.first == "" {
+			s.bare = append(s.bare, proto)
+			continue
+		}
+		f := Family{Name: "IPv4", Proto: proto, Hook: hook}
+		if proto == iptables.ProtocolIPv6 {
+			f.Name = "IPv6"
+		}
+		for _, line := range l.rules {
+			if args := splitRule(line); len(args) > 2 {
+				f.Rules = append(f.Rules, Rule(args[2:]))
+			}
+		}
+		for _, j := range l.jumps {
+			if j.primary {
+				s.plan.owner = j.owner
+			}
+		}
+		s.plan.Families = append(s.plan.Families, f)
+	}
+	return s, nil
+}
+
+// Restore puts back the rule set s was saved from, as a new generation
+// (built completely, then swapped in like any other): a family that had
+// nothing of ours gets nothing again.
+func (fw *Firewall) Restore(s *Snapshot) error {
+	gen := 0
+	for _, proto := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
+		l, err := fw.read(proto, fw.hook)
+		if err != nil {
+			return fmt.Errorf("%s: %w", cmdName(proto), err)
+		}
+		for _, ch := range l.chains {
+			gen = max(gen, fw.generation(ch))
+		}
+	}
+	p := *s.plan
+	p.Generation = gen + 1
+	var errs []error
+	if len(p.Families) > 0 {
+		errs = append(errs, fw.Apply(&p))
+	}
+	for _, proto := range s.bare {
+		errs = append(errs, fw.cleanup(proto, "", ""))
 	}
 	return errors.Join(errs...)
 }

@@ -2,19 +2,35 @@ package firewall
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"time"
 )
 
-// Watch keeps c applied until ctx ends. Every interval it compares the live
-// rules with the plan and re-applies when they differ: a dockerd restart
-// (or firewalld reload, or a hand-run `iptables -F DOCKER-USER`) drops the
-// jump or the chain and silently opens the origin. A missing hook chain
-// (dockerd down) is waited for, never created, unless c.CreateChain.
+// Source gives the watch the rule set to enforce, read afresh each round
+// (the inventory and what a convergence in progress still allows), and
+// release to call once the round is done (the inventory's lock, so that
+// no convergence changes the rules in between). ErrBusy skips the round.
+type Source func() (c Config, release func(), err error)
+
+// ErrBusy is returned by a Source while another writer holds the rules.
+var ErrBusy = errors.New("another writer holds the firewall")
+
+// Static is a Source of one fixed Config.
+func Static(c Config) Source {
+	return func() (Config, func(), error) { return c, func() {}, nil }
+}
+
+// Watch keeps the rules applied until ctx ends. Every interval it reads
+// the rule set from src, compares the live rules with its plan and
+// re-applies when they differ: a dockerd restart (or firewalld reload, or
+// a hand-run `iptables -F DOCKER-USER`) drops the jump or the chain and
+// silently opens the origin. A missing hook chain (dockerd down) is
+// waited for, never created, unless the Config says CreateChain.
 //
 // Every iptables command runs on the calling goroutine.
-func (fw *Firewall) Watch(ctx context.Context, c Config, interval time.Duration, log *slog.Logger) error {
+func (fw *Firewall) Watch(ctx context.Context, src Source, interval time.Duration, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -27,8 +43,12 @@ func (fw *Firewall) Watch(ctx context.Context, c Config, interval time.Duration,
 			return nil
 		case <-t.C:
 		}
-		err := fw.enforce(c, log)
+		err := fw.round(src, log)
 		switch {
+		case errors.Is(err, ErrBusy):
+			log.Debug("firewall watch: round skipped", "err", err)
+			t.Reset(interval)
+			continue
 		case err != nil && err.Error() != lastErr:
 			log.Warn("firewall not applied, retrying", "err", err, "interval", interval)
 		case err == nil && lastErr != "":
@@ -40,6 +60,15 @@ func (fw *Firewall) Watch(ctx context.Context, c Config, interval time.Duration,
 		}
 		t.Reset(interval)
 	}
+}
+
+func (fw *Firewall) round(src Source, log *slog.Logger) error {
+	c, release, err := src()
+	if err != nil {
+		return err
+	}
+	defer release()
+	return fw.enforce(c, log)
 }
 
 func (fw *Firewall) enforce(c Config, log *slog.Logger) error {

@@ -68,7 +68,7 @@ func TestInnerByNameReadsNoSecondHeader(t *testing.T) {
 // every stage of the front — forwarded, reset at once, reset after the
 // header, a header cut short, an oversized v2 length, a header from an
 // untrusted source, beyond max_conns — and checks that afterwards no
-// slot, peer entry, accept.Own entry or descriptor is left.
+// slot, peer entry, loopguard.Own entry or descriptor is left.
 func TestAttackFrontEveryStageLeavesNothing(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.MaxConns = 8 })
 	hdr := v2Header(t, "192.0.2.10:50000", "198.51.100.1:636", "edge-ams-1", "a1b2c3d4")

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/internal/evloop"
+	"github.com/edgefleet/edgefleet/internal/listenaddr"
 )
 
 // Untrusted policies: what happens to a connection from outside
@@ -128,7 +128,7 @@ func (c Config) parse() (parsed, error) {
 	if n, err := strconv.Atoi(iport); err != nil || n < 1 || n > 65535 {
 		return p, fmt.Errorf("front.inner: %q: port %q is outside 1-65535", c.Inner, iport)
 	}
-	if l := accept.SelfTarget(c.Listen, c.Inner); l != "" {
+	if l := listenaddr.SelfTarget(c.Listen, c.Inner); l != "" {
 		return p, fmt.Errorf("front.inner: %q is the front's own listen address %q: every connection would be forwarded to itself", c.Inner, l)
 	}
 	for _, s := range c.TrustedEdges {

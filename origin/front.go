@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/clock"
 	"github.com/edgefleet/edgefleet/internal/evloop"
+	"github.com/edgefleet/edgefleet/internal/loopguard"
 	"github.com/edgefleet/edgefleet/internal/sockopt"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -39,8 +41,9 @@ const (
 // header read, the non-blocking dial and the copy (read/write for small
 // bursts, splice for bulk) without a goroutine per connection.
 type Front struct {
-	// Now is the clock for Peer.Since, durations and log rate limiting;
-	// nil means time.Now. Set it before Serve.
+	// Now, if non-nil, is used instead of time.Now (internal/clock): the
+	// clock of Peer.Since, the durations and the log rate limit. Set it
+	// before Serve.
 	Now func() time.Time
 
 	cfg Config
@@ -53,7 +56,7 @@ type Front struct {
 	refusals *accept.Limiter
 	// own holds the inner connections, so that one coming back to the
 	// front (inner is the front itself) is refused.
-	own  *accept.Own
+	own  *loopguard.Own
 	srv  evloop.Server
 	dial evloop.DialOptions // no keepalive toward inner: a local peer that dies resets its connections itself
 	// innerAddr is front.inner when it is an address; a name is looked
@@ -87,7 +90,7 @@ func New(cfg Config, table *PeerTable, log *slog.Logger, reg prometheus.Register
 		log:   log,
 		m:     newMetrics(table),
 		idle:  make(chan struct{}),
-		own:   accept.NewOwn(),
+		own:   loopguard.NewOwn(),
 	}
 	f.trusted.Store(&p)
 	if ap, err := netip.ParseAddrPort(cfg.Inner); err == nil {
@@ -104,10 +107,7 @@ func New(cfg Config, table *PeerTable, log *slog.Logger, reg prometheus.Register
 }
 
 func (f *Front) now() time.Time {
-	if f.Now != nil {
-		return f.Now()
-	}
-	return time.Now()
+	return clock.Now(f.Now)
 }
 
 // SetTrustedEdges replaces trusted_edges (SIGHUP in cmd/origin) without
@@ -279,7 +279,7 @@ func (h *handler) Open(c *evloop.Conn) {
 	c.ReadFirst(f.cfg.HeaderTimeout)
 }
 
-// killer closes a connection from another loop (accept.Own cuts a loop
+// killer closes a connection from another loop (loopguard.Own cuts a loop
 // from the side that finds it).
 type killer struct{ c *evloop.Conn }
 

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/edgefleet/edgefleet/internal/clock"
 )
 
 // Dialer is the library form of edge selection for agents: DialContext
@@ -31,7 +33,8 @@ type Dialer struct {
 	// Lookup returns the address set of a name; nil is Resolve through
 	// Resolver. Unit tests of the selection logic replace it.
 	Lookup func(ctx context.Context, name string) ([]string, error)
-	// Now is the clock of measured_at and staleness; nil is time.Now.
+	// Now, if non-nil, is used instead of time.Now (internal/clock): the
+	// clock of measured_at and staleness.
 	Now func() time.Time
 	// Log receives selection decisions; nil discards.
 	Log *slog.Logger
@@ -72,10 +75,7 @@ func (d *Dialer) ready() error {
 }
 
 func (d *Dialer) now() time.Time {
-	if d.Now != nil {
-		return d.Now()
-	}
-	return time.Now()
+	return clock.Now(d.Now)
 }
 
 func (d *Dialer) log() *slog.Logger {

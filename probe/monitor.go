@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/clock"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -30,8 +31,10 @@ type Monitor struct {
 	// defaults to Config.Name); a client certificate is optional.
 	TLS      *tls.Config
 	Resolver *net.Resolver // nil: the system resolver
-	Now      func() time.Time
-	Log      *slog.Logger
+	// Now, if non-nil, is used instead of time.Now (internal/clock): the
+	// clock of measured_at.
+	Now func() time.Time
+	Log *slog.Logger
 
 	m      *monitorMetrics
 	mu     sync.Mutex
@@ -96,10 +99,7 @@ func NewMonitor(cfg Config, conf *tls.Config, reg prometheus.Registerer) (*Monit
 }
 
 func (m *Monitor) now() time.Time {
-	if m.Now != nil {
-		return m.Now()
-	}
-	return time.Now()
+	return clock.Now(m.Now)
 }
 
 // Round measures every address once, updates the metrics and the status,

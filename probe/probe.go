@@ -11,7 +11,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
+	"github.com/edgefleet/edgefleet/ldap/wire"
 )
 
 // DefaultBudget bounds one probe of one address, connect, handshake and

@@ -36,7 +36,7 @@ func fdList() string {
 	return strings.Join(s, " ")
 }
 
-// ownSizes is the number of entries in an accept.Own's two maps.
+// ownSizes is the number of entries in a loopguard.Own's two maps.
 func ownSizes(e *Edge) (out, in int) {
 	v := reflect.ValueOf(e.own).Elem()
 	mu := (*sync.Mutex)(unsafe.Pointer(v.FieldByName("mu").UnsafeAddr()))
@@ -55,7 +55,7 @@ func rst(c net.Conn) {
 // stage — an echo, a reset before the origin connect completes, a reset
 // between the header and the data, a reset mid-bulk, a client PROXY header,
 // a refused first origin, max_conns refusals — and checks that afterwards
-// the active gauge is 0, accept.Own holds no entry and the descriptors are
+// the active gauge is 0, loopguard.Own holds no entry and the descriptors are
 // back where they were.
 func TestAttackEveryStageLeavesNothing(t *testing.T) {
 	var mu sync.Mutex

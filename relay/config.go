@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/edgefleet/edgefleet/internal/accept"
 	"github.com/edgefleet/edgefleet/internal/evloop"
+	"github.com/edgefleet/edgefleet/internal/listenaddr"
 )
 
 // Config is the edge's configuration (docs/edge.md). cmd/edge fills it from
@@ -218,7 +218,7 @@ func (c Config) Validate() error {
 // not where a configuration is rendered for another machine.
 func (c Config) CheckSelf() error {
 	for _, o := range c.Origins {
-		if l := accept.SelfTarget(c.Listen, o.Address); l != "" {
+		if l := listenaddr.SelfTarget(c.Listen, o.Address); l != "" {
 			return fmt.Errorf("origins: %q is the edge's own listen address %q: every connection would be relayed to itself", o.Address, l)
 		}
 	}

@@ -26,7 +26,10 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/clock"
+	"github.com/edgefleet/edgefleet/internal/errclass"
 	"github.com/edgefleet/edgefleet/internal/evloop"
+	"github.com/edgefleet/edgefleet/internal/loopguard"
 	"github.com/edgefleet/edgefleet/internal/sockopt"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -42,9 +45,9 @@ const (
 // Edge relays client connections to the origins. Its connections run on
 // event loops (internal/evloop): no goroutine per connection.
 type Edge struct {
-	// Now is the clock of the OFFLINE retry window, the refusal-log rate
-	// limit and the durations measured and logged; nil means time.Now.
-	// Set it before Serve or HandleConn.
+	// Now, if non-nil, is used instead of time.Now (internal/clock): the
+	// clock of the OFFLINE retry window, the refusal-log rate limit and
+	// the durations measured and logged. Set it before Serve or HandleConn.
 	Now func() time.Time
 
 	cfg  Config
@@ -55,7 +58,7 @@ type Edge struct {
 	dial evloop.DialOptions
 	// own holds the edge's origin connections, so that a connection coming
 	// back from one of them (an origin that is this edge) is refused.
-	own *accept.Own
+	own *loopguard.Own
 	// refusals rate-limits the log lines of refused connections.
 	refusals *accept.Limiter
 
@@ -86,10 +89,7 @@ type conn struct {
 
 // now is e.Now, or time.Now when that is nil.
 func (e *Edge) now() time.Time {
-	if e.Now != nil {
-		return e.Now()
-	}
-	return time.Now()
+	return clock.Now(e.Now)
 }
 
 // New checks cfg (Validate and CheckSelf) and returns an edge that records
@@ -117,7 +117,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Edge, error)
 		ctx:    ctx,
 		cancel: cancel,
 		idle:   make(chan struct{}),
-		own:    accept.NewOwn(),
+		own:    loopguard.NewOwn(),
 	}
 	e.refusals = accept.NewLimiter(refusalLogBurst, refusalLogWindow, e.now)
 	e.srv = evloop.Server{Handler: (*handler)(e), Log: log, Now: e.now, MaxPipes: evloop.PipesFor(cfg.MaxConns)}
@@ -241,7 +241,7 @@ func (h *handler) Open(c *evloop.Conn) {
 	e.dialNext(c, rc)
 }
 
-// killer closes a connection from another loop (accept.Own cuts a loop
+// killer closes a connection from another loop (loopguard.Own cuts a loop
 // from the side that finds it).
 type killer struct{ c *evloop.Conn }
 
@@ -279,8 +279,8 @@ func (e *Edge) dialNext(c *evloop.Conn, rc *conn) {
 		ap, err := evloop.Resolve(ctx, o.addr)
 		err = hideName(err, o)
 		took := max(0, e.now().Sub(t0))
-		if err != nil && !accept.LocalResources(err) {
-			if short := accept.DescriptorShortage(); short != nil {
+		if err != nil && !errclass.LocalResources(err) {
+			if short := errclass.DescriptorShortage(); short != nil {
 				// Whatever the lookup says ("no such host"), it ran
 				// while this edge could not open a socket: not the
 				// origin's failure.
@@ -368,7 +368,7 @@ func (h *handler) failed(c *evloop.Conn, rc *conn, took time.Duration, err error
 		e.dialNext(c, rc)
 		return
 	}
-	if accept.LocalResources(err) { // the next origin would fail the same way
+	if errclass.LocalResources(err) { // the next origin would fail the same way
 		if ok, suppressed := e.refusals.Allow(); ok {
 			e.log.Warn("out of local resources: connection refused, no origin marked offline", "origin", o.name,
 				"err", err, "suppressed", suppressed)
@@ -493,7 +493,7 @@ func hideName(err error, o *origin) error {
 var errNoOrigin = errors.New("no origin reachable")
 
 // errLocal is the error of a connection refused because a dial failed for
-// lack of local resources (accept.LocalResources): the edge's own
+// lack of local resources (errclass.LocalResources): the edge's own
 // descriptors or memory ran out, the origin was not reached and is not
 // marked OFFLINE.
 var errLocal = errors.New("out of local resources")

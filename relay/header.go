@@ -6,7 +6,7 @@ import (
 	"net"
 	"net/netip"
 
-	"github.com/edgefleet/edgefleet/internal/splice"
+	"github.com/edgefleet/edgefleet/internal/evloop"
 	"github.com/pires/go-proxyproto"
 )
 
@@ -92,7 +92,7 @@ func screenProxy(b []byte) error {
 			if n == len(sig) {
 				return errClientProxy
 			}
-			return splice.ErrMore
+			return evloop.ErrMore
 		}
 	}
 	return nil

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/edgefleet/edgefleet/internal/splice"
+	"github.com/edgefleet/edgefleet/internal/evloop"
 )
 
 // FuzzScreenProxy checks the edge's first-bytes check against its
@@ -27,15 +27,15 @@ func FuzzScreenProxy(f *testing.F) {
 			case bytes.HasPrefix(b, sig):
 				want = errClientProxy
 			case len(b) < len(sig) && bytes.HasPrefix(sig, b):
-				want = splice.ErrMore
+				want = evloop.ErrMore
 			}
 		}
 		if got := screenProxy(b); !errors.Is(got, want) {
 			t.Fatalf("screenProxy(%q) = %v, want %v", b, got, want)
 		}
 		// One byte at a time: the first verdict other than ErrMore is final.
-		var got error = splice.ErrMore
-		for i := 1; i <= len(b) && got == splice.ErrMore; i++ {
+		var got error = evloop.ErrMore
+		for i := 1; i <= len(b) && got == evloop.ErrMore; i++ {
 			got = screenProxy(b[:i])
 		}
 		if !errors.Is(got, want) {

@@ -17,7 +17,7 @@ const (
 	ResultLoop        = "loop"         // came from one of the edge's own origin connections (an origin is this edge): closed
 	ResultClientProxy = "client-proxy" // the client's first bytes were a PROXY header of its own: refused
 	// ResultLocalResources: refused, the dial to an origin failed for lack
-	// of the edge's own descriptors or memory (accept.LocalResources:
+	// of the edge's own descriptors or memory (errclass.LocalResources:
 	// EMFILE, ENFILE, ENOBUFS, ENOMEM, ENOSPC), or no origin had a local
 	// port left (EADDRNOTAVAIL); no origin was marked OFFLINE.
 	ResultLocalResources = "local-resources"

@@ -229,7 +229,7 @@ wait_tcp "$DNS"
 
 say "fleet apply: each edge probed end to end (TLS + one LDAP round trip through it), then published"
 echo "(the firewall is not managed on loopback: --no-firewall; see docs/firewall.md)"
-"$BIN/fleet" --config fleet.yaml apply --no-firewall --slack 1s --yes
+"$BIN/fleet" --config fleet.yaml apply --no-firewall --allow-loopback --slack 1s --yes
 "$BIN/fleet" --config fleet.yaml dns list
 
 say "edge-c turns into a black hole: its process hangs (SIGSTOP)"
@@ -294,7 +294,7 @@ sleep 1
 OUT_EDGE=$(sed -n "s/.*name: \([^,]*\), ipv4: ${BEST%:*},.*/\1/p" fleet.yaml)
 say "rotation: $OUT_EDGE (the agent's edge) is retired, edge-d on 127.0.0.5 replaces it: fleet rotate"
 start_edge edge-d 127.0.0.5
-ROTATE=(rotate --out "$OUT_EDGE" --in edge-d=127.0.0.5 --no-firewall --slack 1s --progress 1s --yes)
+ROTATE=(rotate --out "$OUT_EDGE" --in edge-d=127.0.0.5 --no-firewall --allow-loopback --slack 1s --progress 1s --yes)
 printf '$ fleet'; printf ' %q' "${ROTATE[@]}"; echo
 t0=$(now_ms)
 "$BIN/fleet" --config fleet.yaml "${ROTATE[@]}"

@@ -11,7 +11,7 @@
 // operation over all three with a proportional LoadBalancer (equal
 // weights): the balancer's cost against the one-server rule, in the same
 // run. All slapds share the machine's cores, so no scaling can show. Clients are lean: prebuilt PDUs over a raw socket, framed
-// with origin/ldap/wire, so the figures show the servers, not the client
+// with ldap/wire, so the figures show the servers, not the client
 // library.
 package main
 
@@ -36,9 +36,9 @@ import (
 
 	"github.com/edgefleet/edgefleet/bench/internal/benchkit"
 	"github.com/edgefleet/edgefleet/internal/testbed"
+	"github.com/edgefleet/edgefleet/ldap/wire"
 	"github.com/edgefleet/edgefleet/origin/ldap/core"
 	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

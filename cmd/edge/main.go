@@ -25,7 +25,7 @@ import (
 	"syscall"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
-	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/listenaddr"
 	"github.com/edgefleet/edgefleet/relay"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -85,7 +85,7 @@ func load(fs *pflag.FlagSet, path string) (edgeFile, error) {
 	if err := cfg.Config.Validate(); err != nil {
 		return cfg, err
 	}
-	if err := accept.ListenOverlap(cfg.Listen); err != nil {
+	if err := listenaddr.Overlap(cfg.Listen); err != nil {
 		return cfg, fmt.Errorf("listen: %w", err)
 	}
 	return cfg, cfg.CheckSelf() // this is the host the edge runs on (or --check runs on)

@@ -44,9 +44,16 @@ func yesFlag(cmd *cobra.Command, yes *bool) {
 
 // preview runs run as a dry run (what would be done, in text) and asks
 // whether to go on: the confirmation of apply and rotate on a terminal.
+// Under --output json the preview goes to stderr, beside the question:
+// stdout carries the run's one JSON object (fleet apply -o json | jq).
 func preview(cmd *cobra.Command, p fleetParts, fl convergeFlags, run func(convergeFlags) error) error {
 	pv := fl
 	pv.dryRun, pv.output = true, "text"
+	if fl.output == "json" {
+		stdout := cmd.OutOrStdout()
+		cmd.SetOut(cmd.ErrOrStderr())
+		defer cmd.SetOut(stdout)
+	}
 	if err := run(pv); err != nil {
 		return err
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -16,6 +18,7 @@ import (
 	"github.com/edgefleet/edgefleet/probe"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v3"
 )
 
 func init() {
@@ -25,14 +28,15 @@ func init() {
 // convergeFlags are the options of apply, rotate and status that are not
 // inventory keys.
 type convergeFlags struct {
-	fw      firewallFlags
-	noFW    bool
-	dryRun  bool
-	slack   time.Duration
-	every   time.Duration
-	timeout time.Duration
-	output  string // apply: text or json
-	yes     bool   // apply, rotate: no confirmation on a terminal
+	fw            firewallFlags
+	noFW          bool
+	dryRun        bool
+	allowLoopback bool
+	slack         time.Duration
+	every         time.Duration
+	timeout       time.Duration
+	output        string // apply: text or json
+	yes           bool   // apply, rotate: no confirmation on a terminal
 }
 
 func (fl *convergeFlags) register(fs *pflag.FlagSet, withDryRun bool) {
@@ -45,15 +49,48 @@ func (fl *convergeFlags) register(fs *pflag.FlagSet, withDryRun bool) {
 		fs.BoolVar(&fl.dryRun, "dry-run", false, "print what would be done, change nothing")
 		fs.DurationVar(&fl.slack, "slack", 5*time.Second, "added to the TTL a removed edge waits for")
 		fs.DurationVar(&fl.every, "progress", 5*time.Second, "how often a wait prints its progress")
+		fs.BoolVar(&fl.allowLoopback, "allow-loopback", false, "accept loopback edge addresses (a fleet on one machine: the demo)")
 	}
+}
+
+// check refuses flag values no run could use (exit 2).
+func (fl convergeFlags) check() error {
+	if fl.slack < 0 {
+		return cli.Exit(cli.ExitConfig, fmt.Errorf("--slack %v: must not be negative", fl.slack))
+	}
+	if fl.every <= 0 {
+		return cli.Exit(cli.ExitConfig, fmt.Errorf("--progress %v: must be positive", fl.every))
+	}
+	return nil
+}
+
+// checkEdges refuses an address that must never be an edge (exit 2); with
+// the firewall managed, fleet runs on the origin host, whose own
+// addresses are refused too.
+func checkEdges(cfg deploy.Config, fl convergeFlags) error {
+	var own []netip.Addr
+	if !fl.noFW {
+		if addrs, err := net.InterfaceAddrs(); err == nil {
+			for _, a := range addrs {
+				if p, err := netip.ParsePrefix(a.String()); err == nil {
+					own = append(own, p.Addr())
+				}
+			}
+		}
+	}
+	if err := cfg.CheckEdgeAddrs(fl.allowLoopback, own); err != nil {
+		return cli.Exit(cli.ExitConfig, err)
+	}
+	return nil
 }
 
 // fleetParts are the live peers convergence and status talk to.
 type fleetParts struct {
-	f     fleetFile
-	pub   *deploy.Publisher
-	fw    deploy.Firewall
-	probe deploy.ProbeFunc
+	f        fleetFile
+	pub      *deploy.Publisher
+	fw       deploy.Firewall
+	iptables *firewall.Firewall // nil with --no-firewall
+	probe    deploy.ProbeFunc
 }
 
 // setupFleet loads the inventory and opens DNS, the firewall and the probe.
@@ -73,28 +110,40 @@ func setupFleet(cmd *cobra.Command, fl convergeFlags) (fleetParts, error) {
 			return p, err
 		}
 		p.fw = deploy.IPTables{FW: fw, Base: fc}
+		p.iptables = fw
 	}
-	serverName := p.f.Probe.ServerName
+	p.probe, err = probeFunc(p.f.Config)
+	return p, err
+}
+
+// probeFunc is the end-to-end probe through an edge, as the inventory's
+// probe section configures it.
+func probeFunc(cfg deploy.Config) (deploy.ProbeFunc, error) {
+	serverName := cfg.Probe.ServerName
 	if serverName == "" {
-		serverName = strings.TrimSuffix(p.f.Name, ".")
+		serverName = strings.TrimSuffix(cfg.Name, ".")
 	}
-	conf, err := probe.ClientTLS(p.f.Probe.CA, p.f.Probe.Cert, p.f.Probe.Key, serverName)
+	conf, err := probe.ClientTLS(cfg.Probe.CA, cfg.Probe.Cert, cfg.Probe.Key, serverName)
 	if err != nil {
-		return p, fmt.Errorf("probe: %w", err)
+		return nil, fmt.Errorf("probe: %w", err)
 	}
-	budget := p.f.Probe.Budget
-	p.probe = func(ctx context.Context, addr string) deploy.ProbeResult {
+	budget := cfg.Probe.Budget
+	return func(ctx context.Context, addr string) deploy.ProbeResult {
 		r := probe.Probe(ctx, addr, conf, budget)
 		return deploy.ProbeResult{OK: r.OK, HandshakeMS: r.TLSHandshakeMS, Error: r.Error}
-	}
-	return p, nil
+	}, nil
 }
 
 // converge runs the six steps for cfg until done, SIGINT or SIGTERM;
-// locked says the caller holds the state lock.
-func converge(cmd *cobra.Command, p fleetParts, cfg deploy.Config, fl convergeFlags, locked bool) error {
+// locked says the caller holds the state lock; beforePublish (may be nil)
+// runs once the new edges passed their probes.
+func converge(cmd *cobra.Command, p fleetParts, cfg deploy.Config, fl convergeFlags, locked bool, beforePublish func() error) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	trusted, err := trustedEdges(cfg.Origin.Config)
+	if err != nil {
+		return cli.Exit(cli.ExitConfig, err)
+	}
 	out := cmd.OutOrStdout()
 	var steps *stepLines
 	if fl.output == "json" {
@@ -102,11 +151,13 @@ func converge(cmd *cobra.Command, p fleetParts, cfg deploy.Config, fl convergeFl
 		out = steps
 	}
 	c := &deploy.Converger{
+		Trusted: trusted, TrustedFrom: cfg.Origin.Config,
 		Config: cfg, StatePath: statePath(p.f.path),
 		DNS: p.pub, Firewall: p.fw, Probe: p.probe, Conns: cfg.Deploy.Scrape(),
 		Slack: fl.slack, DryRun: fl.dryRun, Locked: locked, Out: out, Every: fl.every,
+		BeforePublish: beforePublish,
 	}
-	err := c.Run(ctx)
+	err = c.Run(ctx)
 	if steps != nil {
 		if rerr := reportApply(cmd.Context(), cmd.OutOrStdout(), steps, p.pub, cfg, fl.dryRun, err); rerr != nil && err == nil {
 			err = rerr
@@ -119,6 +170,42 @@ func converge(cmd *cobra.Command, p fleetParts, cfg deploy.Config, fl convergeFl
 		return cli.Exit(1, err)
 	}
 	return nil
+}
+
+// trustedEdges reads front.trusted_edges from the origin's configuration
+// file (origin.config); nil when none is named.
+func trustedEdges(path string) ([]netip.Prefix, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("origin.config: %w", err)
+	}
+	var oc struct {
+		Front struct {
+			TrustedEdges []string `yaml:"trusted_edges"`
+		} `yaml:"front"`
+	}
+	if err := yaml.Unmarshal(b, &oc); err != nil {
+		return nil, fmt.Errorf("origin.config %s: %w", path, err)
+	}
+	out := []netip.Prefix{}
+	for _, s := range oc.Front.TrustedEdges {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return nil, fmt.Errorf("origin.config %s: front.trusted_edges: %q is not a CIDR or an IP address", path, s)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 func applyCommand() *cobra.Command {
@@ -140,6 +227,9 @@ nothing.`,
 			if err := checkOutput(fl.output); err != nil {
 				return err
 			}
+			if err := fl.check(); err != nil {
+				return err
+			}
 			p, err := setupFleet(cmd, fl)
 			if err != nil {
 				return err
@@ -147,12 +237,15 @@ nothing.`,
 			if err := needEdges(p.f); err != nil {
 				return err
 			}
+			if err := checkEdges(p.f.Config, fl); err != nil {
+				return err
+			}
 			if needsConfirm(fl.yes, fl.dryRun) {
-				if err := preview(cmd, p, fl, func(pv convergeFlags) error { return converge(cmd, p, p.f.Config, pv, false) }); err != nil {
+				if err := preview(cmd, p, fl, func(pv convergeFlags) error { return converge(cmd, p, p.f.Config, pv, false, nil) }); err != nil {
 					return err
 				}
 			}
-			return converge(cmd, p, p.f.Config, fl, false)
+			return converge(cmd, p, p.f.Config, fl, false, nil)
 		},
 	}
 	fl.register(cmd.Flags(), true)
@@ -167,10 +260,12 @@ func rotateCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "rotate --out OLD --in NEW=IPV4[,IPV6]",
 		Short: "replace edge OLD by NEW in fleet.yaml (in place, comments kept) and converge",
-		Long: `rotate edits fleet.yaml atomically, replacing edge OLD by NEW at the same place
-(comments kept), then converges as apply does: NEW is allowed, probed and
-published before OLD leaves DNS, and OLD leaves the firewall only after one
-TTL plus slack and its drain. Run again after an interruption, it finds
+		Long: `rotate replaces edge OLD by NEW in fleet.yaml at the same place (comments kept)
+and converges as apply does: NEW is allowed, probed and published before OLD
+leaves DNS, and OLD leaves the firewall only after one TTL plus slack and its
+drain. fleet.yaml is written (atomically, through a symlink) only once NEW
+passed its probe and the DNS server accepted the key, so a rotation that
+fails before leaves it as it was. Run again after an interruption, it finds
 fleet.yaml already edited and resumes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -181,17 +276,25 @@ fleet.yaml already edited and resumes.`,
 			if out == "" {
 				return errors.New("--out: the edge to rotate out is required")
 			}
+			if err := fl.check(); err != nil {
+				return err
+			}
 			p, err := setupFleet(cmd, fl)
 			if err != nil {
 				return err
 			}
 			if needsConfirm(fl.yes, fl.dryRun) {
+				// The preview is a dry run: rotateInventory writes
+				// nothing and gives no write for the converger to call.
 				err := preview(cmd, p, fl, func(pv convergeFlags) error {
-					cfg, err := rotateInventory(cmd, p, out, newEdge, true)
+					cfg, _, err := rotateInventory(cmd, p, out, newEdge, true)
 					if err != nil {
 						return err
 					}
-					return converge(cmd, p, cfg, pv, false)
+					if err := checkEdges(cfg, pv); err != nil {
+						return err
+					}
+					return converge(cmd, p, cfg, pv, false, nil)
 				})
 				if err != nil {
 					return err
@@ -206,11 +309,14 @@ fleet.yaml already edited and resumes.`,
 				}
 				defer unlock()
 			}
-			cfg, err := rotateInventory(cmd, p, out, newEdge, fl.dryRun)
+			cfg, write, err := rotateInventory(cmd, p, out, newEdge, fl.dryRun)
 			if err != nil {
 				return err
 			}
-			return converge(cmd, p, cfg, fl, true)
+			if err := checkEdges(cfg, fl); err != nil {
+				return err
+			}
+			return converge(cmd, p, cfg, fl, true, write)
 		},
 	}
 	cmd.Flags().StringVar(&out, "out", "", "the edge leaving the fleet")
@@ -220,10 +326,13 @@ fleet.yaml already edited and resumes.`,
 	return cmd
 }
 
-// rotateInventory writes fleet.yaml with out replaced by in (unless that
-// is already done: a resumed rotation) and returns the new inventory,
-// after recording out in the state file so that it can be drained by name.
-func rotateInventory(cmd *cobra.Command, p fleetParts, out string, in deploy.Edge, dryRun bool) (deploy.Config, error) {
+// rotateInventory returns the inventory with out replaced by in, and
+// write, which records out in the state file (so that it can be drained
+// by name) and then writes fleet.yaml: the convergence calls it once the
+// DNS server has accepted the key and in has passed its probe, so a
+// rotation that fails before leaves fleet.yaml as it was. Already done (a
+// resumed rotation) or dryRun, write is nil.
+func rotateInventory(cmd *cobra.Command, p fleetParts, out string, in deploy.Edge, dryRun bool) (deploy.Config, func() error, error) {
 	cfg := p.f.Config
 	old, hasOld := cfg.Edge(out)
 	cur, hasIn := cfg.Edge(in.Name)
@@ -233,7 +342,7 @@ func rotateInventory(cmd *cobra.Command, p fleetParts, out string, in deploy.Edg
 		st, err := deploy.LoadState(statePath(p.f.path))
 		switch {
 		case err != nil:
-			return cfg, cli.Exit(1, err)
+			return cfg, nil, cli.Exit(1, err)
 		case deploy.RotationLeft(st, out, in):
 			fmt.Fprintf(cmd.OutOrStdout(), "fleet.yaml already lists %s instead of %s: resuming\n", in, out)
 		case readdress:
@@ -241,17 +350,17 @@ func rotateInventory(cmd *cobra.Command, p fleetParts, out string, in deploy.Edg
 		default:
 			fmt.Fprintf(cmd.OutOrStdout(), "fleet.yaml already lists %s instead of %s, and the rotation is done: nothing to rotate\n", in, out)
 		}
-		return cfg, nil
+		return cfg, nil, nil
 	case !hasOld:
-		return cfg, fmt.Errorf("--out %s: no such edge in fleet.yaml", out)
+		return cfg, nil, fmt.Errorf("--out %s: no such edge in fleet.yaml", out)
 	case hasIn && !readdress:
-		return cfg, fmt.Errorf("--in %s: already in fleet.yaml", in.Name)
+		return cfg, nil, fmt.Errorf("--in %s: already in fleet.yaml", in.Name)
 	}
 	if p.f.path == "" {
-		return cfg, errors.New("rotate edits fleet.yaml: give --config or run beside fleet.yaml")
+		return cfg, nil, errors.New("rotate edits fleet.yaml: give --config or run beside fleet.yaml")
 	}
 	if err := deploy.CheckIn(cfg, out, in); err != nil {
-		return cfg, err
+		return cfg, nil, err
 	}
 	next := cfg
 	next.Edges = nil
@@ -262,37 +371,44 @@ func rotateInventory(cmd *cobra.Command, p fleetParts, out string, in deploy.Edg
 		next.Edges = append(next.Edges, e)
 	}
 	if err := next.Validate(); err != nil {
-		return cfg, fmt.Errorf("--in: %w", err)
+		return cfg, nil, fmt.Errorf("--in: %w", err)
 	}
 	if dryRun {
-		fmt.Fprintf(cmd.OutOrStdout(), "would edit %s: %s out, %s in\n", p.f.path, out, in)
-		return next, nil
+		fmt.Fprintf(cmd.OutOrStdout(), "would edit %s: %s out, %s in (once %s passed its probe)\n", p.f.path, out, in, in.Name)
+		return next, nil, nil
 	}
 	src, err := os.ReadFile(p.f.path)
 	if err != nil {
-		return cfg, fmt.Errorf("config: %w", err)
+		return cfg, nil, fmt.Errorf("config: %w", err)
 	}
 	edited, err := deploy.RotateInventory(src, out, in)
 	if err != nil {
-		return cfg, err
+		return cfg, nil, err
 	}
 	// The state remembers out before the file forgets it.
 	sp := statePath(p.f.path)
 	st, err := deploy.LoadState(sp)
 	if err != nil {
-		return cfg, err
+		return cfg, nil, err
+	}
+	if err := st.Adopt(cfg, sp); err != nil {
+		return cfg, nil, err
 	}
 	if st.Edges[out] == nil {
 		st.Edges[out] = &deploy.EdgeState{IPv4: old.IPv4, IPv6: old.IPv6, Metrics: old.Metrics, State: deploy.StateActive}
 		if err := st.Save(sp); err != nil {
-			return cfg, err
+			return cfg, nil, err
 		}
 	}
-	if err := deploy.WriteFileAtomic(p.f.path, edited, 0o600); err != nil {
-		return cfg, err
+	write := func() error {
+		deploy.RemoveTemps(p.f.path) // of a rotation killed while writing it; we hold the lock
+		if err := deploy.WriteFileAtomic(p.f.path, edited, 0o600); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "edited %s: %s out, %s in\n", p.f.path, out, in)
+		return nil
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "edited %s: %s out, %s in\n", p.f.path, out, in)
-	return next, nil
+	return next, write, nil
 }
 
 func statusCommand() *cobra.Command {
@@ -306,8 +422,9 @@ its address, whether DNS answers it and the firewall lets it in, the TLS
 handshake time of a fresh probe through it to the origin, its active
 connections (from metrics) and its state (active, draining, new, failed).
 An address live in DNS or the firewall that no edge has is a row of its
-own (state unknown). Every address of an edge is probed. Exit 0: every row
-is well; 1: a row is failed or unknown, or a peer could not be read; 2: a
+own (state unknown) until a run adopts it as draining. Every address of an
+edge is probed. Exit 0: every row is well; 1: a row is failed or unknown,
+a peer could not be read, or the state file is another inventory's; 2: a
 bad fleet.yaml or flag.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -322,12 +439,20 @@ bad fleet.yaml or flag.`,
 			if err != nil {
 				return cli.Exit(1, err)
 			}
-			st, err := deploy.LoadState(statePath(p.f.path))
+			sp := statePath(p.f.path)
+			st, err := deploy.LoadState(sp)
 			if err != nil {
 				return cli.Exit(1, err)
 			}
+			// Another inventory's state says nothing of this fleet: the
+			// rows are built without it (its addresses unknown) and the
+			// exit status says why, as apply would refuse it.
+			foreign := st.Adopt(p.f.Config, sp)
+			if foreign != nil {
+				st = deploy.NewState()
+			}
 			rows := deploy.Status(cmd.Context(), p.f.Config, st, live, p.fw, p.probe, p.f.Config.Deploy.Scrape())
-			return printStatus(cmd, output, rows, p.fw)
+			return printStatus(cmd, output, rows, p.fw, foreign)
 		},
 	}
 	fl.register(cmd.Flags(), false)

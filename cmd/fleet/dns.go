@@ -51,18 +51,26 @@ additions before removals so the set is never empty, each read back.
 	}
 	plan.Flags().StringVarP(&planOutput, "output", "o", "text", "text (nsupdate syntax) or json")
 
+	var allowLoopback bool
 	apply := &cobra.Command{
 		Use:   "apply",
 		Short: "publish exactly the inventory's edges: one UPDATE per change, each read back",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			pub, p, err := dnsPlanned(cmd, timeout)
+			f, pub, err := dnsSetup(cmd, timeout)
 			if err != nil {
 				return err
 			}
-			return applyDNS(cmd.Context(), cmd.OutOrStdout(), pub, p)
+			if err := needEdges(f); err != nil {
+				return err
+			}
+			if err := f.CheckEdgeAddrs(allowLoopback, nil); err != nil {
+				return cli.Exit(cli.ExitConfig, err)
+			}
+			return applyDNS(cmd.Context(), cmd.OutOrStdout(), f, pub)
 		},
 	}
+	apply.Flags().BoolVar(&allowLoopback, "allow-loopback", false, "accept loopback edge addresses (a fleet on one machine: the demo)")
 
 	var format string
 	list := &cobra.Command{
@@ -138,17 +146,50 @@ func dnsPlan(ctx context.Context, f fleetFile, pub *deploy.Publisher) (deploy.DN
 	return deploy.PlanDNS(f.Name, live, f.Edges, uint32(f.TTL), gone)
 }
 
-// applyDNS applies the plan, printing a line per UPDATE once read back.
-func applyDNS(ctx context.Context, w io.Writer, pub *deploy.Publisher, p deploy.DNSPlan) error {
+// applyDNS publishes exactly the inventory's edges, a line per UPDATE
+// once read back, under the inventory's lock. What it removes is recorded
+// in the state file as draining since now (and a TTL it replaces, with
+// when): the firewall keeps letting those addresses in until a `fleet
+// apply` has waited for resolver caches and their drain.
+func applyDNS(ctx context.Context, w io.Writer, f fleetFile, pub *deploy.Publisher) error {
+	sp := statePath(f.path)
+	unlock, err := deploy.LockState(sp)
+	if err != nil {
+		return cli.Exit(1, err)
+	}
+	defer unlock()
+	deploy.RemoveTemps(sp) // of a run killed while saving; we hold the lock
+	st, err := deploy.LoadState(sp)
+	if err != nil {
+		return cli.Exit(1, err)
+	}
+	if err := st.Adopt(f.Config, sp); err != nil {
+		return cli.Exit(1, err)
+	}
+	live, err := pub.Read(ctx)
+	if err != nil {
+		return cli.Exit(1, err)
+	}
+	deploy.Reconcile(f.Config, st, live, nil)
+	p, err := deploy.PlanDNS(f.Name, live, f.Edges, uint32(f.TTL), st.Names())
+	if err != nil {
+		return cli.Exit(1, err)
+	}
 	if len(p.Changes) == 0 {
 		fmt.Fprintf(w, "%s in sync: %s\n", p.Name, addrs(p.After))
 		return nil
 	}
-	err := pub.ApplyPlan(ctx, p, func(c deploy.Change) {
-		fmt.Fprintf(w, "%s: %s, read back\n", p.Name, c.Describe())
-	})
-	if err != nil {
+	if err := st.Save(sp); err != nil {
 		return cli.Exit(1, err)
+	}
+	for _, c := range p.Changes {
+		if err := deploy.ApplyChange(ctx, pub, f.Config, st, &live, p, c, time.Now()); err != nil {
+			return cli.Exit(1, err)
+		}
+		fmt.Fprintf(w, "%s: %s, read back\n", p.Name, c.Describe())
+		if err := st.Save(sp); err != nil {
+			return cli.Exit(1, err)
+		}
 	}
 	fmt.Fprintf(w, "%s now answers: %s\n", p.Name, addrs(p.After))
 	return nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"github.com/edgefleet/edgefleet/deploy"
 	"net"
 	"os"
 	"os/exec"
@@ -182,6 +183,12 @@ func TestDNSCommands(t *testing.T) {
 			}
 			wantSet(t, "after e1 -> e3", digSet(t, addr, "ldap.example.test", "A"), "192.0.2.2", "192.0.2.3")
 			wantSet(t, "after e1 -> e3", digSet(t, addr, "ldap.example.test", "AAAA"))
+			// What it removed is draining in the state from now on: a
+			// firewall change keeps it allowed until apply has waited.
+			st, err := deploy.LoadState(filepath.Join(dir, deploy.StateFile))
+			if e1 := st.Edges["e1"]; err != nil || e1 == nil || e1.State != deploy.StateDraining || e1.LeftDNS.IsZero() || e1.TTL != 60 {
+				t.Fatalf("state after dns apply removed e1: %v\n%s", err, st.Marshal())
+			}
 			wantSet(t, "unrelated name", digSet(t, addr, "other.example.test", "A"), "192.0.2.99")
 			wantSet(t, "unrelated RRset of name", digSet(t, addr, "ldap.example.test", "TXT"), `"not ours"`)
 
@@ -195,6 +202,9 @@ func TestDNSCommands(t *testing.T) {
 			out, _ := exec.Command("dig", "@"+dh, "-p", dp, "+noall", "+answer", "ldap.example.test", "A").CombinedOutput()
 			if strings.Count(string(out), "\t30\tIN\tA\t") != 2 {
 				t.Fatalf("after the TTL change dig answers:\n%s", out)
+			}
+			if st, err := deploy.LoadState(filepath.Join(dir, deploy.StateFile)); err != nil || len(st.TTLChanges) != 1 || st.TTLChanges[0].TTL != 60 {
+				t.Fatalf("the replaced TTL is not in the state: %v\n%s", err, st.Marshal())
 			}
 
 			unchanged := func(what string) {

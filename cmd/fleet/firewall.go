@@ -64,7 +64,11 @@ func firewallPlan(fl *firewallFlags) *cobra.Command {
 					return err
 				}
 			} else {
-				c, fw, _, err := firewallOpen(cmd, *fl)
+				f, fw, log, err := firewallInventory(cmd, *fl)
+				if err != nil {
+					return err
+				}
+				c, _, err := allowedRules(cmd.Context(), f, fw, *fl, nil, dnsWarning(log))
 				if err != nil {
 					return err
 				}
@@ -86,10 +90,15 @@ func firewallApply(fl *firewallFlags) *cobra.Command {
 		Short: "install the rules: build the next generation chain, swap the jump, delete the old chain",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, fw, log, err := firewallOpen(cmd, *fl)
+			f, fw, log, err := firewallInventory(cmd, *fl)
 			if err != nil {
 				return err
 			}
+			c, unlock, err := allowedRules(cmd.Context(), f, fw, *fl, deploy.LockState, dnsWarning(log))
+			if err != nil {
+				return err
+			}
+			defer unlock()
 			p, err := fw.Plan(c)
 			if err != nil {
 				return err
@@ -97,8 +106,29 @@ func firewallApply(fl *firewallFlags) *cobra.Command {
 			for _, w := range p.Warnings {
 				log.Warn(w)
 			}
+			// With the agent's certificate (probe.cert), the edges that
+			// get through before are probed again after: a regression
+			// puts the previous rules back.
+			var probeEdge deploy.ProbeFunc
+			var working []string
+			saved, err := fw.Save()
+			if err != nil {
+				return cli.Exit(1, err)
+			}
+			if f.Probe.Cert != "" {
+				if probeEdge, err = probeFunc(f.Config); err != nil {
+					return err
+				}
+				working = deploy.Working(cmd.Context(), probeEdge, f.Probe.Port, f.Edges)
+			}
 			if err := fw.Apply(p); err != nil {
 				return cli.Exit(1, err)
+			}
+			if err := deploy.Regressed(cmd.Context(), probeEdge, working); err != nil {
+				if rerr := fw.Restore(saved); rerr != nil {
+					return cli.Exit(1, fmt.Errorf("%w; restoring the previous rules failed too: %w", err, rerr))
+				}
+				return cli.Exit(1, fmt.Errorf("%w: the previous rules are restored", err))
 			}
 			for _, f := range p.Families {
 				log.Info("firewall applied", "family", f.Name, "chain", p.Chain(), "hook", f.Hook, "rules", len(f.Rules), "backend", fw.Backend())
@@ -114,7 +144,11 @@ func firewallCheck(fl *firewallFlags) *cobra.Command {
 		Short: "compare the live rules with the plan: exit 1 and a diff when they differ",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, fw, _, err := firewallOpen(cmd, *fl)
+			f, fw, log, err := firewallInventory(cmd, *fl)
+			if err != nil {
+				return err
+			}
+			c, _, err := allowedRules(cmd.Context(), f, fw, *fl, nil, dnsWarning(log))
 			if err != nil {
 				return err
 			}
@@ -139,9 +173,26 @@ func firewallRemove(fl *firewallFlags) *cobra.Command {
 		Short: "delete every jump and EDGEFLEET chain (the origin ports are open again)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, _, err := loadFleet(cmd)
+			if err != nil {
+				return err
+			}
 			fw, err := openFirewall(fl.backend, fl.chain)
 			if err != nil {
 				return err
+			}
+			unlock, err := deploy.LockState(statePath(f.path))
+			if err != nil {
+				return cli.Exit(1, err)
+			}
+			defer unlock()
+			owner := firewallConfig(f.Config, *fl).Owner
+			foreign, err := fw.Foreign(owner)
+			if err != nil {
+				return cli.Exit(1, err)
+			}
+			if foreign != "" && !fl.force {
+				return cli.Exit(1, fmt.Errorf("the firewall holds the rules of inventory %q, not of this one: refusing to remove them (--force removes them)", foreign))
 			}
 			if needsConfirm(yes, false) {
 				if err := confirm(cmd, "remove every edgefleet rule? the origin ports will be open to anyone who reaches them"); err != nil {
@@ -183,22 +234,111 @@ func firewallWatch(fl *firewallFlags) *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
+			// Each round reads fleet.yaml and the state again, under the
+			// inventory's lock: a rotation's new or draining edge is never
+			// dropped, and a round never runs beside apply or rotate.
+			warn := dnsWarning(log)
+			src := func() (firewall.Config, func(), error) {
+				f, _, err := loadFleet(cmd)
+				if err != nil {
+					return firewall.Config{}, nil, err
+				}
+				c, unlock, err := allowedRules(ctx, f, fw, *fl, deploy.TryLockState, warn)
+				if errors.Is(err, deploy.ErrLocked) {
+					return c, nil, fmt.Errorf("%w: %w", firewall.ErrBusy, err)
+				}
+				return c, unlock, err
+			}
 			log.Info("firewall watch started", "interval", fl.interval, "backend", fw.Backend(), "hook", c.Chain)
-			return fw.Watch(ctx, c, fl.interval, log)
+			return fw.Watch(ctx, src, fl.interval, log)
 		},
 	}
 	cmd.Flags().DurationVar(&fl.interval, "interval", 5*time.Second, "how often the live rules are compared with the plan")
 	return cmd
 }
 
-// firewallOpen is firewallSetup, then the iptables backend opened.
-func firewallOpen(cmd *cobra.Command, fl firewallFlags) (firewall.Config, *firewall.Firewall, *slog.Logger, error) {
-	c, log, err := firewallSetup(cmd, fl)
+// firewallInventory is firewallSetup, then the iptables backend opened.
+func firewallInventory(cmd *cobra.Command, fl firewallFlags) (fleetFile, *firewall.Firewall, *slog.Logger, error) {
+	f, log, err := loadFleet(cmd)
 	if err != nil {
-		return c, nil, nil, err
+		return f, nil, nil, err
+	}
+	c := firewallConfig(f.Config, fl)
+	if err := c.Validate(); err != nil {
+		return f, nil, nil, err
+	}
+	if _, err := firewall.NewPlan(c, 1); err != nil {
+		return f, nil, nil, err // the inventory's own refusals (an empty edge list…)
 	}
 	fw, err := openFirewall(fl.backend, c.Chain)
-	return c, fw, log, err
+	return f, fw, log, err
+}
+
+// dnsWarning logs a DNS server that does not answer once per error: the
+// firewall commands go on without what only DNS names.
+func dnsWarning(log *slog.Logger) func(error) {
+	var last string
+	return func(err error) {
+		if err.Error() != last {
+			log.Warn("dns not read: the allowed set is the inventory's, the state's and the live rules' edges", "err", err)
+		}
+		last = err.Error()
+	}
+}
+
+// allowedRules is the rule set every command that writes the firewall
+// enforces, computed as apply and rotate compute it: the inventory's
+// edges, the state's draining ones, and every address live in DNS
+// (dns.server, when set) or in the firewall that the inventory does not
+// list — it stays until a convergence has drained it. With lock (non-nil),
+// the inventory's lock is taken first and unlock releases it.
+func allowedRules(ctx context.Context, f fleetFile, fw *firewall.Firewall, fl firewallFlags, lock func(string) (func(), error), warn func(error)) (firewall.Config, func(), error) {
+	c := firewallConfig(f.Config, fl)
+	unlock := func() {}
+	if lock != nil {
+		u, err := lock(statePath(f.path))
+		if err != nil {
+			return c, nil, cli.Exit(1, err)
+		}
+		unlock = u
+	}
+	fail := func(err error) (firewall.Config, func(), error) {
+		unlock()
+		return c, nil, cli.Exit(1, err)
+	}
+	st, err := deploy.LoadState(statePath(f.path))
+	if err != nil {
+		return fail(err)
+	}
+	if err := st.Adopt(f.Config, statePath(f.path)); err != nil {
+		return fail(err)
+	}
+	// DNS adds what it answers and the rules do not let in; a server that
+	// does not answer adds nothing, and drops nothing either: what DNS
+	// published and the rules let in is among the live rules' sources.
+	var live deploy.RRSet
+	if f.DNS.Server != "" && f.ValidateDNS() == nil {
+		pub, err := deploy.NewPublisher(f.Config)
+		if err != nil {
+			return fail(err)
+		}
+		if live, err = pub.Read(ctx); err != nil {
+			warn(err)
+			live = deploy.RRSet{}
+		}
+	}
+	src, err := fw.SourceNames(c.Chain)
+	if err != nil {
+		return fail(err)
+	}
+	deploy.Reconcile(f.Config, st, live, src)
+	for _, name := range st.Sorted() {
+		if s := st.Edges[name]; s.State == deploy.StateDraining {
+			e := s.Edge(name)
+			c.Edges = append(c.Edges, firewall.Edge{Name: e.Name, IPv4: e.IPv4, IPv6: e.IPv6})
+		}
+	}
+	return c, unlock, nil
 }
 
 // firewallSetup loads fleet.yaml and turns it into the firewall's Config.
@@ -222,6 +362,7 @@ func firewallConfig(inv deploy.Config, fl firewallFlags) firewall.Config {
 		Address:     inv.Origin.Address,
 		Force:       fl.force,
 		CreateChain: fl.createChain,
+		Owner:       strings.ToLower(strings.TrimSuffix(inv.Name, ".")),
 	}
 	for _, e := range inv.Edges {
 		c.Edges = append(c.Edges, firewall.Edge{Name: e.Name, IPv4: e.IPv4, IPv6: e.IPv6})

@@ -45,7 +45,7 @@ func (f *fleetFile) rel() {
 		return
 	}
 	dir := filepath.Dir(f.path)
-	for _, p := range []*string{&f.DNS.TSIG.SecretFile, &f.Probe.CA, &f.Probe.Cert, &f.Probe.Key} {
+	for _, p := range []*string{&f.DNS.TSIG.SecretFile, &f.Probe.CA, &f.Probe.Cert, &f.Probe.Key, &f.Origin.Config} {
 		if *p != "" && !filepath.IsAbs(*p) {
 			*p = filepath.Join(dir, *p)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -183,5 +184,29 @@ func TestUsageErrorsOneLine(t *testing.T) {
 	for _, args := range [][]string{{"apply", "--no-firewall"}, {"apply", "--no-firewall", "--dry-run"}, {"dns", "plan"}, {"dns", "apply"}} {
 		r := fleetRun(t, nil, append([]string{"--config", inv}, args...)...)
 		oneLineFailure(t, strings.Join(args, " "), r, 2, "fleet.yaml lists no edge: refusing to leave ldap.example.test without any address")
+	}
+}
+
+// TestTrustedEdges: front.trusted_edges is read from the origin's file:
+// CIDRs, single addresses, IPv4-mapped prefixes as their IPv4 twin; a bad
+// entry names the file.
+func TestTrustedEdges(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "origin.yaml")
+	os.WriteFile(path, []byte("front:\n  listen: \":8636\"\n  trusted_edges: [\"10.77.0.0/24\", \"198.51.100.7\", \"::ffff:10.1.0.0/112\", \"2001:db8::/32\"]\ncore: {}\n"), 0o600)
+	got, err := trustedEdges(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "[10.77.0.0/24 198.51.100.7/32 10.1.0.0/16 2001:db8::/32]"
+	if fmt.Sprint(got) != want {
+		t.Errorf("got %v, want %s", got, want)
+	}
+	if p, err := trustedEdges(""); p != nil || err != nil {
+		t.Errorf("no file: %v %v", p, err)
+	}
+	os.WriteFile(path, []byte("front: {trusted_edges: [\"10.77.0.300\"]}\n"), 0o600)
+	if _, err := trustedEdges(path); err == nil || !strings.Contains(err.Error(), `front.trusted_edges: "10.77.0.300" is not a CIDR or an IP address`) {
+		t.Errorf("bad entry: %v", err)
 	}
 }

@@ -30,7 +30,9 @@ func printJSON(w io.Writer, v any) error {
 
 // stepLines is the converger's Out under --output json: each progress
 // line is kept for the report and copied to echo (stderr), so the
-// operator still sees the run while stdout carries one JSON object.
+// operator still sees the run while stdout carries one JSON object. An
+// indented line continues the step before it (a dry run's firewall step
+// and its rule-level diff) and is kept in the same string.
 type stepLines struct {
 	echo io.Writer
 
@@ -49,7 +51,12 @@ func (s *stepLines) Write(p []byte) (int, error) {
 			s.buf.WriteString(line) // an unfinished line waits for the rest
 			break
 		}
-		s.lines = append(s.lines, strings.TrimSuffix(line, "\n"))
+		line = strings.TrimSuffix(line, "\n")
+		if n := len(s.lines); n > 0 && strings.HasPrefix(line, " ") {
+			s.lines[n-1] += "\n" + line
+			continue
+		}
+		s.lines = append(s.lines, line)
 	}
 	return s.echo.Write(p)
 }
@@ -63,7 +70,7 @@ type applyJSON struct {
 	Error     string     `json:"error,omitempty"`
 	Edges     []string   `json:"edges"` // the inventory's, in its order
 	DNS       *rrsetJSON `json:"dns"`   // the set read back after the run; null when not read
-	Steps     []string   `json:"steps"` // the progress lines, as the text output prints them
+	Steps     []string   `json:"steps"` // the steps' lines, as the text output prints them
 }
 
 // reportApply writes the JSON report of a run that ended with err.

@@ -51,7 +51,15 @@ edges:
 		t.Fatalf("dns plan --output json: exit %d, %v\n%s%s", r.code, err, r.stdout, r.stderr)
 	}
 
-	r = fleetRun(t, nil, "--config", inv, "apply", "--no-firewall", "--output", "json")
+	// A dry run reports its plan: the steps the run would take.
+	r = fleetRun(t, nil, "--config", inv, "apply", "--no-firewall", "--allow-loopback", "--dry-run", "--output", "json")
+	var dry applyJSON
+	if err := json.Unmarshal([]byte(r.stdout), &dry); err != nil || r.code != 0 || dry.Converged || !dry.DryRun ||
+		!slices.Equal(dry.Steps, []string{"step 1/6 firewall: skipped (no firewall)", "step 2/6 probe: would probe e1 end to end (127.0.0.2:" + p + ")", "step 3/6 dns: would add A 127.0.0.2 (e1)"}) {
+		t.Fatalf("apply --dry-run --output json: exit %d, %v\n%s%s", r.code, err, r.stdout, r.stderr)
+	}
+
+	r = fleetRun(t, nil, "--config", inv, "apply", "--no-firewall", "--allow-loopback", "--output", "json")
 	var res applyJSON
 	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || r.code != 0 || !res.Converged || res.DryRun || res.Error != "" ||
 		!slices.Equal(res.Edges, []string{"e1"}) || res.DNS == nil || !slices.Equal(res.DNS.A, []string{"127.0.0.2"}) ||
@@ -65,11 +73,32 @@ edges:
 	// e4 accepts but its origin is gone: the probe fails, nothing is published.
 	stack.EdgeTo(t, "e4", "127.0.0.5:"+p, testbed.FreeAddr(t, "127.0.0.1"))
 	inv = yaml("  - {name: e1, ipv4: 127.0.0.2}\n  - {name: e4, ipv4: 127.0.0.5}\n")
-	r = fleetRun(t, nil, "--config", inv, "apply", "--no-firewall", "--output", "json")
+	r = fleetRun(t, nil, "--config", inv, "apply", "--no-firewall", "--allow-loopback", "--output", "json")
 	res = applyJSON{}
 	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || r.code != 1 || res.Converged || !strings.Contains(res.Error, "end-to-end probe failed: e4 not published") ||
 		res.DNS == nil || !slices.Equal(res.DNS.A, []string{"127.0.0.2"}) {
 		t.Fatalf("failing apply --output json: exit %d, %v\n%s%s", r.code, err, r.stdout, r.stderr)
 	}
 	oneLineFailure(t, "bad --output", fleetRun(t, nil, "--config", inv, "apply", "--output", "yaml"), 2, `--output "yaml": want text or json`)
+}
+
+// TestStepLinesKeepsAStepWhole: under --output json a step printed on
+// several lines (a dry run's firewall step with its rule diff) is one
+// entry of steps, however the writes split it; every byte is echoed.
+func TestStepLinesKeepsAStepWhole(t *testing.T) {
+	var echo strings.Builder
+	s := &stepLines{echo: &echo}
+	text := "step 1/6 firewall: would allow exactly e1 e3; the live rules would change so:\n" +
+		"  --- live IPv4 (iptables)\n  +++ planned IPv4\n  + -A EDGEFLEET -s 192.0.2.3/32 -j RETURN\n" +
+		"step 2/6 probe: would probe e3 end to end (192.0.2.3:636)\n"
+	for _, part := range []string{text[:30], text[30:90], text[90:]} {
+		s.Write([]byte(part))
+	}
+	want := []string{
+		"step 1/6 firewall: would allow exactly e1 e3; the live rules would change so:\n  --- live IPv4 (iptables)\n  +++ planned IPv4\n  + -A EDGEFLEET -s 192.0.2.3/32 -j RETURN",
+		"step 2/6 probe: would probe e3 end to end (192.0.2.3:636)",
+	}
+	if !slices.Equal(s.lines, want) || echo.String() != text {
+		t.Fatalf("steps %q, echoed %q", s.lines, echo.String())
+	}
 }

@@ -40,20 +40,20 @@ edges:
 `, server, o.PKI.Path("ca.pem"), o.PKI.Path("agent.pem"), o.PKI.Path("agent.key"), testbed.ServerName, p))
 	testbed.Start(t, fleetBin(t), "--config", inv, "dns", "serve")
 	waitDNS(t, server)
-	if r := fleetRun(t, nil, "--config", inv, "apply", "--no-firewall", "--slack", "0s"); r.code != 0 {
+	if r := fleetRun(t, nil, "--config", inv, "apply", "--no-firewall", "--allow-loopback", "--slack", "0s"); r.code != 0 {
 		t.Fatalf("apply: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	before := readFile(t, inv)
 
-	r := fleetRun(t, nil, "--config", inv, "rotate", "--no-firewall", "--out", "e1", "--in", "e5=127.0.0.4,::1,127.0.0.5")
+	r := fleetRun(t, nil, "--config", inv, "rotate", "--no-firewall", "--allow-loopback", "--out", "e1", "--in", "e5=127.0.0.4,::1,127.0.0.5")
 	oneLineFailure(t, "three addresses", r, 2, `--in "e5=127.0.0.4,::1,127.0.0.5": 3 addresses, want at most two`)
-	r = fleetRun(t, nil, "--config", inv, "rotate", "--no-firewall", "--out", "e1", "--in", "e3=127.0.0.3")
+	r = fleetRun(t, nil, "--config", inv, "rotate", "--no-firewall", "--allow-loopback", "--out", "e1", "--in", "e3=127.0.0.3")
 	oneLineFailure(t, "e2's address", r, 2, `--in e3=127.0.0.3: 127.0.0.3 is already the address of edge "e2"`)
 	if readFile(t, inv) != before {
 		t.Fatalf("a refused rotation edited fleet.yaml:\n%s", readFile(t, inv))
 	}
 
-	r = fleetRun(t, nil, "--config", inv, "rotate", "--no-firewall", "--slack", "0s", "--out", "e1", "--in", "e1=127.0.0.2")
+	r = fleetRun(t, nil, "--config", inv, "rotate", "--no-firewall", "--allow-loopback", "--slack", "0s", "--out", "e1", "--in", "e1=127.0.0.2")
 	t.Logf("no-op rotation:\n%s%s", r.stdout, r.stderr)
 	if r.code != 0 || strings.Contains(r.stdout, "resuming") || !strings.Contains(r.stdout, "fleet.yaml already lists e1=127.0.0.2: nothing to rotate") {
 		t.Fatalf("no-op rotation: exit %d\n%s%s", r.code, r.stdout, r.stderr)

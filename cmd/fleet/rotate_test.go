@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -238,11 +239,15 @@ edges:
 	// A dry run changes nothing, fleet.yaml included.
 	before, _ := os.ReadFile(inv)
 	r = fleetRun(t, orig, "--config", inv, "rotate", "--chain", "INPUT", "--out", "e1", "--in", "e3="+edges["e3"]+",fd77::13", "--dry-run")
-	if after, _ := os.ReadFile(inv); r.code != 0 || string(after) != string(before) || !strings.Contains(r.stdout, "step 4/6 dns: would remove A "+edges["e1"]+" (e1)") {
+	if after, _ := os.ReadFile(inv); r.code != 0 || string(after) != string(before) || !strings.Contains(r.stdout, "step 4/6 dns: would remove A "+edges["e1"]+" (e1)") ||
+		!strings.Contains(r.stdout, "  + -A EDGEFLEET -s "+edges["e3"]+"/32 -i eth0 -p tcp") {
 		t.Fatalf("rotate --dry-run: exit %d\n%s%s\nfleet.yaml:\n%s", r.code, r.stdout, r.stderr, after)
 	}
 	t.Logf("fleet rotate --dry-run:\n%s", r.stdout)
 
+	// A firewall watch runs throughout: it must never undo the rotation
+	// (drop e3 before fleet.yaml lists it, or e1 while it drains).
+	watch := startFleet(t, orig, "--config", inv, "firewall", "--chain", "INPUT", "watch", "--interval", "200ms")
 	args := []string{"--config", inv, "rotate", "--chain", "INPUT", "--out", "e1", "--in", "e3=" + edges["e3"] + ",fd77::13", "--slack", "1s", "--progress", "200ms"}
 	// First run: killed in the middle of the TTL wait.
 	first := startFleet(t, orig, args...)
@@ -260,7 +265,7 @@ edges:
 	second := startFleet(t, orig, args...)
 	second.waitLine(t, "step 5/6 drain: e1 has ") // 1 (the session) or more active connections
 	// Another convergence of the same inventory meanwhile is refused.
-	oneLineFailure(t, "apply during rotate", fleetRun(t, orig, "--config", inv, "apply", "--chain", "INPUT"), 1, "another fleet apply or rotate is running on this inventory")
+	oneLineFailure(t, "apply during rotate", fleetRun(t, orig, "--config", inv, "apply", "--chain", "INPUT"), 1, "is running on this inventory")
 	if _, err := sess.WhoAmI(nil); err != nil {
 		t.Errorf("e1's session broke while e1 drained: %v", err)
 	}
@@ -271,9 +276,12 @@ edges:
 	}
 	out2 := second.output()
 	t.Logf("second rotate:\n%s", out2)
-	time.Sleep(300 * time.Millisecond) // the watcher sees the last change
+	time.Sleep(500 * time.Millisecond) // the watchers see the last change
 	stop()
 	wg.Wait()
+	watch.cmd.Process.Signal(syscall.SIGTERM)
+	watch.cmd.Wait()
+	t.Logf("firewall watch during the rotation:\n%s", watch.output())
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -365,13 +373,22 @@ edges:
 		t.Errorf("status still lists e1:\n%s", r.stdout)
 	}
 
-	// Removing an edge: e2 leaves fleet.yaml; apply drains and drops it.
+	// Removing an edge, with the state file moved away (a fresh
+	// checkout): e2 leaves fleet.yaml; apply still removes it in the safe
+	// order — DNS, the TTL wait, its drain (drain_timeout: the state that
+	// knew its metrics is gone), then the firewall.
+	os.Rename(filepath.Join(dir, deploy.StateFile), filepath.Join(dir, "moved-away.json"))
 	head, _, _ := strings.Cut(string(yml), "edges:")
 	os.WriteFile(inv, []byte(head+"edges:\n  - {name: e3, ipv4: "+edges["e3"]+", ipv6: \"fd77::13\"}\n"), 0o600)
 	r = fleetRun(t, orig, "--config", inv, "apply", "--chain", "INPUT", "--slack", "1s", "--progress", "1s")
-	t.Logf("fleet apply without e2:\n%s", r.stdout)
-	if r.code != 0 || !strings.Contains(r.stdout, "step 4/6 dns: remove A "+edges["e2"]+" (e2), read back") || !strings.Contains(r.stdout, "step 6/6 firewall: applied, allowing e3\n") {
-		t.Errorf("removing e2: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	t.Logf("fleet apply without e2 and without a state file:\n%s", r.stdout)
+	out := r.stdout
+	dnsAt := strings.Index(out, "step 4/6 dns: remove A "+edges["e2"]+" (e2), read back")
+	waitAt := strings.Index(out, "step 5/6 wait: e2 left DNS")
+	drainAt := strings.Index(out, "step 5/6 drain: e2")
+	fwAt := strings.Index(out, "step 6/6 firewall: applied, allowing e3\n")
+	if r.code != 0 || strings.Contains(out, "step 1/6 firewall: applied") || dnsAt < 0 || waitAt < dnsAt || drainAt < waitAt || fwAt < drainAt {
+		t.Errorf("removing e2 without a state: exit %d, not DNS, wait, drain, firewall in that order\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	// Adding an edge: e1 comes back.
 	os.WriteFile(inv, []byte(head+"edges:\n  - {name: e3, ipv4: "+edges["e3"]+", ipv6: \"fd77::13\"}\n  - {name: e1, ipv4: "+edges["e1"]+", metrics: \""+edges["e1"]+":9101\"}\n"), 0o600)
@@ -385,6 +402,66 @@ edges:
 	}
 	r = fleetRun(t, orig, "--config", inv, "status", "--chain", "INPUT")
 	t.Logf("fleet status:\n%s", r.stdout)
+
+	// A typo in origin.interface is refused before anything changes; a
+	// wrong origin.address (no edge's connection matches it) is caught by
+	// the probes after the change and the previous rules come back.
+	cur, _ := os.ReadFile(inv)
+	rulesBefore := orig.Run("iptables", "-S")
+	os.WriteFile(inv, []byte(strings.Replace(string(cur), "interface: eth0}", "interface: eth9}", 1)), 0o600)
+	oneLineFailure(t, "interface typo", fleetRun(t, orig, "--config", inv, "apply", "--chain", "INPUT"), 1, `origin.interface: no interface "eth9" on this host`)
+	if got := orig.Run("iptables", "-S"); got != rulesBefore {
+		t.Errorf("a refused interface changed the rules:\n%s", got)
+	}
+	os.WriteFile(inv, []byte(strings.Replace(string(cur), "interface: eth0}", "interface: eth0, address: 10.77.0.99}", 1)), 0o600)
+	r = fleetRun(t, orig, "--config", inv, "apply", "--chain", "INPUT")
+	t.Logf("apply with a wrong origin.address:\n%s%s", r.stdout, r.stderr)
+	oneLineFailure(t, "wrong address", r, 1, "firewall change broke a working edge")
+	if got := orig.Run("iptables", "-S"); strings.Contains(got, "10.77.0.99") || !strings.Contains(got, "-s "+edges["e3"]+"/32") {
+		t.Errorf("the previous rules are not back:\n%s", got)
+	}
+	r = fleetRun(t, orig, "--config", inv, "firewall", "--chain", "INPUT", "apply")
+	oneLineFailure(t, "firewall apply with a wrong address", r, 1, "firewall change broke a working edge")
+	if got := orig.Run("iptables", "-S"); strings.Contains(got, "10.77.0.99") || !strings.Contains(got, "-s "+edges["e3"]+"/32") {
+		t.Errorf("fleet firewall apply did not restore the previous rules:\n%s", got)
+	}
+	os.WriteFile(inv, cur, 0o600)
+	var res probe.Result
+	agent.Do(func() error {
+		res = probe.Probe(context.Background(), edges["e3"]+":636", agentTLS, 5*time.Second)
+		return nil
+	})
+	if !res.OK {
+		t.Errorf("e3 after the restore: %s", res.Error)
+	}
+
+	// A TTL lowered just before a removal (the usual preparation): ttl 8,
+	// then 2, then e1 leaves. A resolver that fetched the TTL-8 records
+	// just before they were replaced holds them 8 s: e1 stays allowed
+	// until then (plus slack), not 2 s after it left DNS.
+	withTTL := func(ttl string, b []byte) []byte {
+		return []byte(strings.Replace(string(b), "ttl: 3\n", "ttl: "+ttl+"\n", 1))
+	}
+	os.WriteFile(inv, withTTL("8", cur), 0o600)
+	if r := fleetRun(t, orig, "--config", inv, "apply", "--chain", "INPUT"); r.code != 0 || !strings.Contains(r.stdout, "ttl A -> 8") {
+		t.Fatalf("ttl 8: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	lowered := time.Now() // no later than the TTL-2 rewrite
+	os.WriteFile(inv, withTTL("2", cur), 0o600)
+	if r := fleetRun(t, orig, "--config", inv, "apply", "--chain", "INPUT"); r.code != 0 || !strings.Contains(r.stdout, "ttl A -> 2") {
+		t.Fatalf("ttl 2: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	head, _, _ = strings.Cut(string(withTTL("2", cur)), "edges:")
+	os.WriteFile(inv, []byte(head+"edges:\n  - {name: e3, ipv4: "+edges["e3"]+", ipv6: \"fd77::13\"}\n"), 0o600)
+	r = fleetRun(t, orig, "--config", inv, "apply", "--chain", "INPUT", "--slack", "1s", "--progress", "1s")
+	dropped := time.Now() // no earlier than e1's drop
+	t.Logf("apply removing e1 after the TTL went 8 -> 2:\n%s", r.stdout)
+	if r.code != 0 || !strings.Contains(r.stdout, "(the TTL 8s its records had until ") || !strings.Contains(r.stdout, "step 6/6 firewall: applied, allowing e3\n") {
+		t.Errorf("removal after a lowered TTL: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if held := lowered.Add(8*time.Second + time.Second); dropped.Before(held) {
+		t.Errorf("e1 left the firewall by %v, before the TTL-8 copies (fetched up to %v) expired at %v", dropped, lowered, held)
+	}
 }
 
 // fleetProc is a fleet run in the background whose output is read line by

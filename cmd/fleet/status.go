@@ -11,9 +11,10 @@ import (
 )
 
 // printStatus writes the rows as --output says and makes the exit status:
-// 1, naming each, when a row is failed or unknown or the firewall could
-// not be read (docs/dns-deploy.md).
-func printStatus(cmd *cobra.Command, output string, rows []deploy.StatusRow, fw deploy.Firewall) error {
+// 1, naming each, when a row is failed or unknown, the firewall could not
+// be read, or stateErr (the state file was not used) is non-nil
+// (docs/dns-deploy.md).
+func printStatus(cmd *cobra.Command, output string, rows []deploy.StatusRow, fw deploy.Firewall, stateErr error) error {
 	var err error
 	if output == "json" {
 		err = deploy.PrintStatusJSON(cmd.OutOrStdout(), rows)
@@ -23,7 +24,11 @@ func printStatus(cmd *cobra.Command, output string, rows []deploy.StatusRow, fw 
 	if err != nil {
 		return cli.Exit(1, err)
 	}
-	problems := deploy.StatusProblems(rows)
+	var problems []string
+	if stateErr != nil {
+		problems = append(problems, stateErr.Error())
+	}
+	problems = append(problems, deploy.StatusProblems(rows)...)
 	for _, r := range rows {
 		if r.InFirewall == "?" && fw != nil {
 			// Read again for the reason: the table keeps only "?".

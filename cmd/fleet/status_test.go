@@ -49,7 +49,7 @@ edges:
 	inv := yaml("{name: e1, ipv4: 127.0.0.2}")
 	testbed.Start(t, fleetBin(t), "--config", inv, "dns", "serve")
 	waitDNS(t, server)
-	if r := fleetRun(t, nil, "--config", inv, "apply", "--no-firewall"); r.code != 0 {
+	if r := fleetRun(t, nil, "--config", inv, "apply", "--no-firewall", "--allow-loopback"); r.code != 0 {
 		t.Fatalf("apply: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r := fleetRun(t, nil, "--config", inv, "status", "--no-firewall")
@@ -99,10 +99,12 @@ edges:
 // unreadable is a firewall whose rules cannot be read.
 type unreadable struct{}
 
-func (unreadable) Allow([]deploy.Edge) (bool, error) { return false, nil }
-func (unreadable) Allowed() (map[netip.Addr]bool, error) {
-	return nil, errors.New("iptables -S EDGEFLEET: exit status 4: Permission denied (you must be root)")
-}
+var errUnreadable = errors.New("iptables -S EDGEFLEET: exit status 4: Permission denied (you must be root)")
+
+func (unreadable) Diff([]deploy.Edge) ([]string, error)      { return nil, errUnreadable }
+func (unreadable) Allow([]deploy.Edge) (func() error, error) { return nil, errUnreadable }
+func (unreadable) Allowed() (map[netip.Addr]bool, error)     { return nil, errUnreadable }
+func (unreadable) Sources() (map[netip.Addr]string, error)   { return nil, errUnreadable }
 
 // TestStatusFirewallUnreadable: rows whose firewall column is "?" make
 // status exit 1 with the reason the rules could not be read.
@@ -110,7 +112,7 @@ func TestStatusFirewallUnreadable(t *testing.T) {
 	cmd := &cobra.Command{}
 	cmd.SetOut(io.Discard)
 	rows := []deploy.StatusRow{{Edge: "e1", Address: "192.0.2.1", InDNS: "yes", InFirewall: "?", Handshake: "1.0 ms", Active: "-", State: deploy.StateActive}}
-	err := printStatus(cmd, "text", rows, unreadable{})
+	err := printStatus(cmd, "text", rows, unreadable{}, nil)
 	var ee *cli.ExitError
 	if !errors.As(err, &ee) || ee.Code != 1 || err.Error() != "the firewall rules cannot be read: iptables -S EDGEFLEET: exit status 4: Permission denied (you must be root)" {
 		t.Fatalf("printStatus: %v", err)

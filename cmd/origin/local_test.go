@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
+	"github.com/edgefleet/edgefleet/ldap/wire"
 )
 
 // anonBind is an LDAP simple bind with no name and no password, id 1.

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
-	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/listenaddr"
 	"github.com/edgefleet/edgefleet/internal/sockopt"
 	"github.com/edgefleet/edgefleet/origin"
 	"github.com/edgefleet/edgefleet/origin/ldap/core"
@@ -76,7 +76,7 @@ func load(fs *pflag.FlagSet, path string) (originFile, error) {
 	if err := cfg.Front.Validate(); err != nil {
 		return cfg, err
 	}
-	if err := accept.ListenOverlap(cfg.Front.Listen); err != nil {
+	if err := listenaddr.Overlap(cfg.Front.Listen); err != nil {
 		return cfg, fmt.Errorf("front.listen: %w", err)
 	}
 	return cfg, nil
@@ -156,7 +156,7 @@ func run(cfg originFile, reload func() (originFile, error)) error {
 	if err := checkEndpoints(cfg); err != nil {
 		p.Fatal(err)
 	}
-	if cfg.Core.Enabled && accept.SelfTarget([]string{cfg.Core.Listen}, cfg.Front.Inner) == "" {
+	if cfg.Core.Enabled && listenaddr.SelfTarget([]string{cfg.Core.Listen}, cfg.Front.Inner) == "" {
 		log.Warn("front.inner is not core.listen: connections go past the core", "inner", cfg.Front.Inner,
 			"core_listen", cfg.Core.Listen)
 	}

@@ -1,10 +1,8 @@
-// Package accept is the LDAP core's accept loop, and what goes with
-// accepting for every server: refusing connections that come back from
-// the server's own outbound sockets (Own: a relay pointed at itself), the
-// start-time check for such a configuration (SelfTarget), which errors
-// are the host running out of something (LocalResources, Temporary), and
-// a log-line rate limiter. The edge and the front accept on
-// internal/evloop, which follows the same rules.
+// Package accept is the LDAP core's accept loop: it hands each accepted
+// connection on and outlives the errors that waiting cures (which those
+// are is internal/errclass's Temporary). The edge and the front accept on
+// internal/evloop, which follows the same rules. ErrorLog and Limiter keep
+// such errors, and refusals, from flooding the log.
 //
 //	l := accept.Loop{Handle: s.handle, Closing: s.closing, Log: log}
 //	err := l.Serve(ln) // nil after Shutdown; otherwise the listener really failed
@@ -15,12 +13,12 @@
 package accept
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"syscall"
 	"time"
+
+	"github.com/edgefleet/edgefleet/internal/errclass"
 )
 
 // Backoff bounds: the first wait after a temporary error, and the longest.
@@ -43,10 +41,10 @@ type Loop struct {
 	Closing func() bool
 	// Log receives the temporary-error lines; nil discards them.
 	Log *slog.Logger
-	// Now is the clock of the log rate limit; nil is time.Now.
+	// Now, if non-nil, is used instead of time.Now (internal/clock): the
+	// clock of the log rate limit. The back-off waits run on the runtime's
+	// clock.
 	Now func() time.Time
-	// Sleep waits out a backoff; nil is time.Sleep.
-	Sleep func(time.Duration)
 }
 
 // Serve accepts on ln until the listener fails for good or Closing reports
@@ -58,10 +56,6 @@ func (l *Loop) Serve(ln net.Listener) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	sleep := l.Sleep
-	if sleep == nil {
-		sleep = time.Sleep
-	}
 	limit := NewLimiter(1, logWindow, l.Now)
 	var backoff time.Duration
 	for {
@@ -70,7 +64,7 @@ func (l *Loop) Serve(ln net.Listener) error {
 			if l.Closing != nil && l.Closing() {
 				return nil
 			}
-			if !Temporary(err) {
+			if !errclass.Temporary(err) {
 				return fmt.Errorf("accept on %s: %w", ln.Addr(), err)
 			}
 			backoff = min(max(2*backoff, minBackoff), maxBackoff)
@@ -78,27 +72,10 @@ func (l *Loop) Serve(ln net.Listener) error {
 				log.Warn("accept failed, retrying", "addr", ln.Addr().String(), "err", err,
 					"retry_in", backoff, "suppressed", suppressed)
 			}
-			sleep(backoff)
+			time.Sleep(backoff)
 			continue
 		}
 		backoff = 0
 		l.Handle(c)
 	}
-}
-
-// Temporary reports accept errors that closing connections or waiting
-// cures: every LocalResources error, a connection reset or aborted before
-// it was accepted, a timeout.
-func Temporary(err error) bool {
-	if LocalResources(err) {
-		return true
-	}
-	for _, e := range []error{syscall.ECONNABORTED, syscall.ECONNRESET, syscall.EINTR,
-		syscall.EAGAIN, syscall.EPROTO, syscall.EPERM} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }

@@ -23,7 +23,7 @@ func (h *holder) Dialed(*Conn, error)           {}
 func (h *holder) Closed(*Conn, Result)          {}
 
 // TestPostAfterStopWritesNothing: a goroutine that comes back with
-// Conn.Post (a name lookup, accept.Own's Kill) after Stop must not write
+// Conn.Post (a name lookup, loopguard.Own's Kill) after Stop must not write
 // to the loop's eventfd: the loop closed it when it ended, and the number
 // may belong to another file by then (it got the 8 bytes of the wake-up).
 func TestPostAfterStopWritesNothing(t *testing.T) {

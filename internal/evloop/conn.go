@@ -2,6 +2,7 @@ package evloop
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/netip"
@@ -10,8 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/pipepool"
+	"github.com/edgefleet/edgefleet/internal/rawio"
 	"github.com/edgefleet/edgefleet/internal/sockopt"
-	"github.com/edgefleet/edgefleet/internal/splice"
 	"golang.org/x/sys/unix"
 )
 
@@ -98,7 +100,7 @@ type dir struct {
 	bulk    bool   // the last read filled the buffer: splice the next
 	pend    []byte // read and not written yet
 	pbuf    *[bufSize]byte
-	p       *splice.Pipe
+	p       *pipepool.Pipe
 	inPipe  int
 	n       int64
 }
@@ -385,7 +387,7 @@ func (c *Conn) readFirst() {
 		if len(c.pre) == cap(c.pre) {
 			break // the handler decides what a full buffer means
 		}
-		n, rerr := sysRead(c.cfd, c.pre[len(c.pre):cap(c.pre)])
+		n, rerr := rawio.ReadNow(c.cfd, c.pre[len(c.pre):cap(c.pre)])
 		switch {
 		case rerr == unix.EINTR:
 			continue
@@ -460,7 +462,7 @@ func (c *Conn) Relay(prefix []byte, screen func([]byte) error) {
 		// connect: read them straight behind the header (also when the
 		// client socket's first event is still to come: the connect
 		// may be over before the loop has polled).
-		n, err := sysRead(c.cfd, l.buf[len(out):cap(l.buf)])
+		n, err := rawio.ReadNow(c.cfd, l.buf[len(out):cap(l.buf)])
 		switch {
 		case err == unix.EAGAIN || err == unix.EINTR:
 			c.up.ready = false
@@ -502,9 +504,8 @@ func (c *Conn) Relay(prefix []byte, screen func([]byte) error) {
 }
 
 // ErrMore is what a Relay screen returns when the bytes so far are too
-// few to decide (the same value as splice.ErrMore, so that one screen
-// serves both).
-var ErrMore = splice.ErrMore
+// few to decide.
+var ErrMore = errors.New("evloop: more bytes needed")
 
 // write sends b to fd for direction d; what the socket does not take now
 // waits in d.pend. It reports false when c ended (a write error).
@@ -520,7 +521,7 @@ func (c *Conn) write(d *dir, fd int, b []byte) bool {
 	if d == &c.up {
 		c.upWrite()
 	}
-	m, err := sysWrite(fd, b)
+	m, err := rawio.WriteNow(fd, b)
 	switch {
 	case err == unix.EAGAIN:
 		m = 0
@@ -629,7 +630,7 @@ func (c *Conn) move(d *dir, src, dst int) bool {
 					d.bulk = false
 					continue
 				}
-				p, err := splice.GetPipe()
+				p, err := pipepool.Get()
 				if err != nil {
 					c.l.s.pipeGone()
 					d.bulk = false
@@ -659,7 +660,7 @@ func (c *Conn) move(d *dir, src, dst int) bool {
 			continue
 		}
 		buf := c.l.buf[:bufSize]
-		m, err := sysRead(src, buf)
+		m, err := rawio.ReadNow(src, buf)
 		switch {
 		case err == unix.EINTR:
 			continue
@@ -710,7 +711,7 @@ func (c *Conn) flushOut(d *dir, dst int) (wait, ok bool) {
 		var m int
 		var err error
 		if len(d.pend) > 0 {
-			m, err = sysWrite(dst, d.pend)
+			m, err = rawio.WriteNow(dst, d.pend)
 		} else {
 			m, err = sysSplice(d.p.R, dst, d.inPipe)
 		}
@@ -743,7 +744,7 @@ func (c *Conn) putPipe(d *dir) {
 	if d.p == nil {
 		return
 	}
-	splice.PutPipe(d.p)
+	pipepool.Put(d.p)
 	d.p = nil
 	c.l.s.pipeGone()
 }

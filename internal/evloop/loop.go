@@ -33,6 +33,8 @@ import (
 	"unsafe"
 
 	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/clock"
+	"github.com/edgefleet/edgefleet/internal/errclass"
 	"golang.org/x/sys/unix"
 )
 
@@ -91,9 +93,9 @@ type Server struct {
 	Loops int
 	// Log receives accept failures (rate-limited); nil discards them.
 	Log *slog.Logger
-	// Now is the clock of Conn.Now and Conn.DialDuration (what a handler
-	// measures and logs); nil is time.Now. Timeouts always run on the
-	// real clock.
+	// Now, if non-nil, is used instead of time.Now (internal/clock): the
+	// clock of Conn.Now and Conn.DialDuration, what a handler measures and
+	// logs. Timeouts run on the runtime's clock.
 	Now func() time.Time
 	// MaxPipes bounds the splice pipes (two descriptors each) the
 	// connections hold at once; a direction that finds none left copies
@@ -174,10 +176,7 @@ func MaxConnsFor(nofile uint64, extra, reserve, limit int) int {
 }
 
 func (s *Server) now() time.Time {
-	if s.Now != nil {
-		return s.Now()
-	}
-	return time.Now()
+	return clock.Now(s.Now)
 }
 
 func (s *Server) start() error {
@@ -712,7 +711,7 @@ func (l *loop) accept(ls *lslot) {
 				return
 			case err == unix.EINTR || err == unix.ECONNABORTED || err == unix.EPROTO || err == unix.EPERM:
 				continue
-			case accept.Temporary(err):
+			case errclass.Temporary(err):
 				l.backOff(ls, err)
 				return
 			}

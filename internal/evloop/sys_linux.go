@@ -14,28 +14,13 @@ import (
 // (entersyscall, exitsyscall) cost instructions and, for a loopback write
 // that runs the receiver's TCP processing too, a P handed to another
 // thread. Only epoll_wait, which does wait, goes through the scheduler.
+// Reads and writes are internal/rawio's, which the core's sockets use too.
 
 func errno(e syscall.Errno) error {
 	if e == 0 {
 		return nil
 	}
 	return e // an Errno below 256 boxes without allocating
-}
-
-func sysRead(fd int, b []byte) (int, error) {
-	n, _, e := syscall.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-	if e != 0 {
-		return -1, e
-	}
-	return int(n), nil
-}
-
-func sysWrite(fd int, b []byte) (int, error) {
-	n, _, e := syscall.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-	if e != 0 {
-		return -1, e
-	}
-	return int(n), nil
 }
 
 func sysClose(fd int) {

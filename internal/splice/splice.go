@@ -1,7 +1,6 @@
-// Package splice is the blocking copy of the LDAP core's plain mode, and
-// what the event loops of internal/evloop share with it: the pool of
-// kernel pipes, raw non-blocking reads and writes, and Conn (bytes already
-// read go first).
+// Package splice is the blocking copy of a pair of connections both ways,
+// the LDAP core's plain mode: Join, Copy, and Conn for bytes already read
+// (they go first).
 //
 //	res := splice.Join(client, origin) // blocks until both directions are done
 //	log.Info("close", "bytes_up", res.Up, "bytes_down", res.Down, "reason", res.Reason)
@@ -11,8 +10,9 @@
 // Between two *net.TCPConn it moves bytes with splice(2) through a kernel
 // pipe, so payload never enters user space. Unlike io.Copy (which holds a
 // pipe, two file descriptors, per direction for the whole life of a
-// connection), a pipe is taken from a shared pool only while data flows and
-// given back as soon as the socket has nothing more to read.
+// connection), a pipe is taken from the shared pool (internal/pipepool)
+// only while data flows and given back as soon as the socket has nothing
+// more to read.
 //
 // Half-close is propagated: when one side finishes sending (EOF), the other
 // side's write half is shut (CloseWrite) and the copy the other way goes on.
@@ -82,11 +82,6 @@ func Join(client, server net.Conn) Result {
 	}
 	return j.result()
 }
-
-// ErrMore is what a screen of a connection's first bytes (the edge's
-// refusal of a client's own PROXY header, on internal/evloop) returns when
-// the bytes so far are too few to decide.
-var ErrMore = errors.New("splice: more bytes needed")
 
 // joint is one joined pair of connections.
 type joint struct {

@@ -5,56 +5,13 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/edgefleet/edgefleet/internal/pipepool"
 	"golang.org/x/sys/unix"
 )
 
-// chunk is the most one splice(2) call moves into a pipe; pipeSize is asked
-// for with F_SETPIPE_SZ so a chunk fits (the kernel may give less).
-const (
-	chunk    = 1 << 20
-	pipeSize = 1 << 20
-)
-
-// Pipe is a kernel pipe used as splice's buffer (its read and write ends).
-// GetPipe and PutPipe share the pool with a copy made elsewhere (the
-// event loops of internal/evloop).
-type Pipe struct{ R, W int }
-
-// pool keeps pipes between bursts of data. Its size bounds the idle pipes
-// the process holds; connections moving data at once may take more.
-var pool = make(chan *Pipe, 64)
-
-// GetPipe takes a pipe from the pool, or makes one (non-blocking, 1 MiB
-// asked for).
-func GetPipe() (*Pipe, error) {
-	select {
-	case p := <-pool:
-		return p, nil
-	default:
-	}
-	var fds [2]int
-	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
-		return nil, os.NewSyscallError("pipe2", err)
-	}
-	unix.FcntlInt(uintptr(fds[1]), unix.F_SETPIPE_SZ, pipeSize)
-	return &Pipe{R: fds[0], W: fds[1]}, nil
-}
-
-// PutPipe gives back an empty pipe; one that may hold bytes is Closed
-// instead.
-func PutPipe(p *Pipe) {
-	select {
-	case pool <- p:
-	default:
-		p.Close()
-	}
-}
-
-// Close closes both ends.
-func (p *Pipe) Close() {
-	unix.Close(p.R)
-	unix.Close(p.W)
-}
+// chunk is the most one splice(2) call moves into a pipe (a pooled pipe
+// holds pipeSize).
+const chunk = 1 << 20
 
 // spliceCopy moves src's bytes to dst through a pooled pipe, holding the
 // pipe only while src has data to read.
@@ -108,7 +65,7 @@ func waitData(src syscall.RawConn) (eof bool, err error) {
 // until src has nothing more to read right now (the pipe goes back to the
 // pool), reaches EOF, or fails.
 func burst(dst, src syscall.RawConn) (n int64, eof bool, rerr, werr error) {
-	p, err := GetPipe()
+	p, err := pipepool.Get()
 	if err != nil {
 		return 0, false, err, nil
 	}
@@ -128,11 +85,11 @@ func burst(dst, src syscall.RawConn) (n int64, eof bool, rerr, werr error) {
 			err = os.NewSyscallError("splice", serr)
 		}
 		if err != nil {
-			PutPipe(p) // empty: every burst drains it
+			pipepool.Put(p) // empty: every burst drains it
 			return n, false, err, nil
 		}
 		if serr == unix.EAGAIN || m == 0 {
-			PutPipe(p)
+			pipepool.Put(p)
 			return n, m == 0 && serr == nil, nil, nil
 		}
 		// Drain the pipe into dst, waiting for dst to be writable as needed.
@@ -148,7 +105,7 @@ func burst(dst, src syscall.RawConn) (n int64, eof bool, rerr, werr error) {
 
 // drain writes the m bytes in the pipe to dst, waiting for dst to be
 // writable as needed.
-func drain(dst syscall.RawConn, p *Pipe, m int64) (n int64, err error) {
+func drain(dst syscall.RawConn, p *pipepool.Pipe, m int64) (n int64, err error) {
 	rem := int(m)
 	var werr error
 	err = dst.Write(func(fd uintptr) bool {

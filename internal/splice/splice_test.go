@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/pipepool"
 	"github.com/edgefleet/edgefleet/internal/testbed"
 )
 
@@ -140,11 +141,11 @@ func testIdle(t *testing.T, join func(c, s net.Conn, done chan<- Result)) {
 	// 4 sockets per pair are ours (test ends + relay ends); pooled pipes are
 	// shared and bounded by the pool size, not by n.
 	extra := countFDs(t) - before - 4*n
-	if extra > 2*cap(pool)+4 {
+	if extra > 2*pipepool.Size+4 {
 		t.Fatalf("%d extra fds for %d idle relayed connections", extra, n)
 	}
 	// What is not in the pool is held by a connection.
-	if held := extra - 2*len(pool); held > 2*4 {
+	if held := extra - 2*pipepool.Idle(); held > 2*4 {
 		t.Fatalf("idle connections hold pipes: %d extra fds outside the pool for %d connections", held, n)
 	}
 }

@@ -1,6 +1,7 @@
 package testbed
 
 import (
+	"crypto/sha1"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -72,6 +73,32 @@ type SlapdConfig struct {
 	// Netns, when set, runs slapd inside that namespace (Addr is then its
 	// loopback).
 	Netns *Netns
+	// SyncProv loads the syncprov overlay on the directory, so that it
+	// serves syncrepl consumers and persistent searches (RFC 4533). Give
+	// replicas the same entryUUIDs (ReplicaLDIF), as replication would.
+	SyncProv bool
+	// Consumer, when set, makes this slapd a syncrepl consumer of the
+	// provider at this URL (ldap://host:port): refreshAndPersist of the
+	// whole suffix, bound as RootDN, retrying every second. Its directory
+	// starts empty (LDIF is ignored).
+	Consumer string
+	// Limits are slapd "limits" clauses for the directory, e.g.
+	// "* size.pr=1000".
+	Limits []string
+}
+
+// ReplicaLDIF gives every entry of ldif the entryUUID and entryCSN a
+// replica of the same directory has: derived from its DN, and one CSN
+// for all, so that syncrepl sees two directories loaded from it as one.
+func ReplicaLDIF(ldif string) string {
+	var b strings.Builder
+	for _, e := range strings.Split(strings.TrimSpace(ldif), "\n\n") {
+		dn, _, _ := strings.Cut(e, "\n")
+		sum := sha1.Sum([]byte(strings.ToLower(dn)))
+		fmt.Fprintf(&b, "%s\nentryUUID: %x-%x-%x-%x-%x\nentryCSN: 20260101000000.000000Z#000000#000#000000\n\n",
+			e, sum[0:4], sum[4:6], sum[6:8], sum[8:10], sum[10:16])
+	}
+	return b.String()
 }
 
 // Slapd is one slapd process serving ldap://Addr/ from Dir. Stop or Kill
@@ -115,23 +142,34 @@ func NewSlapd(dir string, cfg SlapdConfig) (*Slapd, error) {
 		if ldif == "" {
 			ldif = DirectoryLDIF(0)
 		}
-		lp := filepath.Join(dir, "data.ldif")
-		if err := os.WriteFile(lp, []byte(ldif), 0o600); err != nil {
-			return nil, err
-		}
-		slapadd, err := Path("slapadd")
-		if err != nil {
-			return nil, err
-		}
-		// -q: quick mode (no consistency checks), much faster for bulk data.
-		if out, err := exec.Command(slapadd, "-q", "-f", filepath.Join(dir, "slapd.conf"), "-l", lp).CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("slapadd: %v: %s", err, out)
+		// A consumer's directory comes from its provider.
+		if cfg.Consumer == "" {
+			if err := slapadd(dir, ldif); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if err := s.Start(); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// slapadd loads ldif into the directory configured in dir.
+func slapadd(dir, ldif string) error {
+	lp := filepath.Join(dir, "data.ldif")
+	if err := os.WriteFile(lp, []byte(ldif), 0o600); err != nil {
+		return err
+	}
+	bin, err := Path("slapadd")
+	if err != nil {
+		return err
+	}
+	// -q: quick mode (no consistency checks), much faster for bulk data.
+	if out, err := exec.Command(bin, "-q", "-f", filepath.Join(dir, "slapd.conf"), "-l", lp).CombinedOutput(); err != nil {
+		return fmt.Errorf("slapadd: %v: %s", err, out)
+	}
+	return nil
 }
 
 func slapdConf(dir string, cfg SlapdConfig) string {
@@ -160,15 +198,31 @@ func slapdConf(dir string, cfg SlapdConfig) string {
 		return b.String()
 	}
 	b.WriteString("moduleload back_mdb\n")
+	if cfg.SyncProv {
+		b.WriteString("moduleload syncprov\n")
+	}
 	// SASL CRAM-MD5 and DIGEST-MD5 against the cleartext userPassword of
 	// uid=<name>,ou=people.
 	fmt.Fprintf(&b, "sasl-auxprops slapd\nauthz-regexp \"uid=([^,]*),cn=[^,]*,cn=auth\" \"uid=$1,ou=people,%s\"\n", Suffix)
 	fmt.Fprintf(&b, "database mdb\nmaxsize 1073741824\nsuffix %q\nrootdn %q\nrootpw %s\ndirectory %s\n",
 		Suffix, RootDN, RootPW, filepath.Join(dir, "db"))
 	b.WriteString("sizelimit unlimited\nindex objectClass eq\nindex uid eq\n")
+	for _, l := range cfg.Limits {
+		fmt.Fprintf(&b, "limits %s\n", l)
+	}
+	if cfg.SyncProv || cfg.Consumer != "" {
+		b.WriteString("index entryUUID,entryCSN eq\n")
+	}
+	if cfg.Consumer != "" {
+		fmt.Fprintf(&b, "syncrepl rid=001 provider=%s type=refreshAndPersist retry=\"1 +\" searchbase=%q bindmethod=simple binddn=%q credentials=%s\n",
+			cfg.Consumer, Suffix, RootDN, RootPW)
+	}
 	b.WriteString("access to attrs=userPassword by self write by anonymous auth by * none\n")
 	fmt.Fprintf(&b, "access to dn.subtree=%q by users write by * read\n", "ou=writes,"+Suffix)
 	b.WriteString("access to * by * read\n")
+	if cfg.SyncProv {
+		b.WriteString("overlay syncprov\n")
+	}
 	return b.String()
 }
 

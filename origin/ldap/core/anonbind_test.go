@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
+	"github.com/edgefleet/edgefleet/ldap/wire"
 	"github.com/edgefleet/edgefleet/origin/ldap/core"
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
 	ber "github.com/go-asn1-ber/asn1-ber"
 )
 

@@ -13,9 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/errclass"
+	"github.com/edgefleet/edgefleet/ldap/wire"
 	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
 )
 
 // backend is one connection from a session to an LdapServer, read by its
@@ -121,7 +121,7 @@ func (ss *session) fits(b *backend) bool {
 // start there, so that a later failover wraps around to servers before it
 // (cands from the chosen server on without a ring).
 //
-// A dial that failed for lack of local resources (accept.LocalResources)
+// A dial that failed for lack of local resources (errclass.LocalResources)
 // ends the walk and sets ss.starved: the client is answered busy.
 func (ss *session) attach(cands, ring []string, ident bool) (*backend, []string, string) {
 	ss.starved = false
@@ -137,7 +137,7 @@ func (ss *session) attach(cands, ring []string, ident bool) (*backend, []string,
 			continue
 		}
 		b, err := ss.dial(name, ident)
-		if accept.LocalResources(err) { // the next server would fail the same way
+		if errclass.LocalResources(err) { // the next server would fail the same way
 			ss.starved = true
 			return nil, nil, "this origin is out of local resources, retry later (no server was marked OFFLINE): " + name + ": " + err.Error()
 		}
@@ -477,6 +477,9 @@ func (ss *session) onBackend(b *backend, raw []byte) {
 		ss.passwordChanged(o, b, raw)
 	}
 	if o.paged != nil && tag == wire.TagSearchResultDone {
+		if ss.restartPage(o, b, m, raw) {
+			return
+		}
 		ss.pagedDone(o, b, raw)
 	}
 	if o.rule != nil && o.rule.KeepConn && m.ResultCode == wire.ResultSuccess && b != ss.primary {
@@ -599,6 +602,8 @@ func (ss *session) connEnded(b *backend, err error) {
 		switch {
 		case !o.sent:
 			ss.reroute(o)
+		case o.follows != followNone:
+			ss.endFollow(o, b.name+" closed the connection")
 		case !wire.IsRead(o.m):
 			ss.reply(o, wire.ResultUnavailable, fmt.Sprintf(
 				"%s closed the connection after the %s request was sent: its outcome is unknown; check the directory before retrying", b.name, o.name))
@@ -640,6 +645,8 @@ func (ss *session) backendFailed(b *backend, err error) {
 		case o.sent && !wire.IsRead(o.m):
 			ss.reply(o, wire.ResultUnavailable, fmt.Sprintf(
 				"%s failed after the %s request was sent: its outcome is unknown; check the directory before retrying", b.name, o.name))
+		case o.sent && o.follows != followNone:
+			ss.endFollow(o, b.name+" failed")
 		case o.m.Op == wire.TagBindRequest && !o.m.BindSimple && sasl:
 			ss.reply(o, wire.ResultUnavailable, b.name+" failed during a multi-step SASL bind; start the bind again")
 		default:

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
+	"github.com/edgefleet/edgefleet/ldap/wire"
 	"github.com/go-ldap/ldap/v3"
 )
 

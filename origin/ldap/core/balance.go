@@ -8,8 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/edgefleet/edgefleet/ldap/wire"
 	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

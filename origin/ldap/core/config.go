@@ -11,7 +11,7 @@
 //	go srv.Serve(ln)            // or srv.HandleConn(c) per accepted connection
 //	defer srv.Shutdown(ctx)
 //
-// PDUs are framed and parsed shallowly (origin/ldap/wire) and forwarded as
+// PDUs are framed and parsed shallowly (ldap/wire) and forwarded as
 // they arrived; the core only builds the PDUs it answers itself. Without a
 // DLP file, with proxy mode 0 or without an LdapProxy named Config.Name,
 // the core runs in plain mode: every connection is joined unchanged to
@@ -97,10 +97,11 @@ type Config struct {
 	// every handshake full). DefaultConfig: 1 h and 24.
 	TicketRotation time.Duration
 	TicketKeys     int
-	// Now is the clock of OFFLINE expiry, the load's smoothing, the
-	// monitor and the durations logged; nil is time.Now. It is part of the
-	// Config, not a field of the Server as on the front and the edge,
-	// because New starts the monitor.
+	// Now, if non-nil, is used instead of time.Now (internal/clock): the
+	// clock of OFFLINE expiry, the load's smoothing, the monitor, the
+	// session ticket keys' rotation, the handshake queue's deadline and the
+	// durations logged. It is in the Config because New starts the
+	// monitor.
 	Now func() time.Time
 	// DialBackend opens a TCP connection to a backend; nil is a net.Dialer
 	// with TCP keepalive. Tests use it to shape socket buffers. The

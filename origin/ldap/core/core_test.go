@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
+	"github.com/edgefleet/edgefleet/ldap/wire"
 	"github.com/edgefleet/edgefleet/origin/ldap/core"
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
 	"github.com/go-ldap/ldap/v3"
 )
 

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/edgefleet/ldap/wire"
 	"github.com/edgefleet/edgefleet/origin/ldap/core"
 	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
 )
 
 // FuzzSession feeds arbitrary client bytes to a session whose only server

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
+	"github.com/edgefleet/edgefleet/ldap/wire"
 	"github.com/edgefleet/edgefleet/origin"
 	"github.com/edgefleet/edgefleet/origin/ldap/core"
 	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
 	"github.com/go-ldap/ldap/v3"
 	"github.com/prometheus/client_golang/prometheus"
 )

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/edgefleet/edgefleet/internal/accept"
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
+	"github.com/edgefleet/edgefleet/internal/errclass"
+	"github.com/edgefleet/edgefleet/ldap/wire"
 )
 
 // The backend monitor (docs/balancers.md): every MonitorInterval each
@@ -97,7 +97,7 @@ func (m *monitor) record(name string, err error, took time.Duration) {
 	s := m.s
 	h := s.health
 	wasDown, wasOffline := h.Down(name), h.Offline(name)
-	if accept.LocalResources(err) { // the check never left this host: not the server's failure
+	if errclass.LocalResources(err) { // the check never left this host: not the server's failure
 		s.starving(name, err)
 		return
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
+	"github.com/edgefleet/edgefleet/ldap/wire"
 )
 
 // 2,000 pipelined searches that all use message id 7 (RFC 4511 §4.1.1.1:

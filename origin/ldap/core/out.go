@@ -6,21 +6,59 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 
-	"github.com/edgefleet/edgefleet/internal/splice"
+	"github.com/edgefleet/edgefleet/internal/rawio"
 )
 
-// MaxQueued bounds what a session holds for its client and has not yet
-// written. Handlers append to the queue and never wait for the client:
-// a backend connection is read at the server's pace whatever the client
-// does, so a client that stops reading cannot make a server's worker
-// threads block on the core (and the server look down to everyone). A
-// client that falls more than MaxQueued behind is disconnected like one
-// that reads nothing for WriteTimeout.
-const MaxQueued = 4 << 20
+// A session never makes a server wait for its client: handlers append
+// to the output queue and the backend connections are read at the
+// server's pace whatever the client does, so a client that stops reading
+// cannot make a server's worker threads block on the core (and the
+// server look down to everyone). Pausing a backend connection instead
+// would block them too: the connection is the client's own, but slapd's
+// worker threads are shared, and one writing to a connection whose
+// socket is full waits there. Two bounds keep the queue's memory in
+// check instead.
+//
+// MaxQueued is how far a client may fall behind (answers queued after
+// the PDU it is reading; a big PDU being written does not count) and be
+// left alone. Beyond it the client must keep taking its answers: one
+// that takes no byte during a whole StallWindow is disconnected, like one
+// that reads nothing for WriteTimeout. Windows start when it falls
+// MaxQueued behind, so a client that stops reading is cut between one
+// and two StallWindows after its last read (progress is counted per
+// 64 KiB write, so a client over MaxQueued behind must read at least
+// 64 KiB per StallWindow, about 13 KiB/s).
+//
+// A client that reads is never cut for how much is queued, up to
+// Config.MaxHeld bytes held for it: the ceiling on the session's
+// output memory, whatever the client does.
+const (
+	MaxQueued   = 4 << 20
+	StallWindow = 5 * time.Second
+)
 
-// errQueueFull is a client more than MaxQueued behind.
-var errQueueFull = fmt.Errorf("more than %d bytes queued for the client", MaxQueued)
+// MaxHeld is the most a session holds for its client (queued, or being
+// written): two PDUs of the largest size a server may send (MaxBackendPDU,
+// or MaxPDU when larger) and MaxQueued more, 132 MiB by default. A PDU
+// that would take the session past it disconnects the client, reading or
+// not.
+func (c Config) MaxHeld() int64 {
+	return MaxQueued + 2*int64(max(c.MaxPDU, MaxBackendPDU))
+}
+
+// errStalled is a client over MaxQueued behind that took nothing during
+// a StallWindow.
+var errStalled = fmt.Errorf("more than %d bytes queued for the client and none of it taken for %v", MaxQueued, StallWindow)
+
+// errHeld is a Write that would take the session past MaxHeld (the
+// value).
+type errHeld int64
+
+func (e errHeld) Error() string {
+	return fmt.Sprintf("more than %d bytes held for the client (core.MaxHeld)", int64(e))
+}
 
 // errOutClosed is a write after the session's output was closed.
 var errOutClosed = errors.New("output closed")
@@ -53,6 +91,19 @@ type clientOut struct {
 	closing, cut bool
 	done         chan struct{}
 
+	// MaxQueued's accounting, in offsets of the client's stream: in bytes
+	// were queued, out written; bigs are the extents of the PDUs of
+	// flushAt bytes or more not yet written whole, oldest first (behind).
+	in, out int64
+	bigs    []extent
+	// ceiling is Config.MaxHeld. watch runs checkStall while the client
+	// is over MaxQueued behind (watching); seen is out when the current
+	// StallWindow began.
+	ceiling  int64
+	watch    *time.Timer
+	watching bool
+	seen     int64
+
 	// rc is the plain client connection, for writeNow; nil under TLS (a
 	// record cannot be written in part) or when the connection has no
 	// file descriptor. now, nowN, nowErr and called are writeNow's, for
@@ -70,8 +121,29 @@ type clientOut struct {
 // a Flush: a long search streams while its entries keep arriving.
 const flushAt = 64 << 10
 
+// extent is where one PDU lies in the client's stream.
+type extent struct{ start, end int64 }
+
+// behind is what is queued after the PDU the client is reading: after a
+// big one (bigs) being written, its end; else what is not yet written (a
+// smaller PDU counts, by at most flushAt). o.mu is held.
+func (o *clientOut) behind() int64 {
+	for len(o.bigs) > 0 && o.bigs[0].end <= o.out {
+		o.bigs = o.bigs[1:]
+	}
+	if len(o.bigs) == 0 {
+		o.bigs = nil
+		return o.in - o.out
+	}
+	if b := o.bigs[0]; b.start <= o.out {
+		return o.in - b.end
+	}
+	return o.in - o.out
+}
+
 func newClientOut(ss *session) *clientOut {
-	o := &clientOut{ss: ss, w: &clientWriter{c: ss.client, d: orDefault(ss.srv.cfg.WriteTimeout)}, done: make(chan struct{})}
+	o := &clientOut{ss: ss, w: &clientWriter{c: ss.client, d: orDefault(ss.srv.cfg.WriteTimeout)}, done: make(chan struct{}),
+		ceiling: ss.srv.cfg.MaxHeld()}
 	o.cond.L = &o.mu
 	if sc, ok := ss.client.(syscall.Conn); ok && !ss.isTLS {
 		if rc, err := sc.SyscallConn(); err == nil {
@@ -111,6 +183,7 @@ func (o *clientOut) writeNow() bool {
 	if !called {
 		return false
 	}
+	o.out += int64(n)
 	if err != nil {
 		o.err = fmt.Errorf("write to the client: %w", os.NewSyscallError("write", err))
 		return false
@@ -126,12 +199,12 @@ func (o *clientOut) writeNow() bool {
 }
 
 // writeFD is nowFn: it writes o.now into fd until done or the socket is
-// full (EAGAIN), and never asks to wait. splice.WriteNow, as in rawSock:
+// full (EAGAIN), and never asks to wait. rawio.WriteNow, as in rawSock:
 // the call does not wake sysmon.
 func (o *clientOut) writeFD(fd uintptr) bool {
 	o.called = true
 	for o.nowN < len(o.now) {
-		n, err := splice.WriteNow(int(fd), o.now[o.nowN:])
+		n, err := rawio.WriteNow(int(fd), o.now[o.nowN:])
 		switch {
 		case err == syscall.EINTR:
 			continue
@@ -158,14 +231,55 @@ func (o *clientOut) Write(p []byte) (int, error) {
 		return 0, o.err
 	case o.closing:
 		return 0, errOutClosed
-	case len(o.buf)+o.busy >= MaxQueued:
-		return 0, errQueueFull // one PDU may pass the bound; the next is refused
+	case o.held()+int64(len(p)) > o.ceiling:
+		return 0, errHeld(o.ceiling)
 	}
+	if len(p) >= flushAt {
+		o.bigs = append(o.bigs, extent{o.in, o.in + int64(len(p))})
+	}
+	o.in += int64(len(p))
 	o.buf = append(o.buf, p...)
+	if !o.watching && o.behind() >= MaxQueued {
+		o.watching, o.seen = true, o.out
+		if o.watch == nil {
+			o.watch = time.AfterFunc(StallWindow, o.checkStall)
+		} else {
+			o.watch.Reset(StallWindow)
+		}
+	}
 	if len(o.buf) >= flushAt {
 		o.release()
 	}
 	return len(p), o.err
+}
+
+// held is what the session holds for the client: the queue, and the
+// chunk the writer took (whole until written: it is one allocation).
+// o.mu is held.
+func (o *clientOut) held() int64 { return int64(len(o.buf) + o.busy) }
+
+// checkStall runs a StallWindow after the client fell MaxQueued behind,
+// and every StallWindow while it stays so: a client that took nothing
+// since the last check is disconnected, with what is queued for it.
+func (o *clientOut) checkStall() {
+	o.mu.Lock()
+	switch {
+	case o.cut || o.err != nil || o.behind() < MaxQueued:
+		o.watching = false
+		o.mu.Unlock()
+		return
+	case o.out != o.seen:
+		o.seen = o.out
+		o.watch.Reset(StallWindow)
+		o.mu.Unlock()
+		return
+	}
+	o.watching = false
+	o.err = errStalled
+	o.cond.Broadcast()
+	o.mu.Unlock()
+	o.ss.writerFailed(errStalled)
+	o.close(true)
 }
 
 // Flush sends what is queued, at once or by the writer; it does not wait.
@@ -210,6 +324,10 @@ func (o *clientOut) close(cut bool) {
 	o.mu.Lock()
 	o.closing = true
 	o.cut = o.cut || cut
+	if o.cut && o.watch != nil {
+		o.watch.Stop()
+		o.watching = false
+	}
 	o.cond.Signal()
 	o.mu.Unlock()
 	if cut {
@@ -244,9 +362,10 @@ func (o *clientOut) run() {
 		o.buf = append(spare[:0], o.buf[o.mark:]...)
 		o.busy, o.mark = len(chunk), 0
 		o.mu.Unlock()
-		_, err := w.Write(chunk)
+		n, err := o.writeChunk(w, chunk)
 		o.mu.Lock()
 		o.busy = 0
+		o.out += int64(n)
 		if err != nil && o.err == nil && !o.cut {
 			o.err = err
 		}
@@ -264,6 +383,27 @@ func (o *clientOut) run() {
 		}
 	}
 }
+
+// writeChunk writes chunk, counting in o.out what the client took before
+// its last piece; it returns the bytes of that piece written, for the
+// caller to count. A big PDU the client is reading thus leaves MaxQueued's
+// count as it goes (behind).
+func (o *clientOut) writeChunk(w *clientWriter, chunk []byte) (int, error) {
+	for len(chunk) > writePiece {
+		k, err := w.Write(chunk[:writePiece])
+		if err != nil {
+			return k, err
+		}
+		o.mu.Lock()
+		o.out += int64(k)
+		o.mu.Unlock()
+		chunk = chunk[k:]
+	}
+	return w.Write(chunk)
+}
+
+// writePiece is what clientWriter writes under one deadline check.
+const writePiece = 64 << 10
 
 // writerFailed ends the session after the writer failed.
 func (ss *session) writerFailed(err error) {

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/edgefleet/edgefleet/ldap/wire"
 	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
 )
 
 // A session re-binds on another server with the bind that established

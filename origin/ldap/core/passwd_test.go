@@ -1,7 +1,7 @@
 package core_test
 
 import (
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
+	"github.com/edgefleet/edgefleet/ldap/wire"
 	ber "github.com/go-asn1-ber/asn1-ber"
 	"strings"
 	"testing"

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
+	"github.com/edgefleet/edgefleet/ldap/wire"
 )
 
 // A fresh connection's first-answer bound that expires while the server

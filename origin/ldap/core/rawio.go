@@ -7,11 +7,11 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/edgefleet/edgefleet/internal/splice"
+	"github.com/edgefleet/edgefleet/internal/rawio"
 )
 
 // rawSock is a plain TCP connection whose reads and writes are read(2)
-// and write(2) calls the Go scheduler is not told of (splice.ReadNow,
+// and write(2) calls the Go scheduler is not told of (rawio.ReadNow,
 // WriteNow), waiting for readiness in the netpoller as net.Conn does
 // (deadlines apply the same way). A system call the scheduler is told of
 // wakes sysmon when the process was idle, as it is between the
@@ -78,7 +78,7 @@ func (s *rawSock) Read(p []byte) (int, error) {
 // is nothing to read yet.
 func (s *rawSock) readFD(fd uintptr) bool {
 	for {
-		n, err := splice.ReadNow(int(fd), s.rp)
+		n, err := rawio.ReadNow(int(fd), s.rp)
 		switch err {
 		case nil:
 			s.rn = n
@@ -113,7 +113,7 @@ func (s *rawSock) Write(p []byte) (int, error) {
 // the socket is full.
 func (s *rawSock) writeFD(fd uintptr) bool {
 	for s.wn < len(s.wp) {
-		n, err := splice.WriteNow(int(fd), s.wp[s.wn:])
+		n, err := rawio.WriteNow(int(fd), s.wp[s.wn:])
 		switch err {
 		case nil:
 			s.wn += n

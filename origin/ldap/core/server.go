@@ -13,9 +13,11 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/accept"
+	"github.com/edgefleet/edgefleet/internal/clock"
+	"github.com/edgefleet/edgefleet/internal/errclass"
 	"github.com/edgefleet/edgefleet/internal/splice"
+	"github.com/edgefleet/edgefleet/ldap/wire"
 	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -89,11 +91,8 @@ func New(cfg Config, file *dlp.File, peers PeerLookup, log *slog.Logger, reg pro
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	s := &Server{cfg: cfg, log: log, peers: peers, now: cfg.Now,
+	s := &Server{cfg: cfg, log: log, peers: peers, now: clock.Func(cfg.Now),
 		lns: map[net.Listener]struct{}{}, conns: map[net.Conn]*session{}}
-	if s.now == nil {
-		s.now = time.Now
-	}
 	s.starved = accept.NewLimiter(1, 10*time.Second, s.now)
 	s.refusals = accept.NewLimiter(refusalBurst, refusalWindow, s.now)
 	switch {
@@ -275,7 +274,7 @@ func (s *Server) plain(c net.Conn, p Peer) {
 	up, err := d.Dial("tcp", s.cfg.DefaultServer)
 	if err != nil {
 		c.Close()
-		if accept.LocalResources(err) { // a flood: one line per 10 s, not one per client
+		if errclass.LocalResources(err) { // a flood: one line per 10 s, not one per client
 			s.starving(s.cfg.DefaultServer, err)
 			return
 		}
@@ -341,10 +340,10 @@ func (s *Server) backendTLS(host string) *tls.Config {
 
 // fail marks a server OFFLINE for every connection after a connect or I/O
 // failure, and tells the balancers (a failover balancer moves off it). A local resource error (out of file descriptors or memory:
-// accept.LocalResources) is this host's, not the server's: it marks
+// errclass.LocalResources) is this host's, not the server's: it marks
 // nothing and logs at most one line per 10 s.
 func (s *Server) fail(name string, err error) {
-	if accept.LocalResources(err) {
+	if errclass.LocalResources(err) {
 		s.starving(name, err)
 		return
 	}
@@ -389,7 +388,7 @@ func (s *Server) answers(name string) bool {
 	defer cancel()
 	err := s.checkServer(ctx, name)
 	// A local resource error: no check could be made, not the server's failure.
-	return err == nil || accept.LocalResources(err) || errors.Is(err, errServerBusy)
+	return err == nil || errclass.LocalResources(err) || errors.Is(err, errServerBusy)
 }
 
 func (s *Server) succeed(name string) {

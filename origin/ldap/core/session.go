@@ -15,8 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/edgefleet/edgefleet/ldap/wire"
 	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
 )
 
 // A session is one client connection. Its state is guarded by mu, which
@@ -99,10 +99,13 @@ type op struct {
 	// search skips what the client already has.
 	forwarded, seen, skip int
 	// A paged search: its paging control, the entries of earlier pages,
-	// and (when restarted on another server) those to drop before this
-	// page.
+	// and (when restarted on another server, restarted) those to drop
+	// before this page.
 	paged        *wire.Paged
 	chainN, base int
+	restarted    bool
+	// follows: a search that stays open for the server's changes (sync.go).
+	follows follow
 }
 
 func newSession(srv *Server, c net.Conn, p Peer) *session {
@@ -163,7 +166,7 @@ func (w *clientWriter) Write(p []byte) (int, error) {
 			w.until = now.Add(w.d)
 			w.c.SetWriteDeadline(w.until)
 		}
-		k, err := w.c.Write(p[n:min(len(p), n+64<<10)])
+		k, err := w.c.Write(p[n:min(len(p), n+writePiece)])
 		n += k
 		if err != nil {
 			return n, fmt.Errorf("write to the client: %w", err)
@@ -341,6 +344,7 @@ func (ss *session) onClient(m *wire.Message) {
 		if p, ok := wire.FindPaged(m.Raw); ok {
 			o.paged = new(p) // not &p: that would allocate for every search
 		}
+		o.follows = followsOf(m.Raw)
 	}
 	if o.name == "" {
 		o.name = fmt.Sprintf("op-0x%02x", m.Op)
@@ -565,14 +569,21 @@ func (ss *session) write(raw []byte) {
 }
 
 // writeFailed ends the session after a failed write to the client: it
-// closed, read nothing for WriteTimeout or fell more than MaxQueued
-// behind (its operations on the servers are abandoned when settle closes
-// their connections). What is still queued for it is dropped.
+// closed, read nothing for WriteTimeout, took nothing for a StallWindow
+// while more than MaxQueued behind, or fell MaxHeld behind (its
+// operations on the servers are abandoned when settle closes their
+// connections). What is still queued for it is dropped.
 func (ss *session) writeFailed(err error) {
 	if errors.Is(err, errOutClosed) {
 		return // the session ended already
 	}
-	if ne := net.Error(nil); !ss.ended && (errors.Is(err, errQueueFull) || errors.As(err, &ne) && ne.Timeout()) {
+	var held errHeld
+	var ne net.Error
+	switch {
+	case ss.ended:
+	case errors.As(err, &held):
+		ss.srv.log.Warn("client too far behind: disconnected", ss.who("err", err, "pending", len(ss.pending))...)
+	case errors.Is(err, errStalled) || errors.As(err, &ne) && ne.Timeout():
 		ss.srv.log.Warn("client stopped reading: disconnected", ss.who("err", err, "pending", len(ss.pending))...)
 	}
 	ss.ended, ss.cut = true, true

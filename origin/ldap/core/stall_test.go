@@ -9,14 +9,19 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
+	"github.com/edgefleet/edgefleet/ldap/wire"
 	"github.com/edgefleet/edgefleet/origin/ldap/core"
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
 	"github.com/go-ldap/ldap/v3"
 )
 
 // stall opens n anonymous connections with a 4 KiB receive buffer, each
-// sending 40 subtree searches of ou=bulk for every attribute, and never
-// reads them.
+// sending 9 subtree searches of ou=bulk for every attribute (9.8 MB of
+// answers, more than MaxQueued beyond what the core's socket buffer
+// absorbs), and never reads them. Four of them have more searches in
+// flight than slapd has worker threads, so a core that stopped reading
+// their servers would block every thread; the core reads on and holds
+// what they do not read for a StallWindow, which makes slapd serve all
+// of it: more searches would measure slapd's speed on a shared machine.
 func stall(t *testing.T, addr string, n int) {
 	for range n {
 		c, err := net.Dial("tcp", addr)
@@ -25,7 +30,7 @@ func stall(t *testing.T, addr string, n int) {
 		}
 		t.Cleanup(func() { c.Close() })
 		c.(*net.TCPConn).SetReadBuffer(4096)
-		for i := int32(1); i <= 40; i++ {
+		for i := int32(1); i <= 9; i++ {
 			if _, err := c.Write(searchAttrsPDU(i, "ou=bulk,"+testbed.Suffix, "*")); err != nil {
 				t.Fatal(err)
 			}
@@ -117,7 +122,8 @@ func nextChecks(t *testing.T, h *harness, servers ...string) {
 }
 
 // Clients that send many large searches and stop reading are cut once
-// MaxQueued is queued for them: the core keeps reading the server, whose
+// they have taken nothing for a StallWindow with more than MaxQueued
+// queued for them: the core keeps reading the server, whose
 // worker threads therefore never block on it, so the monitor's root DSE
 // check and other sessions' first answers keep coming, no server is
 // marked down or OFFLINE, and an innocent client is served throughout.

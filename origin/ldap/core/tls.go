@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/splice"
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
+	"github.com/edgefleet/edgefleet/ldap/wire"
 )
 
 var errNotPinned = errors.New("client certificate is not pinned")

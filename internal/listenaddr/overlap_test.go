@@ -1,4 +1,4 @@
-package accept
+package listenaddr
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 // TestListenOverlap: the pairs Linux refuses to bind both of are reported,
 // and the check agrees with the kernel: for each case both addresses are
 // really listened on (with the port made concrete), and the second bind
-// fails exactly when ListenOverlap says so.
+// fails exactly when Overlap says so.
 func TestListenOverlap(t *testing.T) {
 	for _, tc := range []struct {
 		listen []string
@@ -44,9 +44,9 @@ func TestListenOverlap(t *testing.T) {
 				listen = append(listen, strings.ReplaceAll(l, "P", port))
 			}
 			want := strings.ReplaceAll(tc.err, "P", port)
-			err := ListenOverlap(listen)
+			err := Overlap(listen)
 			if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
-				t.Fatalf("ListenOverlap(%q) = %v, want %q", listen, err, want)
+				t.Fatalf("Overlap(%q) = %v, want %q", listen, err, want)
 			}
 			lc := net.ListenConfig{KeepAlive: -1} // as cmd/edge and cmd/origin listen
 			var bindErr error
@@ -59,7 +59,7 @@ func TestListenOverlap(t *testing.T) {
 				defer ln.Close()
 			}
 			if (bindErr != nil) != (err != nil) {
-				t.Fatalf("ListenOverlap says %v, the kernel %v", err, bindErr)
+				t.Fatalf("Overlap says %v, the kernel %v", err, bindErr)
 			}
 		})
 	}

@@ -6,7 +6,7 @@ import (
 
 	ber "github.com/go-asn1-ber/asn1-ber"
 
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
+	"github.com/edgefleet/edgefleet/ldap/wire"
 )
 
 // pagedSearch is a search request (id 5) with another control and then a
@@ -93,5 +93,16 @@ func TestPeek(t *testing.T) {
 		if id, op, ok := wire.Peek(raw); ok {
 			t.Errorf("%s: Peek = %d %#x, want not ok", name, id, op)
 		}
+	}
+}
+
+func TestWithPaged(t *testing.T) {
+	raw := pagedSearch(500, "cookie-from-L1", true)
+	got, err := wire.WithPaged(raw, wire.Paged{Size: 300, Cookie: "cookie-from-L2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := pagedSearch(300, "cookie-from-L2", true); !bytes.Equal(got, want) {
+		t.Fatalf("WithPaged:\n got %x\nwant %x", got, want)
 	}
 }

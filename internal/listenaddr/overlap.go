@@ -1,4 +1,4 @@
-package accept
+package listenaddr
 
 import (
 	"fmt"
@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// ListenOverlap reports two addresses of listen that cannot both be bound
+// Overlap reports two addresses of listen that cannot both be bound
 // on Linux: the same port and the same address, or the same port and one
 // of them a wildcard. Go listens on ":636", "0.0.0.0:636" and "[::]:636"
 // with one dual-stack socket (IPv4 and IPv6 whatever
@@ -16,7 +16,7 @@ import (
 // in use" — the second entry is never needed. Port 0 never overlaps. It
 // depends on no host state, so it runs wherever a configuration is
 // checked.
-func ListenOverlap(listen []string) error {
+func Overlap(listen []string) error {
 	type bound struct {
 		spec, host, port string
 	}

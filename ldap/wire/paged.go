@@ -147,7 +147,12 @@ func FindPaged(raw []byte) (p Paged, found bool) {
 // RestartPaged returns raw with its paged-results control asking for size
 // entries from the start (an empty cookie), its criticality kept; the id,
 // the operation and the other controls are the same bytes.
-func RestartPaged(raw []byte, size int) ([]byte, error) {
+func RestartPaged(raw []byte, size int) ([]byte, error) { return WithPaged(raw, Paged{Size: size}) }
+
+// WithPaged returns raw with its paged-results control asking for p (a
+// page of p.Size entries after p.Cookie), its criticality kept; the id,
+// the operation and the other controls are the same bytes.
+func WithPaged(raw []byte, p Paged) ([]byte, error) {
 	id, op, controls, ok, err := parts(raw)
 	if err != nil {
 		return nil, err
@@ -170,7 +175,7 @@ func RestartPaged(raw []byte, size int) ([]byte, error) {
 		if hasCrit {
 			fields = append(fields, crit.bytes(raw))
 		}
-		value := tlvBytes(0x04, tlvBytes(0x30, integer(0x02, int64(size)), str(0x04, "")))
+		value := tlvBytes(0x04, tlvBytes(0x30, integer(0x02, int64(p.Size)), str(0x04, p.Cookie)))
 		ctls = append(ctls, tlvBytes(0x30, append(fields, value)...))
 	}
 	return tlvBytes(0x30, id.bytes(raw), op.bytes(raw), tlvBytes(0xa0, ctls...)), nil

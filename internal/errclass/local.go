@@ -1,15 +1,11 @@
-package accept
+package errclass
 
 import (
-	"bytes"
 	"errors"
-	"log"
-	"log/slog"
 	"net"
 	"os"
 	"strings"
 	"syscall"
-	"time"
 )
 
 // LocalResources reports whether err is this host running out of a
@@ -61,23 +57,19 @@ func DescriptorShortage() error {
 	return nil
 }
 
-// ErrorLog is a log.Logger for http.Server.ErrorLog: each line net/http
-// writes (an "http: Accept error" per retry when descriptors run out)
-// becomes a slog warning msg with the text as err, at most one per
-// logWindow; the next says how many were suppressed. now nil is time.Now.
-func ErrorLog(l *slog.Logger, msg string, now func() time.Time) *log.Logger {
-	return log.New(&errorLog{l: l, msg: msg, limit: NewLimiter(1, logWindow, now)}, "", 0)
-}
-
-type errorLog struct {
-	l     *slog.Logger
-	msg   string
-	limit *Limiter
-}
-
-func (w *errorLog) Write(p []byte) (int, error) {
-	if ok, suppressed := w.limit.Allow(); ok {
-		w.l.Warn(w.msg, "err", string(bytes.TrimSpace(p)), "suppressed", suppressed)
+// Temporary reports accept errors that closing connections or waiting
+// cures: every LocalResources error, a connection reset or aborted before
+// it was accepted, a timeout.
+func Temporary(err error) bool {
+	if LocalResources(err) {
+		return true
 	}
-	return len(p), nil
+	for _, e := range []error{syscall.ECONNABORTED, syscall.ECONNRESET, syscall.EINTR,
+		syscall.EAGAIN, syscall.EPROTO, syscall.EPERM} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

@@ -19,7 +19,7 @@ import (
 	ber "github.com/go-asn1-ber/asn1-ber"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
+	"github.com/edgefleet/edgefleet/ldap/wire"
 )
 
 var updateCorpus = flag.Bool("update-corpus", false, "write the PDUs captured from ldap-utils into testdata/fuzz")

@@ -5,11 +5,11 @@ import (
 	"io"
 	"testing"
 
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
+	"github.com/edgefleet/edgefleet/ldap/wire"
 )
 
 // BenchmarkReaderParse frames and parses a stream of bind + search +
-// unbind PDUs as a core session does (go test -bench . ./origin/ldap/wire/).
+// unbind PDUs as a core session does (go test -bench . ./ldap/wire/).
 func BenchmarkReaderParse(b *testing.B) {
 	var stream []byte
 	for i := range 100 {

@@ -1,4 +1,4 @@
-package splice
+package rawio
 
 import (
 	"syscall"

@@ -6,7 +6,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
+	"github.com/edgefleet/edgefleet/ldap/wire"
 )
 
 // FuzzReader: any byte stream frames into PDUs that are exact, in-order
@@ -44,8 +44,9 @@ func FuzzReader(f *testing.F) {
 // FuzzParse is the one fuzz target of the package's BER readers: Parse,
 // Peek and the paged-results control never panic; what Parse accepts
 // keeps Raw, Peek reads the same id and operation, WithID changes only the
-// id, and a restarted paged request carries exactly the new page size and
-// an empty cookie.
+// id, a restarted paged request carries exactly the new page size and an
+// empty cookie, and one for the next page its size and cookie and the
+// other controls (HasControl) as they were.
 func FuzzParse(f *testing.F) {
 	f.Add(wire.BindRequest(1, "cn=a", []byte("pw")))
 	f.Add(wire.RootDSESearch(2))
@@ -60,6 +61,14 @@ func FuzzParse(f *testing.F) {
 		if rerr == nil {
 			if p, ok := wire.FindPaged(restarted); ok && (p.Size != 77 || p.Cookie != "") {
 				t.Fatalf("restarted request has %+v", p)
+			}
+		}
+		if next, err := wire.WithPaged(data, wire.Paged{Size: 5, Cookie: "next"}); err == nil {
+			if p, ok := wire.FindPaged(next); ok && (p.Size != 5 || p.Cookie != "next") {
+				t.Fatalf("next page request has %+v", p)
+			}
+			if wire.HasControl(next, wire.OIDSyncRequest) != wire.HasControl(data, wire.OIDSyncRequest) {
+				t.Fatal("WithPaged changed the sync request control")
 			}
 		}
 		m, err := wire.Parse(data)

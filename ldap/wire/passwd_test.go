@@ -5,7 +5,7 @@ import (
 
 	ber "github.com/go-asn1-ber/asn1-ber"
 
-	"github.com/edgefleet/edgefleet/origin/ldap/wire"
+	"github.com/edgefleet/edgefleet/ldap/wire"
 )
 
 // passwdModifyPDU is a Password Modify request with newPasswd and, when
