@@ -236,21 +236,22 @@ func (s *Server) admitHandshake(p Peer, tickets [][]byte) (kind string, release 
 	}
 	release, ok = s.gate.acquire(edgeKey(p))
 	if !ok {
-		s.hsm.total.WithLabelValues("full", hsQueueTimeout).Inc()
 		s.refusal("tls handshake", p, "err", errQueueTimeout)
+		s.hsm.total.WithLabelValues("full", hsQueueTimeout).Inc()
 		return "full", nil, false
 	}
 	return "full", release, true
 }
 
-// handshakeFailed counts and logs (rate-limited) a failed handshake.
+// handshakeFailed logs (rate-limited) and counts a failed handshake; the
+// line first, so that whoever sees the count sees the line.
 func (s *Server) handshakeFailed(p Peer, kind string, err error) {
 	result := hsFailed
 	if errors.Is(err, errNotPinned) {
 		result = hsUnpinned
 	}
-	s.hsm.total.WithLabelValues(kind, result).Inc()
 	s.refusal("tls handshake", p, "err", err)
+	s.hsm.total.WithLabelValues(kind, result).Inc()
 }
 
 func (s *Server) handshakeDone(st tls.ConnectionState) {
