@@ -3,8 +3,10 @@ package main
 import (
 	"flag"
 	"testing"
+	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
+	"github.com/edgefleet/edgefleet/origin/ldap/core"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/invalid.golden")
@@ -24,5 +26,39 @@ func TestCoreTLSModeUnknown(t *testing.T) {
 	c.TLS.Mode = "bogus"
 	if _, err := c.coreConfig(); err == nil || err.Error() != `core.tls.mode: "bogus" is not off, tls or mtls` {
 		t.Fatalf("error %v", err)
+	}
+}
+
+// TestCoreHandshakeKeys: max_handshakes, handshake_queue_timeout and the
+// ticket keys of core.tls reach the core's configuration; their defaults
+// are the core's; a negative one is refused, naming the key.
+func TestCoreHandshakeKeys(t *testing.T) {
+	path := testbed.WriteFile(t, t.TempDir(), "origin.yaml", `core:
+  max_handshakes: 3
+  handshake_queue_timeout: 2s
+  tls:
+    ticket_rotation: 30m
+    ticket_keys: 0
+`)
+	cfg, err := load(nil, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cfg.Core.coreConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HandshakeSlots != 3 || c.HandshakeQueueTimeout != 2*time.Second || c.TicketRotation != 30*time.Minute || c.TicketKeys != 0 {
+		t.Errorf("loaded as slots %d, queue timeout %v, rotation %v, keys %d", c.HandshakeSlots, c.HandshakeQueueTimeout, c.TicketRotation, c.TicketKeys)
+	}
+	d, _ := defaultCore().coreConfig()
+	if want := core.DefaultConfig(); d.HandshakeSlots != want.HandshakeSlots || d.HandshakeQueueTimeout != want.HandshakeQueueTimeout ||
+		d.TicketRotation != want.TicketRotation || d.TicketKeys != want.TicketKeys {
+		t.Errorf("defaults %+v, want the core's", d)
+	}
+	bad := defaultCore()
+	bad.MaxHandshakes = -1
+	if _, err := bad.coreConfig(); err == nil || err.Error() != "core.max_handshakes: -1 is negative" {
+		t.Errorf("max_handshakes -1: %v", err)
 	}
 }

@@ -41,6 +41,9 @@ type coreSection struct {
 	// Bounds on a started PDU and on each write to a client.
 	PDUTimeout   time.Duration `mapstructure:"pdu_timeout"`
 	WriteTimeout time.Duration `mapstructure:"write_timeout"`
+	// Full TLS handshakes in flight, and how long one may wait for a slot.
+	MaxHandshakes         int           `mapstructure:"max_handshakes"`
+	HandshakeQueueTimeout time.Duration `mapstructure:"handshake_queue_timeout"`
 }
 
 type coreTLS struct {
@@ -50,6 +53,9 @@ type coreTLS struct {
 	ClientCA string `mapstructure:"client_ca"`
 	Pins     string `mapstructure:"pins"` // `<sha256-hex> <agent-name>` lines
 	StartTLS bool   `mapstructure:"starttls"`
+	// Session ticket keys: a new one every TicketRotation, TicketKeys kept.
+	TicketRotation time.Duration `mapstructure:"ticket_rotation"`
+	TicketKeys     int           `mapstructure:"ticket_keys"`
 }
 
 func defaultCore() coreSection {
@@ -60,13 +66,16 @@ func defaultCore() coreSection {
 		Name:      d.Name,
 		ProxyMode: d.ProxyMode,
 		Config:    "ldap_proxy.json",
-		TLS:       coreTLS{Mode: d.TLSMode, StartTLS: d.StartTLS},
+		TLS:       coreTLS{Mode: d.TLSMode, StartTLS: d.StartTLS, TicketRotation: d.TicketRotation, TicketKeys: d.TicketKeys},
 		MaxPDU:    d.MaxPDU,
 
 		MaxPending:     d.MaxPending,
 		MaxPendingAuth: d.MaxPendingAuth,
 		PDUTimeout:     d.PDUTimeout,
 		WriteTimeout:   d.WriteTimeout,
+
+		MaxHandshakes:         d.HandshakeSlots,
+		HandshakeQueueTimeout: d.HandshakeQueueTimeout,
 	}
 }
 
@@ -153,6 +162,8 @@ func (cfg coreSection) coreConfig() (core.Config, error) {
 	c.TLSMode, c.StartTLS = cfg.TLS.Mode, cfg.TLS.StartTLS
 	c.MaxPending, c.MaxPendingAuth = cfg.MaxPending, cfg.MaxPendingAuth
 	c.PDUTimeout, c.WriteTimeout = cfg.PDUTimeout, cfg.WriteTimeout
+	c.HandshakeSlots, c.HandshakeQueueTimeout = cfg.MaxHandshakes, cfg.HandshakeQueueTimeout
+	c.TicketRotation, c.TicketKeys = cfg.TLS.TicketRotation, cfg.TLS.TicketKeys
 	switch c.TLSMode {
 	case core.TLSOff, core.TLSOn, core.TLSMTLS:
 	default: // before asking for files a mode that does not exist would need

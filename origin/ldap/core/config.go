@@ -87,8 +87,19 @@ type Config struct {
 	// HandshakeTimeout bounds, with TLS on, the wait for a connection's
 	// first byte and its TLS handshake (LDAPS or StartTLS); 0 is 30 s.
 	HandshakeTimeout time.Duration
+	// HandshakeSlots bounds the full TLS handshakes in flight; the others
+	// wait, one queue per edge served round robin, at most
+	// HandshakeQueueTimeout, then are closed. 0 is one per CPU and 5 s.
+	HandshakeSlots        int
+	HandshakeQueueTimeout time.Duration
+	// TicketRotation is how often a new session ticket key is made;
+	// TicketKeys how many are kept for decrypting (0: no session tickets,
+	// every handshake full). DefaultConfig: 1 h and 24.
+	TicketRotation time.Duration
+	TicketKeys     int
 	// Now, if non-nil, is used instead of time.Now (internal/clock): the
-	// clock of OFFLINE expiry, the load's smoothing, the monitor and the
+	// clock of OFFLINE expiry, the load's smoothing, the monitor, the
+	// session ticket keys' rotation, the handshake queue's deadline and the
 	// durations logged. It is in the Config because New starts the
 	// monitor.
 	Now func() time.Time
@@ -101,7 +112,9 @@ type Config struct {
 // DefaultConfig holds the defaults docs/ldap-core.md lists.
 func DefaultConfig() Config {
 	return Config{Name: "ldapConfiguration", ProxyMode: 1, TLSMode: TLSOff, StartTLS: true, MaxPDU: 4 << 20,
-		MaxPending: 100, MaxPendingAuth: 1000, PDUTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}
+		MaxPending: 100, MaxPendingAuth: 1000, PDUTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
+		HandshakeSlots: DefaultHandshakeSlots(), HandshakeQueueTimeout: DefaultHandshakeQueueTimeout,
+		TicketRotation: DefaultTicketRotation, TicketKeys: DefaultTicketKeys}
 }
 
 // Validate names the first bad value.
@@ -125,6 +138,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("core.pdu_timeout: %v is negative", c.PDUTimeout)
 	case c.WriteTimeout < 0:
 		return fmt.Errorf("core.write_timeout: %v is negative", c.WriteTimeout)
+	case c.HandshakeSlots < 0:
+		return fmt.Errorf("core.max_handshakes: %d is negative", c.HandshakeSlots)
+	case c.HandshakeQueueTimeout < 0:
+		return fmt.Errorf("core.handshake_queue_timeout: %v is negative", c.HandshakeQueueTimeout)
+	case c.TicketRotation < 0:
+		return fmt.Errorf("core.tls.ticket_rotation: %v is negative", c.TicketRotation)
+	case c.TicketKeys < 0:
+		return fmt.Errorf("core.tls.ticket_keys: %d is negative", c.TicketKeys)
 	}
 	if c.DefaultServer != "" {
 		if _, _, err := net.SplitHostPort(c.DefaultServer); err != nil {

@@ -65,6 +65,12 @@ type Server struct {
 	// starved rate-limits the lines of dials that failed for lack of
 	// local resources (a flood can make thousands).
 	starved *loglimit.Limiter
+	// TLS: the handshake gate, the session ticket keys, and the limiter
+	// of refusal lines (handshake.go, tickets.go).
+	gate     *gate
+	tickets  *ticketKeys
+	hsm      *handshakeMetrics
+	refusals *loglimit.Limiter
 
 	mu       sync.Mutex
 	lns      map[net.Listener]struct{}
@@ -89,6 +95,7 @@ func New(cfg Config, file *dlp.File, peers PeerLookup, log *slog.Logger, reg pro
 	s := &Server{cfg: cfg, log: log, peers: peers, now: clock.Func(cfg.Now),
 		lns: map[net.Listener]struct{}{}, conns: map[net.Conn]*session{}}
 	s.starved = loglimit.New(1, 10*time.Second, s.now)
+	s.refusals = loglimit.New(refusalBurst, refusalWindow, s.now)
 	switch {
 	case cfg.ProxyMode == 0:
 	case file == nil:
@@ -119,14 +126,19 @@ func New(cfg Config, file *dlp.File, peers PeerLookup, log *slog.Logger, reg pro
 		s.router = dlp.NewRouter(file, s.proxy, s.health)
 	}
 	s.SetPins(cfg.Pins) // checked by Validate above
-	if cfg.TLSMode != TLSOff {
-		s.tlsCfg = s.serverTLS()
-	}
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
 	s.m = m
+	if s.hsm, err = newHandshakeMetrics(reg); err != nil {
+		return nil, err
+	}
+	if cfg.TLSMode != TLSOff {
+		s.tlsCfg = s.serverTLS()
+		s.tickets = newTicketKeys(s.tlsCfg, cfg.TicketRotation, cfg.TicketKeys, s.now)
+		s.gate = newGate(cfg.HandshakeSlots, cfg.HandshakeQueueTimeout, s.now, s.hsm.queued)
+	}
 	if s.file != nil {
 		if err := s.startBalancing(reg); err != nil {
 			return nil, err
@@ -247,8 +259,7 @@ func (s *Server) plain(c net.Conn, p Peer) {
 			c.Write(wire.NoticeOfDisconnection(13, "confidentiality required: use LDAPS")) // confidentialityRequired
 			ss.shutWrite()
 			ss.drain()
-			s.log.Warn("plain mode: refused a connection without TLS", "id", p.ID, "claimed", p.Claimed, "measured", p.Measured,
-				"edge", p.Edge, "target", s.cfg.DefaultServer)
+			s.refusal("plain mode: refused a connection without TLS", p, "target", s.cfg.DefaultServer)
 			return
 		}
 		c, agent = ss.client, ss.agent

@@ -114,22 +114,34 @@ func (ss *session) accept() bool {
 		ss.rd = wire.NewReader(clientReader{io.MultiReader(bytes.NewReader(first[:]), ss.client), ss})
 		return true
 	}
-	tc := tls.Server(&splice.Conn{Conn: ss.client, Peeked: first[:]}, ss.srv.tlsCfg)
-	if !ss.handshake(tc) {
+	raw, tickets, err := readHello(ss.client, first[0])
+	if err != nil {
+		return false // closed or silent in the middle of its first record
+	}
+	tc := tls.Server(&splice.Conn{Conn: ss.client, Peeked: raw}, ss.srv.tlsCfg)
+	if !ss.handshake(tc, tickets) {
 		return false
 	}
 	ss.rd = wire.NewReader(clientReader{tc, ss})
 	return true
 }
 
-func (ss *session) handshake(tc *tls.Conn) bool {
+// handshake completes the server side of tc, whose ClientHello offered
+// tickets: a full handshake waits its edge's turn for a slot (handshake.go),
+// one resuming a session from a ticket the core's keys decrypt does not.
+func (ss *session) handshake(tc *tls.Conn, tickets [][]byte) bool {
+	kind, release, ok := ss.srv.admitHandshake(ss.peer, tickets)
+	if !ok {
+		return false
+	}
+	defer release()
 	ctx, cancel := context.WithTimeout(context.Background(), ss.srv.handshakeTimeout())
 	defer cancel()
 	if err := tc.HandshakeContext(ctx); err != nil {
-		ss.srv.log.Warn("tls handshake", "id", ss.peer.ID, "claimed", ss.peer.Claimed, "measured", ss.peer.Measured,
-			"edge", ss.peer.Edge, "err", err)
+		ss.srv.handshakeFailed(ss.peer, kind, err)
 		return false
 	}
+	ss.srv.handshakeDone(tc.ConnectionState())
 	ss.client, ss.isTLS = tc, true
 	ss.agent = ss.srv.agentOf(tc.ConnectionState())
 	return true
@@ -156,7 +168,7 @@ func (ss *session) startTLS(o *op) {
 		ss.ended = true
 		return
 	}
-	if !ss.handshake(tls.Server(ss.client, ss.srv.tlsCfg)) {
+	if !ss.startTLSHandshake() {
 		ss.ended = true
 		return
 	}
