@@ -175,18 +175,11 @@ func Push(ctx context.Context, p PushConfig) (PushResult, error) {
 	if p.Files == nil || p.HostKey == nil {
 		return res, errors.New("push: files and host key are required")
 	}
-	bin, err := os.Open(p.Binary)
+	bin, sum, err := p.openBinary()
 	if err != nil {
-		return res, fmt.Errorf("edge binary: %w", err)
+		return res, err
 	}
 	defer bin.Close()
-	sum, err := fileSHA256(bin)
-	if err != nil {
-		return res, fmt.Errorf("edge binary %s: %w", p.Binary, err)
-	}
-	if p.SHA256 != "" && sum != p.SHA256 {
-		return res, fmt.Errorf("edge binary %s has SHA-256 %s, deploy.binary_sha256 pins %s", p.Binary, sum, p.SHA256)
-	}
 
 	client, err := p.connect(ctx)
 	if err != nil {
@@ -199,16 +192,51 @@ func Push(ctx context.Context, p PushConfig) (PushResult, error) {
 	start := time.Now()
 
 	root := strings.TrimSuffix(p.Root, "/")
+	if res.Uploaded, err = p.upload(client, root, bin, sum); err != nil {
+		return res, err
+	}
+	if err := p.activate(client, root, sum, &res); err != nil {
+		return res, err
+	}
+	log.Info("edge pushed", "edge", p.Edge, "target", p.Addr, "installed", res.Installed, "previous", res.Previous,
+		"uploaded", res.Uploaded, "unchanged", res.Unchanged, "duration", time.Since(start))
+	return res, nil
+}
+
+// openBinary opens the edge binary and hashes it, refusing one that is
+// not the pinned SHA-256 (deploy.binary_sha256) when one is.
+func (p PushConfig) openBinary() (*os.File, string, error) {
+	bin, err := os.Open(p.Binary)
+	if err != nil {
+		return nil, "", fmt.Errorf("edge binary: %w", err)
+	}
+	sum, err := fileSHA256(bin)
+	if err != nil {
+		bin.Close()
+		return nil, "", fmt.Errorf("edge binary %s: %w", p.Binary, err)
+	}
+	if p.SHA256 != "" && sum != p.SHA256 {
+		bin.Close()
+		return nil, "", fmt.Errorf("edge binary %s has SHA-256 %s, deploy.binary_sha256 pins %s", p.Binary, sum, p.SHA256)
+	}
+	return bin, sum, nil
+}
+
+// upload puts the files beside their places under root (step 2 of
+// Push): the binary only when the host does not hold it already (which
+// uploaded reports, also with an error after it), configuration and
+// unit as *.new, the metrics token in place.
+func (p PushConfig) upload(client *ssh.Client, root string, bin *os.File, sum string) (uploaded bool, err error) {
 	binPath := root + BinDir + "/edge-" + sum
 	have, _ := runRemote(client, "sha256sum "+shellQuote(binPath)+" 2>/dev/null || true", nil)
 	if !strings.HasPrefix(have, sum+" ") {
 		if _, err := bin.Seek(0, io.SeekStart); err != nil {
-			return res, err
+			return false, err
 		}
 		if err := put(client, root+BinDir+"/.edge-"+sum+".new", 0o755, bin, sum); err != nil {
-			return res, fmt.Errorf("edge %s: upload binary: %w", p.Edge, err)
+			return false, fmt.Errorf("edge %s: upload binary: %w", p.Edge, err)
 		}
-		res.Uploaded = true
+		uploaded = true
 	}
 	for _, f := range []struct {
 		path string
@@ -216,7 +244,7 @@ func Push(ctx context.Context, p PushConfig) (PushResult, error) {
 	}{{root + ConfigPath, p.Files.EdgeConfig}, {root + UnitPath, p.Files.Unit}} {
 		h := sha256.Sum256(f.data)
 		if err := put(client, f.path+".new", 0o644, bytes.NewReader(f.data), hex.EncodeToString(h[:])); err != nil {
-			return res, fmt.Errorf("edge %s: upload %s: %w", p.Edge, path.Base(f.path), err)
+			return uploaded, fmt.Errorf("edge %s: upload %s: %w", p.Edge, path.Base(f.path), err)
 		}
 	}
 
@@ -226,19 +254,25 @@ func Push(ctx context.Context, p PushConfig) (PushResult, error) {
 		// shares.
 		h := sha256.Sum256(tok)
 		if err := put(client, root+MetricsTokenPath, 0o600, bytes.NewReader(tok), hex.EncodeToString(h[:])); err != nil {
-			return res, fmt.Errorf("edge %s: upload %s: %w", p.Edge, path.Base(MetricsTokenPath), err)
+			return uploaded, fmt.Errorf("edge %s: upload %s: %w", p.Edge, path.Base(MetricsTokenPath), err)
 		}
 	}
+	return uploaded, nil
+}
+
+// activate runs the activation script (steps 3 and 4 of Push) and
+// records in res what it installed, replaced or left unchanged.
+func (p PushConfig) activate(client *ssh.Client, root, sum string, res *PushResult) error {
 	script := "sh -c " + shellQuote(activateScript) + " activate " + shellQuote(root) + " " + sum
 	out, err := runRemote(client, script, nil)
 	var re *remoteError
 	switch {
 	case errors.As(err, &re) && re.ExitStatus() == exitCheckFailed:
-		return res, fmt.Errorf("edge %s: the new binary refused the new configuration, nothing changed: %s", p.Edge, lastLine(re.stderr))
+		return fmt.Errorf("edge %s: the new binary refused the new configuration, nothing changed: %s", p.Edge, lastLine(re.stderr))
 	case errors.As(err, &re) && re.ExitStatus() == exitRestartFailed:
-		return res, fmt.Errorf("edge %s: %s", p.Edge, lastLine(re.stderr))
+		return fmt.Errorf("edge %s: %s", p.Edge, lastLine(re.stderr))
 	case err != nil:
-		return res, fmt.Errorf("edge %s: activate: %w", p.Edge, err)
+		return fmt.Errorf("edge %s: activate: %w", p.Edge, err)
 	}
 	for _, l := range strings.Split(out, "\n") {
 		if v, ok := strings.CutPrefix(l, "unchanged "); ok {
@@ -249,9 +283,7 @@ func Push(ctx context.Context, p PushConfig) (PushResult, error) {
 			res.Previous = v
 		}
 	}
-	log.Info("edge pushed", "edge", p.Edge, "target", p.Addr, "installed", res.Installed, "previous", res.Previous,
-		"uploaded", res.Uploaded, "unchanged", res.Unchanged, "duration", time.Since(start))
-	return res, nil
+	return nil
 }
 
 // connect dials and completes the SSH handshake, accepting only the

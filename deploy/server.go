@@ -391,33 +391,80 @@ func copyRRs(set []dns.RR) []dns.RR {
 
 // update applies an RFC 2136 UPDATE: signed with the key, prerequisites
 // met, every change allowed, or nothing changes. The zone file is written
-// before the answer.
+// before the answer. Its steps: verify the signature, authorise the
+// update (not a replay, this zone, its prerequisites), apply it to a copy
+// of the zone, persist the copy, and only then serve it.
 func (s *Server) update(w dns.ResponseWriter, r *dns.Msg) *dns.Msg {
 	m := new(dns.Msg).SetReply(r)
-	t := r.IsTsig()
-	result := UpdateRefused
-	refuse := func(rcode int, why string) *dns.Msg {
-		s.results[result].Inc()
-		if ok, suppressed := s.refusals.Allow(); ok {
-			s.log.Warn("dns update refused", "result", result, "rcode", dns.RcodeToString[rcode], "err", why,
-				"client", w.RemoteAddr().String(), "suppressed", suppressed)
-		}
-		m.Rcode = rcode
-		return m
-	}
-	if t == nil {
-		result = UpdateUnsigned
-		return refuse(dns.RcodeRefused, "not signed")
-	}
-	if res, rcode, why := s.checkTSIG(w, r, m); res != "" {
-		result = res
-		return refuse(rcode, why)
+	if no := s.verifyUpdate(w, r, m); no != nil {
+		return s.refuseUpdate(w, m, no)
 	}
 	// From here the answer is signed with the key.
 	now := s.now()
-	signed := time.Unix(int64(t.TimeSigned), 0)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if no := s.authoriseUpdate(r, now); no != nil {
+		return s.refuseUpdate(w, m, no)
+	}
+	z, no := s.applyUpdate(r.Ns)
+	if no != nil {
+		return s.refuseUpdate(w, m, no)
+	}
+	if z == nil {
+		s.results[UpdateApplied].Inc()
+		return m // nothing changed (a no-op delete): no new serial
+	}
+	if no := s.persistZone(z); no != nil {
+		return s.refuseUpdate(w, m, no)
+	}
+	s.zone = z
+	s.results[UpdateApplied].Inc()
+	s.log.Info("dns update applied", "op", "update", "result", "success", "serial", z.SOA().Serial, "client", w.RemoteAddr().String())
+	return m
+}
+
+// refusal is why an update is refused: the result label it is counted
+// under, the rcode of the answer and the reason logged.
+type refusal struct {
+	result string
+	rcode  int
+	why    string
+}
+
+// refused is a refusal counted as UpdateRefused.
+func refused(rcode int, why string) *refusal {
+	return &refusal{result: UpdateRefused, rcode: rcode, why: why}
+}
+
+// refuseUpdate counts and logs (within the refusal limit) a refused
+// update and gives m, its answer, the rcode.
+func (s *Server) refuseUpdate(w dns.ResponseWriter, m *dns.Msg, no *refusal) *dns.Msg {
+	s.results[no.result].Inc()
+	if ok, suppressed := s.refusals.Allow(); ok {
+		s.log.Warn("dns update refused", "result", no.result, "rcode", dns.RcodeToString[no.rcode], "err", no.why,
+			"client", w.RemoteAddr().String(), "suppressed", suppressed)
+	}
+	m.Rcode = no.rcode
+	return m
+}
+
+// verifyUpdate checks that r is signed with the key; checkTSIG gives m
+// the TSIG record its answer carries.
+func (s *Server) verifyUpdate(w dns.ResponseWriter, r, m *dns.Msg) *refusal {
+	if r.IsTsig() == nil {
+		return &refusal{result: UpdateUnsigned, rcode: dns.RcodeRefused, why: "not signed"}
+	}
+	if res, rcode, why := s.checkTSIG(w, r, m); res != "" {
+		return &refusal{result: res, rcode: rcode, why: why}
+	}
+	return nil
+}
+
+// authoriseUpdate, under s.mu, refuses a verified update received
+// before, one for another zone and one whose prerequisites do not hold.
+func (s *Server) authoriseUpdate(r *dns.Msg, now time.Time) *refusal {
+	t := r.IsTsig()
+	signed := time.Unix(int64(t.TimeSigned), 0)
 	// A copy of an update already received (a third party replaying a
 	// captured one within its time window) is not applied again, even
 	// if that one was refused: its conditions may hold now.
@@ -428,45 +475,51 @@ func (s *Server) update(w dns.ResponseWriter, r *dns.Msg) *dns.Msg {
 	}
 	mac := strings.ToLower(t.MAC)
 	if _, dup := s.seen[mac]; dup {
-		result = UpdateReplay
-		return refuse(dns.RcodeRefused, "replayed: an update with this MAC was received before (within its fudge window)")
+		return &refusal{result: UpdateReplay, rcode: dns.RcodeRefused, why: "replayed: an update with this MAC was received before (within its fudge window)"}
 	}
 	s.seen[mac] = signed.Add(min(time.Duration(t.Fudge)*time.Second, maxFudge))
 	if len(r.Question) != 1 || r.Question[0].Qtype != dns.TypeSOA {
-		return refuse(dns.RcodeFormatError, "zone section is not one SOA question")
+		return refused(dns.RcodeFormatError, "zone section is not one SOA question")
 	}
 	if dns.CanonicalName(r.Question[0].Name) != s.cfg.Zone {
-		return refuse(dns.RcodeNotAuth, "not authoritative for "+r.Question[0].Name)
+		return refused(dns.RcodeNotAuth, "not authoritative for "+r.Question[0].Name)
 	}
 	if rcode, why := s.prereqs(r.Answer); rcode != dns.RcodeSuccess {
-		return refuse(rcode, why)
+		return refused(rcode, why)
 	}
+	return nil
+}
+
+// applyUpdate applies the update section to a copy of the zone, under
+// s.mu. The copy is nil when nothing changed.
+func (s *Server) applyUpdate(rrs []dns.RR) (*Zone, *refusal) {
 	z := s.zone.clone()
-	for _, rr := range r.Ns {
+	for _, rr := range rrs {
 		if rcode, why := s.apply(z, rr); rcode != dns.RcodeSuccess {
-			return refuse(rcode, why)
+			return nil, refused(rcode, why)
 		}
 	}
 	if bytes.Equal(z.Marshal(), s.zone.Marshal()) {
-		s.results[UpdateApplied].Inc()
-		return m // nothing changed (a no-op delete): no new serial
+		return nil, nil
 	}
 	if n := z.count(); n > maxZoneRecords {
-		return refuse(dns.RcodeRefused, fmt.Sprintf("the zone would hold %d records, more than %d", n, maxZoneRecords))
+		return nil, refused(dns.RcodeRefused, fmt.Sprintf("the zone would hold %d records, more than %d", n, maxZoneRecords))
 	}
+	return z, nil
+}
+
+// persistZone gives z its new serial and writes the zone file. It never
+// writes a file the next start would refuse: z must read back.
+func (s *Server) persistZone(z *Zone) *refusal {
 	z.SOA().Serial++
-	// Never write a file the next start would refuse: it must read back.
 	text := z.Marshal()
 	if _, err := ParseZone(text, s.cfg.Zone); err != nil {
-		return refuse(dns.RcodeRefused, "the zone would not read back: "+err.Error())
+		return refused(dns.RcodeRefused, "the zone would not read back: "+err.Error())
 	}
 	if err := WriteFileAtomic(s.cfg.ZoneFile, text, 0o644); err != nil {
-		return refuse(dns.RcodeServerFailure, err.Error())
+		return refused(dns.RcodeServerFailure, err.Error())
 	}
-	s.zone = z
-	s.results[UpdateApplied].Inc()
-	s.log.Info("dns update applied", "op", "update", "result", "success", "serial", z.SOA().Serial, "client", w.RemoteAddr().String())
-	return m
+	return nil
 }
 
 // checkTSIG checks the TSIG of r, a signed message, and gives m, its

@@ -51,27 +51,60 @@ type ProbeStatus struct {
 // addresses fails: an agent that picks the failing one does not get
 // through.
 func Status(ctx context.Context, cfg Config, st *State, live RRSet, fw Firewall, probe ProbeFunc, conns ConnsFunc) []StatusRow {
-	type item struct {
-		e     Edge
-		state string
-	}
-	var items []item
-	known := map[netip.Addr]bool{}
-	for _, e := range cfg.Edges {
-		state := StateNew
-		if s := st.Edges[e.Name]; s != nil && s.State == StateFailed {
-			state = StateFailed
-		}
-		items = append(items, item{e, state})
-	}
 	var allowed map[netip.Addr]bool
 	fwErr := errors.New("no firewall")
 	if fw != nil {
 		allowed, fwErr = fw.Allowed()
 	}
-	for _, e := range leaving(cfg, st, live, allowed, fwErr == nil) {
-		items = append(items, item{e, StateDraining})
+	items := statusItems(cfg, st, live, allowed, fwErr == nil)
+	rows := make([]StatusRow, len(items))
+	var wg sync.WaitGroup
+	for i, it := range items {
+		addrs := it.e.Addrs()
+		rows[i] = it.row(addrs, live, fw != nil, allowed, fwErr)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Connections first: the probe's own must not count.
+			if it.e.Metrics != "" && conns != nil {
+				if n, err := conns(ctx, it.e.Metrics); err == nil {
+					rows[i].Active = strconv.Itoa(n)
+				} else {
+					rows[i].Active = "?"
+				}
+			}
+			if probe != nil {
+				rows[i].probe(ctx, probe, addrs, cfg.Probe.Port)
+			}
+		}()
 	}
+	wg.Wait()
+	return rows
+}
+
+// statusItem is an edge Status reports on, with the state it starts
+// from.
+type statusItem struct {
+	e     Edge
+	state string
+}
+
+// statusItems are Status's rows, in its order: the inventory's edges,
+// the leaving ones, then the strangers (addresses live in DNS or in the
+// firewall's sources, allowed, that no edge before holds).
+func statusItems(cfg Config, st *State, live RRSet, allowed map[netip.Addr]bool, fwKnown bool) []statusItem {
+	var items []statusItem
+	for _, e := range cfg.Edges {
+		state := StateNew
+		if s := st.Edges[e.Name]; s != nil && s.State == StateFailed {
+			state = StateFailed
+		}
+		items = append(items, statusItem{e, state})
+	}
+	for _, e := range leaving(cfg, st, live, allowed, fwKnown) {
+		items = append(items, statusItem{e, StateDraining})
+	}
+	known := map[netip.Addr]bool{}
 	for _, it := range items {
 		for _, a := range it.e.Addrs() {
 			known[a] = true
@@ -96,47 +129,32 @@ func Status(ctx context.Context, cfg Config, st *State, live RRSet, fw Firewall,
 		if a.Is4() {
 			e = Edge{IPv4: a.String()}
 		}
-		items = append(items, item{e, StateUnknown})
+		items = append(items, statusItem{e, StateUnknown})
 	}
+	return items
+}
 
-	rows := make([]StatusRow, len(items))
-	var wg sync.WaitGroup
-	for i, it := range items {
-		addrs := it.e.Addrs()
-		var strs []string
-		for _, a := range addrs {
-			strs = append(strs, a.String())
-		}
-		row := StatusRow{Edge: it.e.Name, Address: strings.Join(strs, ","), State: it.state, Active: "-"}
-		row.InDNS = yesNo(len(addrs), count(addrs, live.Has))
-		row.InFirewall = "?"
-		if fw == nil {
-			row.InFirewall = "-"
-		} else if fwErr == nil {
-			row.InFirewall = yesNo(len(addrs), count(addrs, func(a netip.Addr) bool { return allowed[a] }))
-		}
-		if it.state == StateNew && row.InDNS == "yes" {
-			row.State = StateActive
-		}
-		rows[i] = row
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// Connections first: the probe's own must not count.
-			if it.e.Metrics != "" && conns != nil {
-				if n, err := conns(ctx, it.e.Metrics); err == nil {
-					rows[i].Active = strconv.Itoa(n)
-				} else {
-					rows[i].Active = "?"
-				}
-			}
-			if probe != nil {
-				rows[i].probe(ctx, probe, addrs, cfg.Probe.Port)
-			}
-		}()
+// row is the item's status row without what is measured (active
+// connections, the probe): its addresses in the live DNS set and, when
+// there is a firewall (hasFW) that answered (fwErr nil), in its allowed
+// sources.
+func (it statusItem) row(addrs []netip.Addr, live RRSet, hasFW bool, allowed map[netip.Addr]bool, fwErr error) StatusRow {
+	var strs []string
+	for _, a := range addrs {
+		strs = append(strs, a.String())
 	}
-	wg.Wait()
-	return rows
+	row := StatusRow{Edge: it.e.Name, Address: strings.Join(strs, ","), State: it.state, Active: "-"}
+	row.InDNS = yesNo(len(addrs), count(addrs, live.Has))
+	row.InFirewall = "?"
+	if !hasFW {
+		row.InFirewall = "-"
+	} else if fwErr == nil {
+		row.InFirewall = yesNo(len(addrs), count(addrs, func(a netip.Addr) bool { return allowed[a] }))
+	}
+	if it.state == StateNew && row.InDNS == "yes" {
+		row.State = StateActive
+	}
+	return row
 }
 
 // leaving are the edges the state holds that the next run drains, in the

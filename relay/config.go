@@ -169,15 +169,15 @@ func (c Config) Validate() error {
 	if len(c.Origins) == 0 {
 		return fmt.Errorf("origins: at least one origin (host:port) is required")
 	}
-	seen, names := map[string]bool{}, map[string]bool{}
+	addrs, names := map[string]bool{}, map[string]bool{}
 	for i, o := range c.Origins {
 		if err := checkHostPort(o.Address, false); err != nil {
 			return fmt.Errorf("origins: %w", err)
 		}
-		if seen[o.Address] {
+		if addrs[o.Address] {
 			return fmt.Errorf("origins: %q is listed twice", o.Address)
 		}
-		seen[o.Address] = true
+		addrs[o.Address] = true
 		if o.Name != "" {
 			if err := checkOriginName(o.Name); err != nil {
 				return fmt.Errorf("origins[%d].name: %w", i, err)

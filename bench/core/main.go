@@ -95,6 +95,8 @@ func main() {
 
 type target struct{ name, addr string }
 
+// run measures the targets (startTargets) for each workload and client
+// count of clientList, and writes the table to w.
 func run(w io.Writer, dur time.Duration, rounds int, clientList string) error {
 	var counts []int
 	for _, s := range strings.Split(clientList, ",") {
@@ -109,50 +111,11 @@ func run(w io.Writer, dur time.Duration, rounds int, clientList string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	var slapds []*testbed.Slapd
-	defer func() {
-		for _, s := range slapds {
-			s.Close()
-		}
-	}()
-	start := func(name string, cfg testbed.SlapdConfig) (*testbed.Slapd, error) {
-		d := dir + "/" + name
-		if err := os.Mkdir(d, 0o700); err != nil {
-			return nil, err
-		}
-		s, err := testbed.NewSlapd(d, cfg)
-		if err == nil {
-			slapds = append(slapds, s)
-		}
-		return s, err
-	}
-	l1, err := start("ldap1", testbed.SlapdConfig{})
-	if err != nil {
-		return err
-	}
-	l2, err := start("ldap2", testbed.SlapdConfig{})
-	if err != nil {
-		return err
-	}
-	l3, err := start("ldap3", testbed.SlapdConfig{})
-	if err != nil {
-		return err
-	}
-	backLDAP, err := start("back-ldap", testbed.SlapdConfig{Proxy: []string{l1.URL, l2.URL}})
-	if err != nil {
-		return err
-	}
-	coreAddr, stop, err := startCore(oneServer(l1.Addr, l2.Addr))
-	if err != nil {
-		return err
-	}
+	targets, stop, err := startTargets(dir)
 	defer stop()
-	balancedAddr, stopBalanced, err := startCore(proportional(l1.Addr, l2.Addr, l3.Addr))
 	if err != nil {
 		return err
 	}
-	defer stopBalanced()
-	targets := []target{{"direct slapd", l1.Addr}, {"core", coreAddr}, {"back-ldap", backLDAP.Addr}, {"core proportional ×3", balancedAddr}}
 
 	fmt.Fprintf(w, "LDAP core benchmark, %s: %d samples of %v per target and cell, alternating targets, medians; %d CPUs\n\n",
 		time.Now().UTC().Format(time.RFC3339), rounds, dur, runtime.NumCPU())
@@ -160,21 +123,9 @@ func run(w io.Writer, dur time.Duration, rounds int, clientList string) error {
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, wl := range []string{"bind+search", "search"} {
 		for _, n := range counts {
-			samples := make([][]float64, len(targets))
-			for round := range rounds {
-				for k := range targets {
-					i := (k + round) % len(targets) // each round starts with another target
-					tg := targets[i]
-					r, err := measure(tg.addr, wl, n, dur)
-					if err != nil {
-						return fmt.Errorf("%s %s %d clients: %w", tg.name, wl, n, err)
-					}
-					samples[i] = append(samples[i], r)
-				}
-			}
-			rates := make([]float64, len(targets))
-			for i, s := range samples {
-				rates[i] = benchkit.Median(s)
+			rates, err := rates(targets, wl, n, dur, rounds)
+			if err != nil {
+				return err
 			}
 			fmt.Fprintf(w, "| %s | %d | %.0f | %.0f | %.0f | %.2f× | %.2f× | %.0f | %.2f× |\n", wl, n, rates[0], rates[1], rates[2],
 				rates[1]/rates[2], rates[1]/rates[0], rates[3], rates[3]/rates[1])
@@ -182,6 +133,79 @@ func run(w io.Writer, dur time.Duration, rounds int, clientList string) error {
 	}
 	fmt.Fprintln(w, "\nops/s: bind+search counts one bind and one search as one operation pair; search counts searches (bound once).")
 	return nil
+}
+
+// startTargets starts three slapds, back-ldap over two of them, and two
+// cores (one server pair; proportional over three), their files under
+// dir. The targets are in the table's order; stop (never nil) stops
+// what started, also after an error.
+func startTargets(dir string) (targets []target, stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	start := func(name string, cfg testbed.SlapdConfig) (*testbed.Slapd, error) {
+		d := dir + "/" + name
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return nil, err
+		}
+		s, err := testbed.NewSlapd(d, cfg)
+		if err == nil {
+			stops = append(stops, func() { s.Close() })
+		}
+		return s, err
+	}
+	l1, err := start("ldap1", testbed.SlapdConfig{})
+	if err != nil {
+		return nil, stop, err
+	}
+	l2, err := start("ldap2", testbed.SlapdConfig{})
+	if err != nil {
+		return nil, stop, err
+	}
+	l3, err := start("ldap3", testbed.SlapdConfig{})
+	if err != nil {
+		return nil, stop, err
+	}
+	backLDAP, err := start("back-ldap", testbed.SlapdConfig{Proxy: []string{l1.URL, l2.URL}})
+	if err != nil {
+		return nil, stop, err
+	}
+	coreAddr, stopCore, err := startCore(oneServer(l1.Addr, l2.Addr))
+	if err != nil {
+		return nil, stop, err
+	}
+	stops = append(stops, stopCore)
+	balancedAddr, stopBalanced, err := startCore(proportional(l1.Addr, l2.Addr, l3.Addr))
+	if err != nil {
+		return nil, stop, err
+	}
+	stops = append(stops, stopBalanced)
+	return []target{{"direct slapd", l1.Addr}, {"core", coreAddr}, {"back-ldap", backLDAP.Addr}, {"core proportional ×3", balancedAddr}}, stop, nil
+}
+
+// rates is each target's median rate of workload wl with n clients over
+// rounds samples of dur, each round starting with another target.
+func rates(targets []target, wl string, n int, dur time.Duration, rounds int) ([]float64, error) {
+	samples := make([][]float64, len(targets))
+	for round := range rounds {
+		for k := range targets {
+			i := (k + round) % len(targets)
+			tg := targets[i]
+			r, err := measure(tg.addr, wl, n, dur)
+			if err != nil {
+				return nil, fmt.Errorf("%s %s %d clients: %w", tg.name, wl, n, err)
+			}
+			samples[i] = append(samples[i], r)
+		}
+	}
+	rates := make([]float64, len(targets))
+	for i, s := range samples {
+		rates[i] = benchkit.Median(s)
+	}
+	return rates, nil
 }
 
 // serveOnly runs the core's side of the benchmark in this process alone:

@@ -245,26 +245,7 @@ func failover() (string, error) {
 
 	// One name per A set, answered in exactly this order by a DNS server
 	// of our own (named rotates its answers; the order is the point here).
-	sets := map[string][]string{}
-	type set struct {
-		name, first string
-		n           int
-	}
-	var plan []set
-	for _, first := range []string{"black hole", "refused"} {
-		dead := ipAt(0)
-		if first == "refused" {
-			dead = ipAt(1)
-		}
-		for _, n := range counts {
-			if n < 2 {
-				continue
-			}
-			name := fmt.Sprintf("n%d-%s.bench.test.", n, strings.ReplaceAll(first, " ", "-"))
-			sets[name] = append([]string{dead}, good[:n-1]...)
-			plan = append(plan, set{name, first, n})
-		}
-	}
+	sets, plan := failoverPlan(counts, ipAt(0), ipAt(1), good)
 	dnsAddr, stopDNS, err := serveDNS(sets)
 	if err != nil {
 		return "", err
@@ -298,6 +279,37 @@ func failover() (string, error) {
 		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s |\n", s.first, s.n, goCell, curlCell, rankCell)
 	}
 	return b.String(), nil
+}
+
+// failoverSet is one row of the failover table: a name whose A set
+// lists a dead address (first: "black hole" or "refused") and n-1
+// working ones.
+type failoverSet struct {
+	name, first string
+	n           int
+}
+
+// failoverPlan is the failover table's rows, for each dead address
+// (hole, then refused) and each A-set size of counts from 2 up, and the
+// A set of each row's name.
+func failoverPlan(counts []int, hole, refused string, good []string) (map[string][]string, []failoverSet) {
+	sets := map[string][]string{}
+	var plan []failoverSet
+	for _, first := range []string{"black hole", "refused"} {
+		dead := hole
+		if first == "refused" {
+			dead = refused
+		}
+		for _, n := range counts {
+			if n < 2 {
+				continue
+			}
+			name := fmt.Sprintf("n%d-%s.bench.test.", n, strings.ReplaceAll(first, " ", "-"))
+			sets[name] = append([]string{dead}, good[:n-1]...)
+			plan = append(plan, failoverSet{name, first, n})
+		}
+	}
+	return sets, plan
 }
 
 // curlConnect runs curl against host with its A set pinned (--resolve

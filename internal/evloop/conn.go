@@ -24,24 +24,24 @@ type Conn struct {
 	// Data is the handler's own state of the connection.
 	Data any
 
-	l           *loop
-	cfd, sfd    int
-	peer, local netip.AddrPort
-	upLocal     netip.AddrPort // the upstream socket's local address, once asked
-	upPeer      netip.AddrPort // the address Dial connected to
-	state       uint8
-	reading     bool               // ReadFirst: the client's bytes go to Received
-	pre         []byte             // bytes read from the client and not forwarded yet
-	first       *[]byte            // the pooled buffer pre was taken from (Consume reslices pre)
-	screen      func([]byte) error // Relay's check of the first client bytes
-	up, down    dir
-	cerr        error // a client read error met before Relay
-	dialStarted time.Time
-	dialTook    time.Duration // how long the last Dial took, once it ended
-	dialOpts    *DialOptions
-	lazy        uint8 // lazyNoDelay, lazyKeepalive: set on the upstream socket already
-	writes      int   // writes to the upstream socket so far
-	seen        bool  // an event of the client socket came (its readiness is known)
+	l            *loop
+	cfd, sfd     int
+	peer, local  netip.AddrPort
+	upLocal      netip.AddrPort // the upstream socket's local address, once asked
+	upPeer       netip.AddrPort // the address Dial connected to
+	state        uint8
+	reading      bool               // ReadFirst: the client's bytes go to Received
+	pre          []byte             // bytes read from the client and not forwarded yet
+	first        *[]byte            // the pooled buffer pre was taken from (Consume reslices pre)
+	screen       func([]byte) error // Relay's check of the first client bytes
+	up, down     dir
+	cerr         error // a client read error met before Relay
+	dialStarted  time.Time
+	dialTook     time.Duration // how long the last Dial took, once it ended
+	dialOpts     *DialOptions
+	upOptsSet    uint8 // optNoDelay, optKeepalive: set on the upstream socket already
+	writes       int   // writes to the upstream socket so far
+	clientPolled bool  // an event of the client socket came (its readiness is known)
 
 	tl           *tlist // the timeout list c waits in, if any
 	tprev, tnext *Conn
@@ -64,8 +64,8 @@ const (
 // time, 15 s by default). A short connection pays neither: five
 // setsockopt calls fewer per connection than setting them at connect.
 const (
-	lazyNoDelay uint8 = 1 << iota
-	lazyKeepalive
+	optNoDelay uint8 = 1 << iota
+	optKeepalive
 )
 
 // keepaliveAfter is how long a relayed connection lives before its
@@ -75,18 +75,18 @@ const keepaliveAfter = time.Second
 // upWrite is called before every write to the upstream socket.
 func (c *Conn) upWrite() {
 	c.writes++
-	if c.writes == 2 && c.lazy&lazyNoDelay == 0 && c.dialOpts != nil && c.dialOpts.NoDelay {
-		c.lazy |= lazyNoDelay
+	if c.writes == 2 && c.upOptsSet&optNoDelay == 0 && c.dialOpts != nil && c.dialOpts.NoDelay {
+		c.upOptsSet |= optNoDelay
 		sysSetsockoptInt(c.sfd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 	}
 }
 
 // setKeepalive gives the upstream socket its keepalive options.
 func (c *Conn) setKeepalive() {
-	if c.lazy&lazyKeepalive != 0 || c.dialOpts == nil || c.dialOpts.Keepalive.Idle <= 0 || c.sfd < 0 {
+	if c.upOptsSet&optKeepalive != 0 || c.dialOpts == nil || c.dialOpts.Keepalive.Idle <= 0 || c.sfd < 0 {
 		return
 	}
-	c.lazy |= lazyKeepalive
+	c.upOptsSet |= optKeepalive
 	c.dialOpts.Keepalive.Each(func(level, opt, value int) { sysSetsockoptInt(c.sfd, level, opt, value) })
 }
 
@@ -217,9 +217,9 @@ func (c *Conn) Dial(addr netip.AddrPort, o *DialOptions) {
 		return
 	}
 	// TCP_NODELAY and keepalive are set when they first matter (see
-	// lazy): most relayed connections are over before either would.
+	// optNoDelay): most relayed connections are over before either would.
 	c.dialOpts = o
-	c.lazy = 0
+	c.upOptsSet = 0
 	var sa sockaddr
 	if o.Source.IsValid() {
 		// The port is chosen by connect, not by bind: bind would search
@@ -322,15 +322,15 @@ func (c *Conn) expired() {
 }
 
 // event is epoll's news of one of c's sockets.
-func (c *Conn) event(srv bool, ev uint32) {
+func (c *Conn) event(upstream bool, ev uint32) {
 	in := ev&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0
 	out := ev&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0
 	hup := ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0
 	src, dst := &c.up, &c.down // the directions c's client socket reads for and writes for
-	if srv {
+	if upstream {
 		src, dst = &c.down, &c.up
 	} else {
-		c.seen = true
+		c.clientPolled = true
 	}
 	if in {
 		src.ready = true
@@ -341,12 +341,12 @@ func (c *Conn) event(srv bool, ev uint32) {
 	}
 	switch c.state {
 	case stOpen:
-		if !srv && c.reading && in {
+		if !upstream && c.reading && in {
 			c.readFirst()
 		}
 	case stDialing:
 		switch {
-		case !srv:
+		case !upstream:
 		case ev&(unix.EPOLLERR|unix.EPOLLHUP) != 0:
 			err := sysSoError(c.sfd)
 			if err == nil {
@@ -364,7 +364,7 @@ func (c *Conn) event(srv bool, ev uint32) {
 			// would never read the error (the other side may never read
 			// again), so it ends the connection now.
 			fd, reason := c.cfd, ReasonClientError
-			if srv {
+			if upstream {
 				fd, reason = c.sfd, ReasonServerError
 			}
 			if err := sysSoError(fd); err != nil {
@@ -457,7 +457,7 @@ func (c *Conn) Relay(prefix []byte, screen func([]byte) error) {
 	if len(c.pre) > 0 {
 		out = append(out, c.pre...)
 		c.putPre()
-	} else if (c.up.ready || !c.seen) && !c.up.eof && c.cerr == nil {
+	} else if (c.up.ready || !c.clientPolled) && !c.up.eof && c.cerr == nil {
 		// The client's first bytes have usually arrived during the
 		// connect: read them straight behind the header (also when the
 		// client socket's first event is still to come: the connect
@@ -581,117 +581,154 @@ func (c *Conn) pump() {
 	}
 }
 
-// move runs direction d (src to dst) until it must wait. It reports false
-// when c ended.
+// move runs direction d (src to dst) until it must wait. Each turn
+// first writes out what d holds, then takes the one step d's state
+// calls for: the end of the stream, a drained source, a splice (bulk)
+// or a read through the loop's buffer. It reports false when c ended.
 func (c *Conn) move(d *dir, src, dst int) bool {
 	for {
 		if wait, ok := c.flushOut(d, dst); !ok || wait {
 			return ok
 		}
-		if d.eof {
-			if d == &c.up && c.screen != nil {
-				// A prefix of what the screen looks for, then EOF: it
-				// goes as it came.
-				c.screen = nil
-				held := c.pre
-				c.up.n += int64(len(held))
-				ok := len(held) == 0 || c.write(d, dst, held)
-				c.putPre()
-				if !ok {
-					return false
-				}
-				continue
-			}
-			if !d.shut {
-				d.shut = true
-				c.putPipe(d)
-				other := &c.down
-				if d == &c.down {
-					other = &c.up
-				}
-				if !other.shut {
-					sysShutdown(dst, unix.SHUT_WR)
-				} // else the close that follows sends the FIN
-			}
+		ok := true
+		switch {
+		case d.eof && c.screening(d):
+			// A prefix of what the screen looks for, then EOF: it goes
+			// as it came.
+			ok = c.releaseHeld()
+		case d.eof:
+			c.halfClose(d, dst)
 			return true
-		}
-		if !d.ready {
+		case !d.ready:
 			c.putPipe(d) // drained: the pipe goes back to the pool
 			return true
+		case d.bulk:
+			ok = c.spliceIn(d, src)
+		default:
+			ok = c.copyThrough(d, src, dst)
 		}
-		if d.bulk {
-			if d.p == nil {
-				// Over the pipe budget (Server.MaxPipes) or out of
-				// descriptors: the buffer copies instead.
-				if !c.l.s.takePipe() {
-					d.bulk = false
-					continue
-				}
-				p, err := pipepool.Get()
-				if err != nil {
-					c.l.s.pipeGone()
-					d.bulk = false
-					continue
-				}
-				d.p = p
-			}
-			m, err := sysSplice(src, d.p.W, pipepool.Chunk)
-			switch {
-			case err == unix.EINTR:
-			case err == unix.EAGAIN:
-				d.ready = false
-			case err != nil:
-				c.readFailed(d, err)
-				return false
-			case m == 0:
-				d.eof = true
-			default:
-				d.inPipe += m
-				d.n += int64(m)
-				if m < bufSize {
-					// A small burst: the next one is copied through
-					// the buffer again (splice-auto), until one fills it.
-					d.bulk = false
-				}
-			}
-			continue
-		}
-		buf := c.l.buf[:bufSize]
-		m, err := rawio.ReadNow(src, buf)
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err == unix.EAGAIN:
-			d.ready = false
-			continue
-		case err != nil:
-			c.readFailed(d, err)
-			return false
-		case m == 0:
-			d.eof = true
-			continue
-		}
-		if m < len(buf) {
-			if !d.hup {
-				// A short read drained the socket: the next byte or FIN
-				// is a new edge.
-				d.ready = false
-			}
-		} else {
-			d.bulk = true
-		}
-		b := buf[:m]
-		if d == &c.up && c.screen != nil {
-			if !c.screenMore(b) {
-				return false
-			}
-			continue
-		}
-		d.n += int64(m)
-		if !c.write(d, dst, b) {
+		if !ok {
 			return false
 		}
 	}
+}
+
+// screening reports whether d's bytes still go to Relay's screen
+// before any of them is forwarded.
+func (c *Conn) screening(d *dir) bool { return d == &c.up && c.screen != nil }
+
+// releaseHeld ends screening: the client's bytes held for the screen go
+// to the upstream. It reports false when c ended.
+func (c *Conn) releaseHeld() bool {
+	c.screen = nil
+	held := c.pre
+	c.up.n += int64(len(held))
+	ok := len(held) == 0 || c.write(&c.up, c.sfd, held)
+	c.putPre()
+	return ok
+}
+
+// halfClose ends direction d after its source's EOF: d's pipe goes
+// back, and dst's write half is shut, unless the other direction is
+// done already (the close that follows sends the FIN then).
+func (c *Conn) halfClose(d *dir, dst int) {
+	if d.shut {
+		return
+	}
+	d.shut = true
+	c.putPipe(d)
+	if !c.other(d).shut {
+		sysShutdown(dst, unix.SHUT_WR)
+	}
+}
+
+// other is the direction opposite d.
+func (c *Conn) other(d *dir) *dir {
+	if d == &c.up {
+		return &c.down
+	}
+	return &c.up
+}
+
+// spliceIn moves what src has into d's pipe. Without a pipe to be had
+// (over Server.MaxPipes, or out of descriptors) d copies through the
+// buffer instead. It reports false when c ended.
+func (c *Conn) spliceIn(d *dir, src int) bool {
+	if d.p == nil && !c.takePipe(d) {
+		d.bulk = false
+		return true
+	}
+	m, err := sysSplice(src, d.p.W, pipepool.Chunk)
+	switch {
+	case err == unix.EINTR:
+	case err == unix.EAGAIN:
+		d.ready = false
+	case err != nil:
+		c.readFailed(d, err)
+		return false
+	case m == 0:
+		d.eof = true
+	default:
+		d.inPipe += m
+		d.n += int64(m)
+		if m < bufSize {
+			// A small burst: the next one is copied through the buffer
+			// again (splice-auto), until one fills it.
+			d.bulk = false
+		}
+	}
+	return true
+}
+
+// takePipe gives d a pipe from the pool, within the Server's budget. It
+// reports false when there is none to be had.
+func (c *Conn) takePipe(d *dir) bool {
+	if !c.l.s.takePipe() {
+		return false
+	}
+	p, err := pipepool.Get()
+	if err != nil {
+		c.l.s.pipeGone()
+		return false
+	}
+	d.p = p
+	return true
+}
+
+// copyThrough reads what src has into the loop's buffer and writes it
+// to dst (or hands it to the screen); a read that fills the buffer
+// makes d bulk. It reports false when c ended.
+func (c *Conn) copyThrough(d *dir, src, dst int) bool {
+	buf := c.l.buf[:bufSize]
+	m, err := rawio.ReadNow(src, buf)
+	switch {
+	case err == unix.EINTR:
+		return true
+	case err == unix.EAGAIN:
+		d.ready = false
+		return true
+	case err != nil:
+		c.readFailed(d, err)
+		return false
+	case m == 0:
+		d.eof = true
+		return true
+	}
+	if m < len(buf) {
+		if !d.hup {
+			// A short read drained the socket: the next byte or FIN is
+			// a new edge.
+			d.ready = false
+		}
+	} else {
+		d.bulk = true
+	}
+	b := buf[:m]
+	if c.screening(d) {
+		return c.screenMore(b)
+	}
+	d.n += int64(m)
+	return c.write(d, dst, b)
 }
 
 // flushOut writes what d holds — bytes a write did not take, or a
@@ -755,12 +792,7 @@ func (c *Conn) screenMore(b []byte) bool {
 	c.pre = append(c.pre, b...)
 	switch err := c.screen(c.pre); err {
 	case nil:
-		c.screen = nil
-		held := c.pre
-		c.up.n += int64(len(held))
-		ok := c.write(&c.up, c.sfd, held)
-		c.putPre()
-		return ok
+		return c.releaseHeld()
 	case ErrMore:
 		if len(c.pre) >= maxFirst {
 			c.finish(Result{Reason: ReasonClientError, Err: errScreenTooLong})

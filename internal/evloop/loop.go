@@ -383,46 +383,46 @@ func unmapped(a net.Addr) netip.AddrPort {
 // connection or a listener. gen tells a stale event (for a descriptor
 // closed and reused since epoll_wait returned) from a current one.
 type slot struct {
-	c   *Conn
-	ln  *lslot
-	gen uint32
-	srv bool
+	c        *Conn
+	ln       *lslot
+	gen      uint32
+	upstream bool // c's upstream socket, not its client one
 }
 
 // lslot is a listener's descriptor in one loop, with its accept back-off.
 type lslot struct {
-	lst     *listener
-	fd      int
-	backoff time.Duration
-	retryAt time.Time // non-zero while backing off (out of the epoll set)
-	more    bool      // the last accept batch did not reach EAGAIN
+	lst       *listener
+	fd        int
+	backoff   time.Duration
+	retryAt   time.Time // non-zero while backing off (out of the epoll set)
+	undrained bool      // the last accept batch did not reach EAGAIN
 }
 
 // loop is one event loop: an epoll set and the connections it carries.
 type loop struct {
-	s      *Server
-	epfd   int
-	file   *os.File        // epfd, in Go's poller
-	raw    syscall.RawConn // file's, to park on
-	waitFn func(uintptr) bool
-	waitN  int // events wait found
-	evfd   int // eventfd: post wakes the loop with it
-	events []unix.EpollEvent
-	fds    []slot
-	gen    uint32
-	now    time.Time
-	mono   time.Time // time.Now at the same moment: timeouts run on the real clock
-	buf    []byte    // scratch for reads and the first write
-	timers []*tlist
-	lns    []*lslot
-	conns  map[*Conn]struct{}
-	done   bool
-	more   bool // a listener has more to accept: do not park
+	s         *Server
+	epfd      int
+	file      *os.File        // epfd, in Go's poller
+	raw       syscall.RawConn // file's, to park on
+	waitFn    func(uintptr) bool
+	waitN     int // events wait found
+	evfd      int // eventfd: post wakes the loop with it
+	events    []unix.EpollEvent
+	fds       []slot
+	gen       uint32
+	now       time.Time
+	mono      time.Time // time.Now at the same moment: timeouts run on the real clock
+	buf       []byte    // scratch for reads and the first write
+	timers    []*tlist
+	lns       []*lslot
+	conns     map[*Conn]struct{}
+	done      bool
+	undrained bool // a listener has more to accept: do not park
 
-	mu     sync.Mutex
-	ended  bool // the loop has ended and closed evfd: post drops what comes
-	posted []func()
-	run2   []func() // posted, swapped out to run
+	mu      sync.Mutex
+	ended   bool // the loop has ended and closed evfd: post drops what comes
+	posted  []func()
+	running []func() // posted, swapped out to run
 }
 
 // bufSize is the scratch buffer: small reads are copied through it, and a
@@ -491,11 +491,11 @@ func (l *loop) runPosted() {
 	var v uint64
 	syscall.RawSyscall(unix.SYS_READ, uintptr(l.evfd), uintptr(unsafe.Pointer(&v)), 8)
 	l.mu.Lock()
-	l.run2, l.posted = l.posted, l.run2[:0]
+	l.running, l.posted = l.posted, l.running[:0]
 	l.mu.Unlock()
-	for i, f := range l.run2 {
+	for i, f := range l.running {
 		f()
-		l.run2[i] = nil
+		l.running[i] = nil
 	}
 }
 
@@ -518,7 +518,7 @@ func (l *loop) run() {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		if n == 0 && !l.more {
+		if n == 0 && !l.undrained {
 			// The deadline stays on the file until changed: a past one
 			// would end every later wait at once (a loop spinning idle).
 			switch next := l.nextDeadline(); {
@@ -555,13 +555,13 @@ func (l *loop) run() {
 			case sl.ln != nil:
 				l.accept(sl.ln)
 			case sl.c != nil:
-				sl.c.event(sl.srv, ev.Events)
+				sl.c.event(sl.upstream, ev.Events)
 			}
 		}
-		if l.more {
-			l.more = false
+		if l.undrained {
+			l.undrained = false
 			for _, ls := range l.lns {
-				if ls.more && ls.retryAt.IsZero() {
+				if ls.undrained && ls.retryAt.IsZero() {
 					l.accept(ls)
 				}
 			}
@@ -588,12 +588,12 @@ func (l *loop) wait(uintptr) bool {
 }
 
 // register adds fd to the epoll set (edge-triggered, both ways) for c.
-func (l *loop) register(fd int, c *Conn, srv bool) error {
+func (l *loop) register(fd int, c *Conn, upstream bool) error {
 	for fd >= len(l.fds) {
 		l.fds = append(l.fds, make([]slot, max(len(l.fds), 64))...)
 	}
 	l.gen++
-	l.fds[fd] = slot{c: c, gen: l.gen, srv: srv}
+	l.fds[fd] = slot{c: c, gen: l.gen, upstream: upstream}
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET, Fd: int32(fd), Pad: int32(l.gen)}
 	if err := sysEpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		l.fds[fd] = slot{}
@@ -634,7 +634,7 @@ func (s *Server) isClosed() bool {
 // connection here: the loops park in Go's poller, not in epoll_wait, and
 // the empty wake-ups per connection measured the same without the flag
 // (a loop that finds nothing to accept parks again). The loop accepts
-// until EAGAIN, acceptBatch at a time (ls.more carries the
+// until EAGAIN, acceptBatch at a time (ls.undrained carries the
 // rest to the next turn).
 func (l *loop) watchListener(ls *lslot) error {
 	for ls.fd >= len(l.fds) {
@@ -688,11 +688,11 @@ const acceptBatch = 64
 
 func (l *loop) accept(ls *lslot) {
 	var sa sockaddr
-	ls.more = false
+	ls.undrained = false
 	for i := range acceptBatch + 1 {
 		if i == acceptBatch {
-			ls.more = true // not known to be drained: go on next turn
-			l.more = true
+			ls.undrained = true // not known to be drained: go on next turn
+			l.undrained = true
 			return
 		}
 		fd, err := sysAccept4(ls.fd, &sa)

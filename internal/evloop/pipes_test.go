@@ -55,6 +55,10 @@ func TestStalledConnectionsHoldBoundedPipes(t *testing.T) {
 	}
 	r := newRelay(up)
 	s := &Server{Handler: r, Loops: 1, MaxPipes: budget, Log: slog.New(slog.DiscardHandler)}
+	// The loops are made here, not in Serve's goroutine: the test posts to
+	// one below, and nothing else orders its reading of s.loops after
+	// their making.
+	s.start()
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(ln) }()
 	t.Cleanup(func() { s.Close(); <-served; s.Stop() })

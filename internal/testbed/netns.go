@@ -258,6 +258,17 @@ func NewDockerHostBackend(t testing.TB, port int, backend string) *DockerHost {
 			Container: netip.MustParseAddr("fd00:d0c::2"),
 			Host2:     netip.MustParseAddr("2001:db8:f::1"), Stranger2: netip.MustParseAddr("2001:db8:f::66")},
 	}
+	d.wire(t)
+	d.dockerRules(suffix)
+	P := strconv.Itoa(port)
+	Serve(d.Container.Listen(":" + P))
+	Serve(d.Edge.Listen(":" + P))
+	return d
+}
+
+// wire makes the host's bridges (ext0 and ext1 outside, dock0 to the
+// container) with its addresses, and links the other namespaces to them.
+func (d *DockerHost) wire(t testing.TB) {
 	h := d.Host
 	h.Run("sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
 	for _, br := range []string{"ext0", "ext1", "dock0"} {
@@ -296,7 +307,12 @@ func NewDockerHostBackend(t testing.TB, port int, backend string) *DockerHost {
 			p.ns.Run("ip", "route", "add", "default", "via", gw)
 		}
 	}
-	P := strconv.Itoa(port)
+}
+
+// dockerRules writes, with iptables-<suffix>, the rules dockerd would
+// for publishing d.Port, in both families.
+func (d *DockerHost) dockerRules(suffix string) {
+	h, P := d.Host, strconv.Itoa(d.Port)
 	for _, fam := range []struct {
 		cmd, ctr, dst, subnet string
 	}{
@@ -319,9 +335,6 @@ func NewDockerHostBackend(t testing.TB, port int, backend string) *DockerHost {
 			h.Run(fam.cmd, r...)
 		}
 	}
-	Serve(d.Container.Listen(":" + P))
-	Serve(d.Edge.Listen(":" + P))
-	return d
 }
 
 // NeedDocker is Need for a running Docker engine: the docker client must

@@ -201,17 +201,30 @@ func (p *condParser) cond(depth int) (Cond, error) {
 	return c, nil
 }
 
+// item parses one (attr=value) condition, the '(' already read.
 func (p *condParser) item() (Cond, error) {
+	start := p.i
+	attr, raw, vstart, err := p.attrValue()
+	if err != nil {
+		return nil, err
+	}
+	return p.itemCond(attr, raw, start, vstart)
+}
+
+// attrValue reads attr=value up to the item's closing ')', which it
+// leaves unread: raw is the value as written (its parentheses balanced,
+// a backslash escaping the next character), vstart where it starts.
+func (p *condParser) attrValue() (attr, raw string, vstart int, err error) {
 	start := p.i
 	for p.i < len(p.s) && p.s[p.i] != '=' && p.s[p.i] != ')' && p.s[p.i] != '(' {
 		p.i++
 	}
-	attr := strings.TrimSpace(p.s[start:p.i])
+	attr = strings.TrimSpace(p.s[start:p.i])
 	if p.i >= len(p.s) || p.s[p.i] != '=' {
-		return nil, p.errf("expected '=' after %q", attr)
+		return "", "", 0, p.errf("expected '=' after %q", attr)
 	}
 	p.i++
-	vstart := p.i
+	vstart = p.i
 	depth := 0
 value:
 	for p.i < len(p.s) {
@@ -232,9 +245,14 @@ value:
 		p.i = len(p.s)
 	}
 	if p.i >= len(p.s) {
-		return nil, p.errAt(start, "item %q is not closed by ')'", strings.TrimSpace(p.s[start:]))
+		return "", "", 0, p.errAt(start, "item %q is not closed by ')'", strings.TrimSpace(p.s[start:]))
 	}
-	raw := p.s[vstart:p.i]
+	return attr, p.s[vstart:p.i], vstart, nil
+}
+
+// itemCond is the condition attr=raw stands for; start and vstart are
+// where the item and its value start, for the errors.
+func (p *condParser) itemCond(attr, raw string, start, vstart int) (Cond, error) {
 	val := strings.TrimSpace(raw)
 	switch strings.ToLower(attr) {
 	case "user":
