@@ -361,6 +361,9 @@ func (c *Converger) plan(ctx context.Context) ([]Step, *run, error) {
 	if err := st.Adopt(cfg, c.StatePath); err != nil {
 		return nil, nil, err
 	}
+	// An edge fleet watch withdrew stays out of DNS and drains like one
+	// that left fleet.yaml, until the watch restores it.
+	cfg = Serving(cfg, st)
 	live, err := c.DNS.Read(ctx)
 	if err != nil {
 		return nil, nil, err
