@@ -186,8 +186,11 @@ func Decide(w Watch, inventory int, edges []Health) Decision {
 	published := 0
 	var candidates []Health
 	for _, h := range edges {
+		if !h.Withdrawn {
+			published++
+		}
 		if h.Fails == 0 && h.Passes == 0 {
-			continue // not checked yet
+			continue // not checked yet: published all the same
 		}
 		checked++
 		if h.Fails > 0 {
@@ -199,7 +202,6 @@ func Decide(w Watch, inventory int, edges []Health) Decision {
 			}
 			continue
 		}
-		published++
 		if h.Fails >= w.Fall {
 			candidates = append(candidates, h)
 		}
