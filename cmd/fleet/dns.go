@@ -173,7 +173,7 @@ func applyDNS(ctx context.Context, w io.Writer, f fleetFile, pub *deploy.Publish
 		return cli.Exit(1, err)
 	}
 	serving := deploy.Serving(f.Config, st) // fleet watch's withdrawals stay out
-	deploy.Reconcile(serving, st, live, nil)
+	deploy.Reconcile(f.Config, st, live, nil)
 	p, err := deploy.PlanDNS(f.Name, live, serving.Edges, uint32(f.TTL), st.Names())
 	if err != nil {
 		return cli.Exit(1, err)

@@ -331,10 +331,7 @@ func allowedRules(ctx context.Context, f fleetFile, fw *firewall.Firewall, fl fi
 	if err != nil {
 		return fail(err)
 	}
-	// An edge fleet watch withdrew is let in only while it drains.
-	serving := deploy.Serving(f.Config, st)
-	c.Edges = firewallConfig(serving, fl).Edges
-	deploy.Reconcile(serving, st, live, src)
+	deploy.Reconcile(f.Config, st, live, src)
 	for _, name := range st.Sorted() {
 		if s := st.Edges[name]; s.State == deploy.StateDraining {
 			e := s.Edge(name)
