@@ -103,7 +103,9 @@ edges:
 		})
 		return out
 	}
-	has := func(set []string, ip string) bool { return strings.Contains(" "+strings.Join(set, " ")+" ", " "+ip+" ") }
+	has := func(set []string, ip string) bool {
+		return strings.Contains(" "+strings.Join(set, " ")+" ", " "+ip+" ")
+	}
 	inFW := func(ip string) bool { return strings.Contains(orig.Run("iptables", "-S"), "-s "+ip+"/32") }
 	waitFor := func(what string, cond func() bool) time.Time {
 		t.Helper()
