@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -260,4 +261,24 @@ edges:
 	w2.cmd.Process.Signal(syscall.SIGTERM)
 	w2.cmd.Wait()
 	t.Logf("fleet watch (restarted):\n%s", w2.output())
+}
+
+// TestWatchUnitVerify: systemd-analyze verify accepts the fleet watch unit
+// docs/watch.md gives (in a private mount namespace where a stand-in sits
+// at its ExecStart path, so nothing is written to the machine's /usr).
+func TestWatchUnitVerify(t *testing.T) {
+	testbed.NeedRoot(t)
+	testbed.Need(t, "systemd-analyze", "unshare")
+	doc := testbed.Doc(t, "docs/watch.md")
+	_, rest, ok := strings.Cut(doc, "```ini\n")
+	unit, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 || !strings.Contains(unit, "ExecStart=/usr/local/bin/fleet ") || !strings.Contains(unit, " watch ") {
+		t.Fatalf("docs/watch.md: no ```ini unit running fleet watch")
+	}
+	path := testbed.WriteFile(t, t.TempDir(), "fleet-watch.service", unit)
+	script := "mount -t tmpfs tmpfs /usr/local/bin && cp /bin/true /usr/local/bin/fleet && exec systemd-analyze verify " + path
+	out, err := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script).CombinedOutput()
+	if err != nil || len(strings.TrimSpace(string(out))) != 0 {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
 }
