@@ -1,6 +1,9 @@
 package deploy
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -243,4 +246,55 @@ func Decide(w Watch, inventory int, edges []Health) Decision {
 // PublishedAddrs says whether any address of e is in live.
 func PublishedAddrs(e Edge, live RRSet) bool {
 	return slices.ContainsFunc(e.Addrs(), func(a netip.Addr) bool { return live.Has(a) })
+}
+
+// Backoff is the wait before the next run of the replace hook after
+// failures failed ones in a row: base, doubling each time, up to 60·base
+// (30 s to 30 min by default).
+func Backoff(base time.Duration, failures int) time.Duration {
+	d := base
+	for i := 1; i < failures && d < 60*base; i++ {
+		d *= 2
+	}
+	return min(d, 60*base)
+}
+
+// ParseReplacement reads what the replace hook printed: exactly one JSON
+// object {"name", "ipv4", "ipv6", "ssh", "host_key"} ("metrics" too,
+// optional), with a valid edge name and at least one address, each of
+// its family.
+func ParseReplacement(b []byte) (Edge, error) {
+	var r struct {
+		Name    string `json:"name"`
+		IPv4    string `json:"ipv4"`
+		IPv6    string `json:"ipv6"`
+		SSH     string `json:"ssh"`
+		HostKey string `json:"host_key"`
+		Metrics string `json:"metrics"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return Edge{}, fmt.Errorf("the hook's output is not one JSON object: %w", err)
+	}
+	if dec.More() {
+		return Edge{}, errors.New("the hook printed more than one JSON object")
+	}
+	e := Edge{Name: r.Name, IPv4: r.IPv4, IPv6: r.IPv6, SSH: r.SSH, HostKey: r.HostKey, Metrics: r.Metrics}
+	if !edgeName.MatchString(e.Name) || len(e.Name) > maxEdgeName {
+		return Edge{}, fmt.Errorf("the hook's name %q is not an edge name", e.Name)
+	}
+	if e.IPv4 == "" && e.IPv6 == "" {
+		return Edge{}, fmt.Errorf("the hook gave edge %s no address", e.Name)
+	}
+	for fam, s := range map[string]string{"ipv4": e.IPv4, "ipv6": e.IPv6} {
+		if s == "" {
+			continue
+		}
+		a, err := netip.ParseAddr(s)
+		if err != nil || (fam == "ipv4") != a.Is4() {
+			return Edge{}, fmt.Errorf("the hook's %s %q is not an %s address", fam, s, strings.ToUpper(fam[:2])+fam[2:])
+		}
+	}
+	return e, nil
 }

@@ -88,3 +88,27 @@ func TestServingLeavesWithdrawnOut(t *testing.T) {
 		t.Errorf("state round trip: %v\n%s", err, b)
 	}
 }
+
+func TestBackoffDoublesToThirtyMinutes(t *testing.T) {
+	var got []time.Duration
+	for n := 1; n <= 9; n++ {
+		got = append(got, Backoff(30*time.Second, n))
+	}
+	want := []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 16 * time.Minute, 30 * time.Minute, 30 * time.Minute, 30 * time.Minute}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("back-off %v, want %v", got, want)
+	}
+}
+
+func TestParseReplacement(t *testing.T) {
+	e, err := ParseReplacement([]byte(`{"name": "e7", "ipv4": "192.0.2.7", "ipv6": "2001:db8::7", "ssh": "root@192.0.2.7", "host_key": "ssh-ed25519 AAAA"}` + "\n"))
+	if err != nil || e.String() != "e7=192.0.2.7,2001:db8::7" || e.SSH != "root@192.0.2.7" || e.HostKey != "ssh-ed25519 AAAA" {
+		t.Errorf("ParseReplacement: %+v %v", e, err)
+	}
+	for _, bad := range []string{``, `not json`, `{"name": "e7"}`, `{"name": "-", "ipv4": "192.0.2.7"}`, `{"name": "e7", "ipv4": "2001:db8::7"}`,
+		`{"name": "e7", "ipv4": "192.0.2.7", "zone": "x"}`, `{"name": "e7", "ipv4": "192.0.2.7"} {"name": "e8", "ipv4": "192.0.2.8"}`} {
+		if _, err := ParseReplacement([]byte(bad)); err == nil {
+			t.Errorf("ParseReplacement(%q): no error", bad)
+		}
+	}
+}

@@ -2,14 +2,19 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -55,6 +60,7 @@ func newWatchMetrics(reg *prometheus.Registry) *watchMetrics {
 func watchCommand() *cobra.Command {
 	var fl convergeFlags
 	var metrics string
+	var backoff time.Duration
 	cmd := &cobra.Command{
 		Use:   "watch",
 		Short: "keep the published fleet healthy: withdraw failing edges, restore recovered ones",
@@ -84,7 +90,11 @@ held is skipped. See docs/watch.md.`,
 			}
 			_, log, _ := loadFleet(cmd)
 			reg := prometheus.NewRegistry()
-			w := &watcher{cmd: cmd, fl: fl, log: log, m: newWatchMetrics(reg), health: map[string]*deploy.Health{}}
+			if backoff <= 0 {
+				return cli.Exit(cli.ExitConfig, fmt.Errorf("--replace-backoff %v: must be positive", backoff))
+			}
+			w := &watcher{cmd: cmd, fl: fl, log: log, m: newWatchMetrics(reg), health: map[string]*deploy.Health{},
+				replace: map[string]*hookState{}, backoff: backoff}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			if metrics != "" {
@@ -101,6 +111,7 @@ held is skipped. See docs/watch.md.`,
 			log.Info("fleet watch started", "interval", wc.Interval, "fall", wc.Fall, "rise", wc.Rise, "min_edges", wc.MinEdges)
 			for {
 				pause := w.round(ctx)
+				w.replaceDue(ctx)
 				t := time.NewTimer(pause)
 				select {
 				case <-ctx.Done():
@@ -114,6 +125,7 @@ held is skipped. See docs/watch.md.`,
 	}
 	fl.register(cmd.Flags(), true)
 	cmd.Flags().StringVar(&metrics, "metrics", "", "host:port to serve /metrics on (none when empty)")
+	cmd.Flags().DurationVar(&backoff, "replace-backoff", 30*time.Second, "the wait after a failed replace hook, doubling each time up to 60 times it")
 	return cmd
 }
 
@@ -125,6 +137,15 @@ type watcher struct {
 	log    *slog.Logger
 	m      *watchMetrics
 	health map[string]*deploy.Health // by edge name=addresses: a re-addressed edge starts afresh
+	// replace is the hook's record per withdrawn edge (name=addresses):
+	// failures in a row and when it may run again.
+	replace map[string]*hookState
+	backoff time.Duration // the first wait after a failed hook
+}
+
+type hookState struct {
+	failures int
+	next     time.Time
 }
 
 // round checks the fleet once and acts on the decision; it returns the
@@ -261,7 +282,7 @@ func (w *watcher) round(ctx context.Context) time.Duration {
 		w.log.Error("state not saved: nothing changed", "err", err)
 		return pause
 	}
-	err = w.converge(ctx, p, cfg)
+	err = w.converge(ctx, p, cfg, nil)
 	if errors.Is(err, deploy.ErrProbe) && len(restored) > 0 {
 		// An edge that failed the probe of its restoration goes back out.
 		if st, lerr := deploy.LoadState(sp); lerr == nil {
@@ -272,7 +293,7 @@ func (w *watcher) round(ctx context.Context) time.Duration {
 				}
 			}
 			if serr := st.Save(sp); serr == nil {
-				err = w.converge(ctx, p, cfg)
+				err = w.converge(ctx, p, cfg, nil)
 			}
 		}
 	}
@@ -313,7 +334,7 @@ func needsConverge(cfg deploy.Config, st *deploy.State, live deploy.RRSet) bool 
 }
 
 // converge runs the six steps of apply for cfg, its lines logged.
-func (w *watcher) converge(ctx context.Context, p fleetParts, cfg deploy.Config) error {
+func (w *watcher) converge(ctx context.Context, p fleetParts, cfg deploy.Config, beforePublish func() error) error {
 	pr, pw := io.Pipe()
 	done := make(chan struct{})
 	go func() {
@@ -327,9 +348,139 @@ func (w *watcher) converge(ctx context.Context, p fleetParts, cfg deploy.Config)
 		Config: cfg, StatePath: statePath(p.f.path),
 		DNS: p.pub, Firewall: p.fw, Probe: p.probe, Conns: cfg.Deploy.Scrape(),
 		Slack: w.fl.slack, Locked: true, Out: pw, Every: w.fl.every,
+		BeforePublish: beforePublish,
 	}
 	err := c.Run(ctx)
 	pw.Close()
 	<-done
 	return err
+}
+
+// replaceDue runs watch.replace.command for each withdrawn edge whose
+// back-off is over, and replaces the edge with the one it provisioned.
+func (w *watcher) replaceDue(ctx context.Context) {
+	f, _, err := loadFleet(w.cmd)
+	if err != nil || f.Watch.Replace.Command == "" {
+		return
+	}
+	st, err := deploy.LoadState(statePath(f.path))
+	if err != nil {
+		return
+	}
+	due := map[string]bool{}
+	for _, e := range f.Edges {
+		if !st.IsWithdrawn(e) {
+			continue
+		}
+		key := e.String()
+		due[key] = true
+		h := w.replace[key]
+		if h == nil {
+			h = &hookState{}
+			w.replace[key] = h
+		}
+		if time.Now().Before(h.next) || ctx.Err() != nil {
+			continue
+		}
+		start := time.Now()
+		in, err := runHook(ctx, f.Watch.Replace, e.Name)
+		if err == nil {
+			err = w.replaceWith(ctx, e, in)
+		}
+		if err != nil {
+			h.failures++
+			d := deploy.Backoff(w.backoff, h.failures)
+			h.next = time.Now().Add(d)
+			w.m.replacements.WithLabelValues("fail").Inc()
+			w.log.Error("replace", "edge", e.Name, "result", "fail", "err", err, "failures", h.failures, "retry_in", d)
+			continue
+		}
+		delete(w.replace, key)
+		w.m.replacements.WithLabelValues("ok").Inc()
+		w.log.Info("replace", "edge", e.Name, "result", "ok", "target", in.String(), "duration", time.Since(start).Round(time.Millisecond))
+	}
+	for key := range w.replace {
+		if !due[key] {
+			delete(w.replace, key)
+		}
+	}
+}
+
+// runHook runs the replace hook for edge, within its timeout: a shell
+// command line with the edge's name as its last argument (and in
+// EDGEFLEET_EDGE); it prints the new edge as one JSON object and exits 0.
+func runHook(ctx context.Context, r deploy.Replace, edge string) (deploy.Edge, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.Timeout)
+	defer cancel()
+	c := exec.CommandContext(ctx, "/bin/sh", "-c", r.Command+` "$1"`, "replace", edge)
+	c.Env = append(os.Environ(), "EDGEFLEET_EDGE="+edge)
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.Cancel = func() error { return syscall.Kill(-c.Process.Pid, syscall.SIGKILL) } // the hook's children too
+	c.WaitDelay = 5 * time.Second
+	var stdout, stderr bytes.Buffer
+	c.Stdout, c.Stderr = &stdout, &stderr
+	err := c.Run()
+	last := strings.TrimSpace(stderr.String())
+	if i := strings.LastIndexByte(last, '\n'); i >= 0 {
+		last = last[i+1:]
+	}
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return deploy.Edge{}, fmt.Errorf("watch.replace.command timed out after %v", r.Timeout)
+	case err != nil:
+		return deploy.Edge{}, fmt.Errorf("watch.replace.command: %w (stderr: %q)", err, last)
+	}
+	return deploy.ParseReplacement(stdout.Bytes())
+}
+
+// replaceWith deploys the new edge (deploy push, when the hook gave its
+// ssh), then rotates old out for it as fleet rotate does, under the
+// inventory's lock: fleet.yaml is written only once in passed its probe.
+func (w *watcher) replaceWith(ctx context.Context, old, in deploy.Edge) error {
+	f, log, err := loadFleet(w.cmd)
+	if err != nil {
+		return err
+	}
+	if in.SSH != "" {
+		next := f.Config
+		next.Edges = append(slices.Clone(next.Edges), in)
+		pc, err := deploy.NewPush(next, in.Name)
+		if err != nil {
+			return err
+		}
+		auth, closeAuth, err := sshAuth(f.Deploy.Identity)
+		if err != nil {
+			return err
+		}
+		defer closeAuth()
+		pc.Auth, pc.Log = auth, log
+		if _, err := deploy.Push(ctx, pc); err != nil {
+			return fmt.Errorf("deploy push %s: %w", in.Name, err)
+		}
+	}
+	sp := statePath(f.path)
+	unlock, err := deploy.LockState(sp)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	p, err := setupFleet(w.cmd, w.fl)
+	if err != nil {
+		return err
+	}
+	st, err := deploy.LoadState(sp)
+	if err != nil {
+		return err
+	}
+	if cur, ok := p.f.Edge(old.Name); !ok || cur.String() != old.String() || !st.IsWithdrawn(cur) {
+		return fmt.Errorf("fleet.yaml or the state changed %s since the hook ran: not replaced", old.Name)
+	}
+	cfg, write, err := rotateInventory(w.cmd, p, old.Name, in, false)
+	if err != nil {
+		return err
+	}
+	if err := checkEdges(cfg, w.fl); err != nil {
+		return err
+	}
+	return w.converge(ctx, p, cfg, write)
 }

@@ -33,6 +33,9 @@ import (
 // fails once e3 is out of DNS for one TTL. e3 continued (SIGCONT) is
 // restored after rise passed checks (probe, then DNS). With every edge
 // stopped none is withdrawn and edgefleet_fleet_all_edges_failing is 1.
+// A failing replace hook is retried with back-off, fleet.yaml unchanged;
+// a hook that starts e4 and prints its JSON gets e4 published and e3
+// rotated out of fleet.yaml (and, after its wait, the firewall).
 func TestWatchEndToEnd(t *testing.T) {
 	testbed.NeedRoot(t)
 	testbed.Need(t, "iptables", "named", "slapd")
@@ -55,6 +58,10 @@ func TestWatchEndToEnd(t *testing.T) {
 		procs[name] = testbed.StartCmd(t, ns.Command(edgeBin(t), "--config", cfg))
 		waitNS(t, agent, ip+":636")
 	}
+	// e4's host exists from the start (a port added to the bridge later
+	// may change its MAC address, and the origin's ARP entry for the DNS
+	// server on it goes stale); the replace hook starts e4's edge.
+	e4ns, e4ip := lanHost(t, lan, "e4", 14)
 	signal := func(sig syscall.Signal, names ...string) {
 		for _, n := range names {
 			if err := procs[n].Cmd.Process.Signal(sig); err != nil {
@@ -261,6 +268,69 @@ edges:
 	w2.cmd.Process.Signal(syscall.SIGTERM)
 	w2.cmd.Wait()
 	t.Logf("fleet watch (restarted):\n%s", w2.output())
+
+	// The replace hook. A failing one first: retried with back-off,
+	// fleet.yaml unchanged.
+	calls := filepath.Join(dir, "hook-calls")
+	failing := testbed.WriteFile(t, dir, "failing-hook.sh", "echo \"$1\" >>"+calls+"\necho 'no capacity in this region' >&2\nexit 3\n")
+	withHook := func(hook string) []byte {
+		b := strings.Replace(string(invBefore), "watch: {interval: 200ms, fall: 3, rise: 2, min_edges: 2}",
+			"watch: {interval: 200ms, fall: 3, rise: 2, min_edges: 2, replace: {command: \"sh "+hook+"\", timeout: 20s}}", 1)
+		testbed.WriteFile(t, dir, "fleet.yaml", b)
+		return []byte(b)
+	}
+	hooked := withHook(failing)
+	w3 := startFleet(t, orig, append(args, "--replace-backoff", "200ms")...)
+	w3.waitLine(t, "fleet watch started")
+	signal(syscall.SIGSTOP, "e3")
+	w3.waitLine(t, `msg=withdraw edge=e3`)
+	for _, d := range []string{"200ms", "400ms", "800ms"} {
+		w3.waitLine(t, `msg=replace edge=e3 result=fail err="watch.replace.command: exit status 3 (stderr: \"no capacity in this region\")" failures=`)
+		if !strings.Contains(w3.output(), "retry_in="+d) {
+			t.Errorf("no retry after %s:\n%s", d, w3.output())
+		}
+	}
+	if b, _ := os.ReadFile(inv); string(b) != string(hooked) {
+		t.Errorf("a failing hook edited fleet.yaml:\n%s", b)
+	}
+	if b, _ := os.ReadFile(calls); strings.Count(string(b), "e3\n") < 3 {
+		t.Errorf("the hook was called %q, want e3 three times or more", b)
+	}
+	if m := scrape(); !regexp.MustCompile(`edgefleet_fleet_replacements_total\{result="fail"\} [3-9]`).MatchString(m) {
+		t.Errorf("failed replacements not counted:\n%s", m)
+	}
+
+	// A hook that starts a new edge (e4) and prints its JSON: e4 is
+	// published and e3 rotated out of fleet.yaml.
+	e4cfg := testbed.WriteFile(t, t.TempDir(), "edge.yaml", fmt.Sprintf(
+		"name: e4\nlisten: [\"%s:636\"]\norigins: [\"%s:8636\"]\nmetrics: \"%s:9101\"\ndrain_timeout: 1s\n", e4ip, origIP, e4ip))
+	pidfile := filepath.Join(dir, "e4.pid")
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(pidfile); err == nil {
+			exec.Command("kill", strings.TrimSpace(string(b))).Run()
+		}
+	})
+	good := testbed.WriteFile(t, dir, "good-hook.sh", fmt.Sprintf(`ip netns exec %s %s --config %s >%s 2>&1 &
+echo $! >%s
+for i in $(seq 1 100); do ip netns exec %s ss -ltn | grep -q '%s:636' && break; sleep 0.1; done
+echo '{"name": "e4", "ipv4": "%s", "ipv6": "", "ssh": "", "host_key": ""}'
+`, e4ns.Name, edgeBin(t), e4cfg, filepath.Join(dir, "e4.log"), pidfile, e4ns.Name, e4ip, e4ip))
+	withHook(good)
+	w3.waitLine(t, `msg=replace edge=e3 result=ok target="e4=`+e4ip+`"`)
+	b, _ := os.ReadFile(inv)
+	if strings.Contains(string(b), "name: e3") || !strings.Contains(string(b), "name: e4") || !strings.Contains(string(b), e4ip) {
+		t.Errorf("fleet.yaml after the replacement:\n%s", b)
+	}
+	if set := resolve(); !has(set, e4ip) || has(set, edges["e3"]) || len(set) != 3 {
+		t.Errorf("DNS after the replacement: %v", set)
+	}
+	waitFor("e3 leaves the firewall after its wait", func() bool { return !inFW(edges["e3"]) && inFW(e4ip) })
+	if st, _ := deploy.LoadState(filepath.Join(dir, deploy.StateFile)); len(st.Withdrawn) > 0 {
+		t.Errorf("withdrawals left after the replacement: %v", st.Withdrawn)
+	}
+	w3.cmd.Process.Signal(syscall.SIGTERM)
+	w3.cmd.Wait()
+	t.Logf("fleet watch with the replace hook:\n%s", w3.output())
 }
 
 // TestWatchUnitVerify: systemd-analyze verify accepts the fleet watch unit
