@@ -35,7 +35,8 @@ import (
 // stopped none is withdrawn and edgefleet_fleet_all_edges_failing is 1.
 // A failing replace hook is retried with back-off, fleet.yaml unchanged;
 // a hook that starts e4 and prints its JSON gets e4 published and e3
-// rotated out of fleet.yaml (and, after its wait, the firewall).
+// rotated out of fleet.yaml (and, after its wait, the firewall). An
+// operator's fleet rotate during the watch works and is not undone.
 func TestWatchEndToEnd(t *testing.T) {
 	testbed.NeedRoot(t)
 	testbed.Need(t, "iptables", "named", "slapd")
@@ -62,6 +63,7 @@ func TestWatchEndToEnd(t *testing.T) {
 	// may change its MAC address, and the origin's ARP entry for the DNS
 	// server on it goes stale); the replace hook starts e4's edge.
 	e4ns, e4ip := lanHost(t, lan, "e4", 14)
+	e5ns, e5ip := lanHost(t, lan, "e5", 15)
 	signal := func(sig syscall.Signal, names ...string) {
 		for _, n := range names {
 			if err := procs[n].Cmd.Process.Signal(sig); err != nil {
@@ -328,9 +330,30 @@ echo '{"name": "e4", "ipv4": "%s", "ipv6": "", "ssh": "", "host_key": ""}'
 	if st, _ := deploy.LoadState(filepath.Join(dir, deploy.StateFile)); len(st.Withdrawn) > 0 {
 		t.Errorf("withdrawals left after the replacement: %v", st.Withdrawn)
 	}
+
+	// An operator's rotation while the watch runs (e4 → e5) works, and
+	// the watch's next rounds do not undo it.
+	e5cfg := testbed.WriteFile(t, t.TempDir(), "edge.yaml", fmt.Sprintf(
+		"name: e5\nlisten: [\"%s:636\"]\norigins: [\"%s:8636\"]\nmetrics: \"%s:9101\"\ndrain_timeout: 1s\n", e5ip, origIP, e5ip))
+	testbed.StartCmd(t, e5ns.Command(edgeBin(t), "--config", e5cfg))
+	waitNS(t, agent, e5ip+":636")
+	if r := fleetRun(t, orig, "--config", inv, "rotate", "--chain", "INPUT", "--out", "e4", "--in", "e5="+e5ip, "--slack", "0s"); r.code != 0 {
+		t.Fatalf("rotate during the watch: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	logged := len(w3.output())
+	time.Sleep(2 * time.Second) // several rounds of the watch
+	if b, _ := os.ReadFile(inv); strings.Contains(string(b), "name: e4") || !strings.Contains(string(b), "name: e5") {
+		t.Errorf("fleet.yaml after the rotation during the watch:\n%s", b)
+	}
+	if set := resolve(); !has(set, e5ip) || has(set, e4ip) || len(set) != 3 {
+		t.Errorf("DNS after the rotation during the watch: %v", set)
+	}
+	if later := w3.output()[logged:]; strings.Contains(later, "op=converge") || strings.Contains(later, "msg=withdraw") {
+		t.Errorf("the watch changed the fleet after the rotation:\n%s", later)
+	}
 	w3.cmd.Process.Signal(syscall.SIGTERM)
 	w3.cmd.Wait()
-	t.Logf("fleet watch with the replace hook:\n%s", w3.output())
+	t.Logf("fleet watch with the replace hook and a rotation:\n%s", w3.output())
 }
 
 // TestWatchUnitVerify: systemd-analyze verify accepts the fleet watch unit
