@@ -357,6 +357,10 @@ func (c *Converger) plan(ctx context.Context) ([]Step, *run, error) {
 	if err := st.Adopt(cfg, c.StatePath); err != nil {
 		return nil, nil, err
 	}
+	// An edge fleet watch withdrew stays out of DNS until the watch
+	// restores it, and in the firewall (it is still an edge of
+	// fleet.yaml: the watch's checks go through it).
+	serving := Serving(cfg, st)
 	live, err := c.DNS.Read(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -373,7 +377,7 @@ func (c *Converger) plan(ctx context.Context) ([]Step, *run, error) {
 			c.printf("resuming: %s left DNS at %s", name, s.LeftDNS.UTC().Format(time.RFC3339))
 		}
 	}
-	dnsPlan, err := PlanDNS(cfg.Name, live, cfg.Edges, uint32(cfg.TTL), st.Names())
+	dnsPlan, err := PlanDNS(cfg.Name, live, serving.Edges, uint32(cfg.TTL), st.Names())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -404,7 +408,7 @@ func (c *Converger) plan(ctx context.Context) ([]Step, *run, error) {
 	steps = append(steps, first)
 
 	// 2. Each new edge is probed end to end.
-	for _, e := range cfg.Edges {
+	for _, e := range serving.Edges {
 		if st.Edges[e.Name].State == StateActive {
 			continue
 		}

@@ -46,6 +46,7 @@ type Config struct {
 	// firewall waiting for its active connections to reach zero (after its
 	// TTL wait).
 	DrainTimeout time.Duration `mapstructure:"drain_timeout"`
+	Watch        Watch         `mapstructure:"watch"` // fleet watch (watch.go)
 }
 
 // Probe is how fleet reaches the origin through an edge, as an agent
@@ -134,6 +135,7 @@ func DefaultConfig() Config {
 		Probe:        Probe{Budget: 2 * time.Second, Port: 636},
 		DrainTimeout: 30 * time.Second,
 		Deploy:       DefaultDeploy(),
+		Watch:        DefaultWatch(),
 	}
 }
 
@@ -208,6 +210,9 @@ func (c Config) Validate() error {
 	}
 	if c.DrainTimeout <= 0 {
 		bad("drain_timeout", "%v is not a positive duration", c.DrainTimeout)
+	}
+	if err := c.Watch.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if len(c.Origin.Ports) == 0 {
 		bad("origin.ports", "at least one port is required")

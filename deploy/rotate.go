@@ -76,6 +76,14 @@ func RotateInventory(src []byte, out string, in Edge) ([]byte, error) {
 	if in.Metrics != "" {
 		add("metrics", in.Metrics, true)
 	}
+	// A replacement fleet watch's hook provisioned comes with its SSH
+	// target and pinned host key, for deploy push.
+	if in.SSH != "" {
+		add("ssh", in.SSH, true)
+	}
+	if in.HostKey != "" {
+		add("host_key", in.HostKey, true)
+	}
 	edges.Content[at] = item
 	var b bytes.Buffer
 	enc := yaml.NewEncoder(&b)

@@ -40,6 +40,9 @@ type State struct {
 	// resolvers may still hold.
 	TTLChanges []TTLChange           `json:"ttl_changes,omitempty"`
 	Edges      map[string]*EdgeState `json:"edges"`
+	// Withdrawn are the inventory edges `fleet watch` took out of DNS
+	// (watch.go): every convergence leaves them unpublished.
+	Withdrawn map[string]Withdrawal `json:"withdrawn,omitempty"`
 }
 
 // InventoryID names an inventory: its DNS name, zone and origin ports.
@@ -197,6 +200,16 @@ func ParseState(b []byte) (*State, error) {
 			return nil, fmt.Errorf("edge %q: no address", name)
 		}
 	}
+	for name, w := range s.Withdrawn {
+		if !edgeName.MatchString(name) {
+			return nil, fmt.Errorf("withdrawn %q: not an edge name", name)
+		}
+		for _, a := range []string{w.IPv4, w.IPv6} {
+			if _, err := netip.ParseAddr(a); a != "" && err != nil {
+				return nil, fmt.Errorf("withdrawn %q: %q is not an IP address", name, a)
+			}
+		}
+	}
 	return s, nil
 }
 
@@ -234,7 +247,7 @@ func (s *State) Sorted() []string {
 }
 
 // ErrLocked is LockState's error while another command holds the lock.
-var ErrLocked = errors.New("another fleet command that changes DNS or the firewall (apply, rotate, firewall apply|remove|watch, dns apply) is running on this inventory")
+var ErrLocked = errors.New("another fleet command that changes DNS or the firewall (apply, rotate, watch, firewall apply|remove|watch, dns apply) is running on this inventory")
 
 // LockState takes the state file's lock (fleet.state.json.lock, flock):
 // one writer of DNS and the firewall at a time per inventory. A lock held

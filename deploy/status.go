@@ -19,6 +19,10 @@ import (
 // a stranger, or an edge removed by hand or with the state file lost.
 const StateUnknown = "unknown"
 
+// StateWithdrawn is the state of a status row for an inventory edge
+// `fleet watch` withdrew: out of DNS until it passes its checks again.
+const StateWithdrawn = "withdrawn"
+
 // StatusRow is one edge at a glance (`fleet status`). The JSON names are
 // documented in docs/dns-deploy.md and do not change.
 type StatusRow struct {
@@ -28,7 +32,7 @@ type StatusRow struct {
 	InFirewall string        `json:"in_firewall"`   // yes, no, partial, "?" when the rules cannot be read, "-" without a firewall
 	Handshake  string        `json:"tls_handshake"` // "3.1 ms", the slowest of its addresses, or the first failing probe's error
 	Active     string        `json:"active"`        // active connections from metrics, "-" without, "?" unreadable
-	State      string        `json:"state"`         // active, draining, new, failed, unknown
+	State      string        `json:"state"`         // active, draining, new, failed, unknown, withdrawn
 	Probes     []ProbeStatus `json:"probes"`        // one per address, in Address's order
 }
 
@@ -98,6 +102,9 @@ func statusItems(cfg Config, st *State, live RRSet, allowed map[netip.Addr]bool,
 		state := StateNew
 		if s := st.Edges[e.Name]; s != nil && s.State == StateFailed {
 			state = StateFailed
+		}
+		if st.IsWithdrawn(e) {
+			state = StateWithdrawn
 		}
 		items = append(items, statusItem{e, state})
 	}
@@ -227,7 +234,7 @@ func (r *StatusRow) probe(ctx context.Context, probe ProbeFunc, addrs []netip.Ad
 			if !strings.Contains(p.Error, p.Address) {
 				r.Handshake = p.Address + ": " + p.Error
 			}
-			if r.State != StateDraining && r.State != StateUnknown {
+			if r.State != StateDraining && r.State != StateUnknown && r.State != StateWithdrawn {
 				r.State = StateFailed
 			}
 			return

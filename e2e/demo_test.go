@@ -103,9 +103,18 @@ func TestDemo(t *testing.T) {
 		t.Errorf("the ldapsearch line to try by hand is missing or not through %s", to)
 	}
 
-	// fleet status: the black hole is still published, and failing.
-	if !regexp.MustCompile(`(?m)^edge-c\s+127\.0\.0\.4\s+yes\s.*no answer within.*\sfailed$`).MatchString(story) {
-		t.Errorf("fleet status does not show edge-c (127.0.0.4) in DNS and failed")
+	// fleet watch withdrew the black hole: out of DNS, still listed, and
+	// fleet status says so.
+	for _, want := range []string{`msg=withdraw edge=edge-c reason="3 failed checks"`, "step 4/6 dns: remove A 127.0.0.4 (edge-c), read back", "edge-c withdrawn by fleet watch "} {
+		if !strings.Contains(story, want) {
+			t.Errorf("the demo's fleet watch lacks %q", want)
+		}
+	}
+	if after := between(t, story, "edge-c withdrawn by fleet watch", "== the fleet at a glance"); strings.Contains(after, "IN\tA\t127.0.0.4\n") {
+		t.Errorf("DNS after fleet watch still has edge-c:\n%s", after)
+	}
+	if !regexp.MustCompile(`(?m)^edge-c\s+127\.0\.0\.4\s+no\s.*no answer within.*\swithdrawn$`).MatchString(story) {
+		t.Errorf("fleet status does not show edge-c (127.0.0.4) out of DNS and withdrawn")
 	}
 
 	// Nothing is left behind.

@@ -1,8 +1,11 @@
 package firewall
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -269,6 +272,70 @@ func TestDockerUser(t *testing.T) {
 		if out := d.Host.Run("iptables", "-S"); strings.Count(out, "-N EDGEFLEET-") != 1 {
 			t.Errorf("want exactly one generation chain after the watch re-applied:\n%s", out)
 		}
+	})
+
+	t.Run("watch restores the previous rules when a re-apply breaks a working edge", func(t *testing.T) {
+		for _, cmd := range []string{"iptables", "ip6tables"} {
+			d.Host.Run(cmd, "-F", "DOCKER-USER")
+			d.Host.Run(cmd, "-A", "DOCKER-USER", "-j", "RETURN")
+		}
+		before := d.Host.Run("iptables", "-S", "DOCKER-USER")
+		ctx, cancel := context.WithCancel(context.Background())
+		var mu sync.Mutex
+		var logged bytes.Buffer
+		log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, nil))
+		checked := make(chan string, 1)
+		guard := func(c Config) func() error {
+			return func() error {
+				// What the probe after the re-apply sees: an edge that got
+				// through before no longer does.
+				checked <- d.Host.Run("iptables", "-S", "DOCKER-USER")
+				return errors.New("e1 10.0.0.1:636 no longer gets through")
+			}
+		}
+		done := make(chan error, 1)
+		go func() {
+			done <- d.Host.Do(func() error {
+				fw, err := Open("auto", DockerUser)
+				if err != nil {
+					return err
+				}
+				return fw.WatchGuarded(ctx, Static(c), time.Hour, log, guard) // one round
+			})
+		}()
+		applied := <-checked
+		if !strings.Contains(applied, "-j EDGEFLEET-") {
+			t.Errorf("the guard ran before the re-apply:\n%s", applied)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			mu.Lock()
+			out := logged.String()
+			mu.Unlock()
+			if strings.Contains(out, "firewall re-apply broke a working edge: the previous rules are restored") && strings.Contains(out, "e1 10.0.0.1:636 no longer gets through") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no log line of the restore:\n%s", out)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+		if after := d.Host.Run("iptables", "-S", "DOCKER-USER"); after != before {
+			t.Errorf("rules after the regression:\n%swant those before the re-apply:\n%s", after, before)
+		}
+		// Put the rules back for the subtests after.
+		in(t, d.Host, func(fw *Firewall) error {
+			p, err := fw.Plan(c)
+			if err != nil {
+				return err
+			}
+			return fw.Apply(p)
+		})
+		assertEnforced(t)
 	})
 
 	t.Run("remove", func(t *testing.T) {
@@ -655,4 +722,16 @@ func TestOwner(t *testing.T) {
 	if out := ns.Run("iptables", "-S"); !strings.Contains(out, "jump ldap.b.test") || strings.Contains(out, "8636") {
 		t.Errorf("after adopting unnamed rules:\n%s", out)
 	}
+}
+
+// lockedWriter is a writer shared by a logger and a test.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }

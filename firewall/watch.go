@@ -3,6 +3,7 @@ package firewall
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -31,6 +32,23 @@ func Static(c Config) Source {
 //
 // Every iptables command runs on the calling goroutine.
 func (fw *Firewall) Watch(ctx context.Context, src Source, interval time.Duration, log *slog.Logger) error {
+	return fw.WatchGuarded(ctx, src, interval, log, nil)
+}
+
+// Guard checks a re-apply: called before it with the round's rule set, it
+// notes what works (the edges that get through), and the function it
+// returns, called after, reports a regression (an edge that got through
+// no longer does) as an error.
+type Guard func(c Config) (after func() error)
+
+// ErrRestored is returned (wrapped) by a round whose re-apply a Guard
+// found broke a working edge: the previous rules are back.
+var ErrRestored = errors.New("the re-applied rules broke a working edge: the previous rules are restored")
+
+// WatchGuarded is Watch with each re-apply checked by guard (nil: none):
+// on a regression the rules as they were before the re-apply are
+// restored and the round logs why, as `fleet firewall apply` does.
+func (fw *Firewall) WatchGuarded(ctx context.Context, src Source, interval time.Duration, log *slog.Logger, guard Guard) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -43,7 +61,7 @@ func (fw *Firewall) Watch(ctx context.Context, src Source, interval time.Duratio
 			return nil
 		case <-t.C:
 		}
-		err := fw.round(src, log)
+		err := fw.round(src, log, guard)
 		switch {
 		case errors.Is(err, ErrBusy):
 			log.Debug("firewall watch: round skipped", "err", err)
@@ -62,16 +80,16 @@ func (fw *Firewall) Watch(ctx context.Context, src Source, interval time.Duratio
 	}
 }
 
-func (fw *Firewall) round(src Source, log *slog.Logger) error {
+func (fw *Firewall) round(src Source, log *slog.Logger, guard Guard) error {
 	c, release, err := src()
 	if err != nil {
 		return err
 	}
 	defer release()
-	return fw.enforce(c, log)
+	return fw.enforce(c, log, guard)
 }
 
-func (fw *Firewall) enforce(c Config, log *slog.Logger) error {
+func (fw *Firewall) enforce(c Config, log *slog.Logger, guard Guard) error {
 	p, err := fw.Plan(c)
 	if err != nil {
 		return err
@@ -83,9 +101,28 @@ func (fw *Firewall) enforce(c Config, log *slog.Logger) error {
 	if rep.InSync() {
 		return nil
 	}
+	var saved *Snapshot
+	var after func() error
+	if guard != nil {
+		if saved, err = fw.Save(); err != nil {
+			return err
+		}
+		after = guard(c)
+	}
 	if err := fw.Apply(p); err != nil {
 		return err
 	}
 	log.Info("firewall re-applied", "chain", p.Chain(), "drift", strings.Join(rep.Diff, "\n"))
+	if after == nil {
+		return nil
+	}
+	if rerr := after(); rerr != nil {
+		if err := fw.Restore(saved); err != nil {
+			log.Error("firewall re-apply broke a working edge, and restoring the previous rules failed", "err", fmt.Errorf("%w; restoring: %w", rerr, err))
+			return fmt.Errorf("%w; restoring the previous rules failed too: %w", rerr, err)
+		}
+		log.Error("firewall re-apply broke a working edge: the previous rules are restored", "err", rerr)
+		return fmt.Errorf("%w: %w", ErrRestored, rerr)
+	}
 	return nil
 }

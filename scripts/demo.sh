@@ -218,6 +218,10 @@ probe:            # how fleet reaches the origin through an edge, as an agent wo
   key: agent.key
   port: $EDGE_PORT
   budget: 2s
+watch:            # fleet watch: withdraw an edge after 3 failed checks in a row (docs/watch.md)
+  interval: 1s    # production: 30s
+  fall: 3
+  rise: 2
 edges:
   - {name: edge-a, ipv4: 127.0.0.2, metrics: "127.0.0.2:$EDGE_METRICS"}
   - {name: edge-b, ipv4: 127.0.0.3, metrics: "127.0.0.3:$EDGE_METRICS"}
@@ -320,16 +324,30 @@ LINE=$(core_lines | tail -1)
 echo "$LINE"
 echo "measured is now $(sed -n 's/.* measured=\([^ ]*\).*/\1/p' <<<"$LINE") (was $MEASURED): the agent moved"
 
-say "the fleet at a glance: fleet status (edge-c, the black hole, is the next to rotate out)"
+say "fleet watch: every published edge checked end to end each round; edge-c, the black hole, still in DNS"
+FWATCH=(watch --no-firewall --allow-loopback --slack 1s --progress 1s)
+printf '$ fleet'; printf ' %q' "${FWATCH[@]}"; echo
+t0=$(now_ms)
+"$BIN/fleet" --config fleet.yaml "${FWATCH[@]}" >fleet-watch.log 2>&1 &
+PIDS+=($!)
+for _ in $(seq 1 600); do
+	grep -q 'step 4/6 dns: remove A 127.0.0.4 (edge-c), read back' fleet-watch.log && break
+	sleep 0.1
+done
+grep -E 'msg=withdraw|step 4/6' fleet-watch.log || { echo "demo: fleet watch withdrew nothing" >&2; cat fleet-watch.log >&2; exit 1; }
+echo "edge-c withdrawn by fleet watch $(($(now_ms) - t0)) ms after it started: 3 failed checks in a row (each up to the 2s probe budget, rounds every 0-2s), then one UPDATE; it stays in fleet.yaml and comes back after 2 passed checks"
+"$BIN/fleet" --config fleet.yaml dns list
+
+say "the fleet at a glance: fleet status (edge-c, the black hole, is withdrawn: out of DNS, still in fleet.yaml)"
 "$BIN/fleet" --config fleet.yaml status --no-firewall ||
-	echo "(fleet status exits $? while a row is failed: edge-c, the black hole)"
+	echo "(fleet status exits $? while a row is failed)"
 
 say "try it by hand (the demo keeps running; Ctrl-C stops and cleans up)"
 printf ' '; printf ' %q' "${SEARCH[@]}"; echo
 echo "  rank again:  cd $DIR && ${PROBE[*]} rank"
 echo "  the fleet:   cd $DIR && $BIN/fleet --config fleet.yaml status --no-firewall"
 echo "  peers: curl -s http://$PEERS/peers   backends: curl -s http://$PEERS/backends"
-echo "  logs: $DIR/origin.log $DIR/edge-*.log $DIR/watch.log"
+echo "  logs: $DIR/origin.log $DIR/edge-*.log $DIR/watch.log $DIR/fleet-watch.log"
 
 if [[ "${DEMO_EXIT:-0}" == 1 || ! -t 0 ]]; then
 	say "not interactive (DEMO_EXIT=1 or stdin is not a terminal): stopping"

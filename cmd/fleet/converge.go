@@ -420,7 +420,8 @@ func statusCommand() *cobra.Command {
 		Long: `status prints, for every edge of fleet.yaml and every edge still draining:
 its address, whether DNS answers it and the firewall lets it in, the TLS
 handshake time of a fresh probe through it to the origin, its active
-connections (from metrics) and its state (active, draining, new, failed).
+connections (from metrics) and its state (active, draining, new, failed,
+withdrawn by fleet watch).
 An address live in DNS or the firewall that no edge has is a row of its
 own (state unknown) until a run adopts it as draining. Every address of an
 edge is probed. Exit 0: every row is well; 1: a row is failed or unknown,

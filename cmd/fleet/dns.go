@@ -140,10 +140,12 @@ func dnsPlan(ctx context.Context, f fleetFile, pub *deploy.Publisher) (deploy.DN
 		return deploy.DNSPlan{}, err
 	}
 	gone := map[netip.Addr]string{}
+	edges := f.Edges
 	if st, err := deploy.LoadState(statePath(f.path)); err == nil {
 		gone = st.Names()
+		edges = deploy.Serving(f.Config, st).Edges // fleet watch's withdrawals stay out
 	}
-	return deploy.PlanDNS(f.Name, live, f.Edges, uint32(f.TTL), gone)
+	return deploy.PlanDNS(f.Name, live, edges, uint32(f.TTL), gone)
 }
 
 // applyDNS publishes exactly the inventory's edges, a line per UPDATE
@@ -170,8 +172,9 @@ func applyDNS(ctx context.Context, w io.Writer, f fleetFile, pub *deploy.Publish
 	if err != nil {
 		return cli.Exit(1, err)
 	}
+	serving := deploy.Serving(f.Config, st) // fleet watch's withdrawals stay out
 	deploy.Reconcile(f.Config, st, live, nil)
-	p, err := deploy.PlanDNS(f.Name, live, f.Edges, uint32(f.TTL), st.Names())
+	p, err := deploy.PlanDNS(f.Name, live, serving.Edges, uint32(f.TTL), st.Names())
 	if err != nil {
 		return cli.Exit(1, err)
 	}

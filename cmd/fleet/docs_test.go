@@ -14,6 +14,7 @@ import (
 // docs/dns-deploy.md state is fleet's.
 func TestDocDefaults(t *testing.T) {
 	testbed.CheckDocDefaults(t, "docs/dns-deploy.md", "", cli.Defaults(fleetFile{Config: deploy.DefaultConfig(), Log: cli.DefaultLog()}))
+	testbed.CheckDocDefaults(t, "docs/watch.md", "", cli.Defaults(fleetFile{Config: deploy.DefaultConfig(), Log: cli.DefaultLog()}))
 }
 
 // TestDocFlagDefaults: every flag the "| flag | default |" tables of

@@ -249,8 +249,28 @@ func firewallWatch(fl *firewallFlags) *cobra.Command {
 				}
 				return c, unlock, err
 			}
-			log.Info("firewall watch started", "interval", fl.interval, "backend", fw.Backend(), "hook", c.Chain)
-			return fw.Watch(ctx, src, fl.interval, log)
+			// With the agent's certificate (probe.cert), each re-apply
+			// is checked as firewall apply checks its change: the edges
+			// that got through before are probed after, and a regression
+			// puts the previous rules back.
+			var guard firewall.Guard
+			if f, _, err := loadFleet(cmd); err == nil && f.Probe.Cert != "" {
+				probeEdge, err := probeFunc(f.Config)
+				if err != nil {
+					return err
+				}
+				port := f.Probe.Port
+				guard = func(c firewall.Config) func() error {
+					var edges []deploy.Edge
+					for _, e := range c.Edges {
+						edges = append(edges, deploy.Edge{Name: e.Name, IPv4: e.IPv4, IPv6: e.IPv6})
+					}
+					working := deploy.Working(ctx, probeEdge, port, edges)
+					return func() error { return deploy.Regressed(ctx, probeEdge, working) }
+				}
+			}
+			log.Info("firewall watch started", "interval", fl.interval, "backend", fw.Backend(), "hook", c.Chain, "probe", guard != nil)
+			return fw.WatchGuarded(ctx, src, fl.interval, log, guard)
 		},
 	}
 	cmd.Flags().DurationVar(&fl.interval, "interval", 5*time.Second, "how often the live rules are compared with the plan")

@@ -8,9 +8,10 @@
 //	fleet --config fleet.yaml apply            # firewall, probe, DNS, wait, drain, firewall
 //	fleet --config fleet.yaml rotate --out e1 --in e3=203.0.113.13
 //	fleet --config fleet.yaml status
+//	fleet --config fleet.yaml watch            # withdraw failing edges from DNS, restore recovered ones
 //	fleet --config fleet.yaml exporter         # /metrics: the DNS set against the inventory
 //
-// See docs/firewall.md and docs/dns-deploy.md.
+// See docs/firewall.md, docs/dns-deploy.md and docs/watch.md.
 package main
 
 import (

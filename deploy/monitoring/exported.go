@@ -45,6 +45,16 @@ var Exported = map[string]map[string]string{
 	"fleet": { // fleet dns serve --metrics, the embedded DNS server
 		"edgefleet_fleet_dns_updates_total": "counter",
 	},
+	// fleet watch --metrics (cmd/fleet TestWatchEndToEnd): the end-to-end
+	// checks of each published or withdrawn edge and the decisions.
+	"fleet-watch": {
+		"edgefleet_fleet_edge_healthy":       "gauge",
+		"edgefleet_fleet_checks_total":       "counter",
+		"edgefleet_fleet_withdrawals_total":  "counter",
+		"edgefleet_fleet_restorations_total": "counter",
+		"edgefleet_fleet_replacements_total": "counter",
+		"edgefleet_fleet_all_edges_failing":  "gauge",
+	},
 	"probe": { // probe monitor, per resolved address, last measurement
 		"edgefleet_probe_edge_up":               "gauge",
 		"edgefleet_probe_tcp_connect_seconds":   "gauge",
