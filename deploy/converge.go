@@ -341,13 +341,6 @@ func (c *Converger) Run(ctx context.Context) error {
 	return nil
 }
 
-// Plan reads the state file, DNS and the firewall and returns the steps
-// that would converge them, changing nothing: what --dry-run prints.
-func (c *Converger) Plan(ctx context.Context) ([]Step, error) {
-	steps, _, err := c.plan(ctx)
-	return steps, err
-}
-
 func (c *Converger) plan(ctx context.Context) ([]Step, *run, error) {
 	cfg := c.Config
 	st, err := LoadState(c.StatePath)

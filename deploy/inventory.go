@@ -9,7 +9,7 @@
 //	pub, err := deploy.NewPublisher(cfg)   // reads and updates the name's RRsets
 //	plan, err := deploy.PlanDNS(cfg.Name, live, cfg.Edges, ttl, nil)
 //	c := &deploy.Converger{Config: cfg, StatePath: p, DNS: pub, Firewall: fw, Probe: probe}
-//	steps, err := c.Plan(ctx)              // what --dry-run prints
+//	c.DryRun = true; err = c.Run(ctx)      // prints the steps, changes nothing
 //	err = c.Run(ctx)                       // the six steps (docs/dns-deploy.md)
 //
 // The package never reads fleet.yaml itself: cmd/fleet does, with the
