@@ -53,7 +53,20 @@ func TestPackageMap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Directories .gitignore keeps out of the tree (bin/, what make
+	// build and make lint write) are not part of the layout.
+	ignored := map[string]bool{}
+	if b, err := os.ReadFile(filepath.Join(root, ".gitignore")); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if n, ok := strings.CutPrefix(strings.TrimSpace(l), "/"); ok && strings.HasSuffix(n, "/") && !strings.Contains(strings.TrimSuffix(n, "/"), "/") {
+				ignored[strings.TrimSuffix(n, "/")] = true
+			}
+		}
+	}
 	for _, e := range top {
+		if ignored[e.Name()] {
+			continue
+		}
 		under := slices.ContainsFunc(rows, func(p string) bool { return strings.HasPrefix(p, e.Name()+"/") })
 		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") && !named[e.Name()] && !under {
 			t.Errorf("ls shows %s/, which the package map does not list", e.Name())
