@@ -17,9 +17,26 @@ import (
 // first one's addresses have all failed, and only the source's family
 // when a source is set.
 func TestDialWalk(t *testing.T) {
-	live, err := net.Listen("tcp", "127.0.0.3:0")
-	if err != nil {
-		t.Fatal(err)
+	// The live port must also be free on 127.0.0.2 for the black hole;
+	// another process may hold it there: take another port then.
+	var live net.Listener
+	var port int
+	for try := 0; ; try++ {
+		l, err := net.Listen("tcp", "127.0.0.3:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port = l.Addr().(*net.TCPAddr).Port
+		_, closeHole, err := testbed.NewBlackHoleAt("127.0.0.2:" + strconv.Itoa(port))
+		if err == nil {
+			live = l
+			t.Cleanup(closeHole)
+			break
+		}
+		l.Close()
+		if try == 20 {
+			t.Fatalf("no port free on both 127.0.0.3 and 127.0.0.2: %v", err)
+		}
 	}
 	defer live.Close()
 	go func() {
@@ -31,8 +48,6 @@ func TestDialWalk(t *testing.T) {
 			c.Close()
 		}
 	}()
-	port := live.Addr().(*net.TCPAddr).Port
-	testbed.BlackHoleAt(t, "127.0.0.2:"+strconv.Itoa(port))
 	v6 := netip.MustParseAddr("::1") // nothing listens on port there: refused
 	a2, a3, a4 := netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("127.0.0.3"), netip.MustParseAddr("127.0.0.4")
 	for _, tc := range []struct {
