@@ -167,36 +167,6 @@ func TestDialNameAsksOnce(t *testing.T) {
 	}
 }
 
-// silentAt accepts TCP connections on addr and never sends a byte.
-func silentAt(t *testing.T, addr string) {
-	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-}
-
 // TestDialNameBounded: the name's two addresses accept TCP and stay
 // silent, and the state file is corrupt, so there is no choice and the
 // agent dials the name. That dial ends within the Dialer's connect
@@ -211,7 +181,7 @@ func TestDialNameBounded(t *testing.T) {
 	}
 	var records []string
 	for _, ip := range ips {
-		silentAt(t, net.JoinHostPort(ip, strconv.Itoa(port)))
+		testbed.SilentAt(t, net.JoinHostPort(ip, strconv.Itoa(port)))
 		records = append(records, "ldap 60 IN A "+ip)
 	}
 	named := testbed.StartNamed(t, testbed.NamedConfig{Zone: stack.Zone, Records: records})

@@ -466,7 +466,13 @@ func NewBlackHoleAt(at string) (addr string, closeFn func(), err error) {
 // never answers a byte: a hung server rather than a missing one.
 func Silent(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return SilentAt(t, "127.0.0.1:0")
+}
+
+// SilentAt is Silent on a given address (port 0: any free one).
+func SilentAt(t testing.TB, addr string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
