@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"sync"
 	"time"
@@ -144,8 +145,13 @@ const monitorID = 1
 func (s *Server) checkServer(ctx context.Context, name string) error {
 	dl, bounded := ctx.Deadline()
 	limit := time.Until(dl).Round(10 * time.Millisecond)
+	heard := s.heard.of(name)
+	mark := heard.count()
 	conn, err := s.connect(ctx, name)
 	if err != nil {
+		if timedOut(err) && heard.busy(mark) { // accept queue or handshake slow on a server that works
+			return fmt.Errorf("connect within %v: %w", limit, errServerBusy)
+		}
 		return err
 	}
 	defer conn.Close()
@@ -157,8 +163,6 @@ func (s *Server) checkServer(ctx context.Context, name string) error {
 	}
 	rd := wire.NewReader(conn)
 	rd.SetMax(MaxBackendPDU)
-	heard := s.heard.of(name)
-	mark := heard.count()
 	for {
 		raw, err := rd.Next()
 		if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -187,4 +191,12 @@ func (s *Server) checkServer(ctx context.Context, name string) error {
 		conn.Write(wire.UnbindRequest(monitorID + 1))
 		return nil
 	}
+}
+
+// timedOut reports whether a connect ended by its bound rather than by an
+// answer (a refusal, a reset).
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		(errors.As(err, &ne) && ne.Timeout())
 }
