@@ -115,12 +115,18 @@ func TestAttackFrontEveryStageLeavesNothing(t *testing.T) {
 			c.Close()
 		case 6:
 			var cs []*net.TCPConn
+			before := h.counted()
 			for range 12 {
 				cs = append(cs, h.dialFrom("127.0.0.2"))
 			}
 			for _, c := range cs {
 				rst(c)
 			}
+			// All twelve accepted and counted before the next stage: on a
+			// busy host some wait in the kernel's accept queue after
+			// settled holds, and the next stage's connection would then be
+			// the ninth.
+			eventually(t, "twelve more connections counted", func() bool { return h.counted() == before+12 })
 			h.settled()
 		}
 	}

@@ -298,6 +298,26 @@ func (h *harness) settled() {
 	})
 }
 
+// counted is the sum of edgefleet_origin_connections_total over all its
+// series: every connection the front accepted and saw end or start
+// forwarding.
+func (h *harness) counted() float64 {
+	h.t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() == "edgefleet_origin_connections_total" {
+			for _, m := range mf.GetMetric() {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return n
+}
+
 // metric returns the value of the series of name with exactly labels
 // (0 when absent).
 func (h *harness) metric(name string, labels map[string]string) float64 {
