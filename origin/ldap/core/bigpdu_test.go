@@ -125,7 +125,7 @@ func TestBigPDUStalledReaderCut(t *testing.T) {
 
 // A client that reads, slowly, while slapd sends far more than MaxHeld
 // (six pipelined searches of five 6 MiB entries, 180 MiB) is not cut for
-// stalling — it takes a piece every few hundred milliseconds, well within
+// stalling — it takes a piece every few tens of milliseconds, well within
 // StallWindow — but the session stops holding answers for it at MaxHeld
 // (132 MiB) and cuts it there: the bound on what one client costs the
 // core's memory holds whatever the client does.
@@ -149,11 +149,18 @@ func TestBigEntriesSlowReaderCutAtMaxHeld(t *testing.T) {
 	c.SetReadDeadline(time.Now().Add(5 * time.Minute)) // a hang guard
 	var got int64
 	buf := make([]byte, 16<<10)
-	for len(h.logs.JSONLines("client too far behind: disconnected")) == 0 {
-		time.Sleep(100 * time.Millisecond) // a slow reader, not a timer
+	cutLine := func() bool { return len(h.logs.JSONLines("client too far behind: disconnected")) > 0 }
+	for i := 0; i%20 != 0 || !cutLine(); i++ {
+		// A slow reader, at most 8 KiB (its receive buffer) per 10 ms:
+		// far slower than slapd fills the queue, yet 64 KiB per
+		// StallWindow even when a loaded host stretches the pause tenfold.
+		time.Sleep(10 * time.Millisecond)
 		n, err := c.Read(buf)
-		if got += int64(n); err != nil && len(h.logs.JSONLines("client too far behind: disconnected")) == 0 {
+		if got += int64(n); err != nil && !cutLine() {
 			t.Fatalf("after %d bytes, before the session's line: %v", got, err)
+		}
+		if err != nil {
+			break
 		}
 	}
 	t.Logf("cut after the client read %d bytes", got)
