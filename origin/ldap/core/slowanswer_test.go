@@ -133,19 +133,21 @@ func TestSlowRebindBlamesNoServer(t *testing.T) {
 // the monitor's interval (and so its checks' bound) at one second:
 // slapd's worker threads are busy streaming their results (to the core,
 // which reads them at once), so a check can take longer than that — but
-// the server is sending all along, so it is busy, not frozen: no server
-// is marked down or OFFLINE, and an innocent client is served throughout
-// (before the fix both were down in two of three runs).
+// the server is sending all along, so it is busy, not frozen: it is not
+// marked down or OFFLINE while they stall, and an innocent client is
+// served throughout (before the fix it was down in two of three runs).
+// The verdict is read when the last stalled client is cut: after that
+// the server is idle, and an idle server that takes longer than a 1 s
+// bound to answer (a host short of CPU can make it) is down by design.
 func TestStalledReadersBusyServerNotDown(t *testing.T) {
-	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{LDIF: testbed.DirectoryLDIF(3000)})
+	sl := testbed.StartSlapds(t, 1, testbed.SlapdConfig{LDIF: testbed.DirectoryLDIF(3000)})
 	h := newHarness(t, lbDLP(3, 60, 1, named(sl),
-		rule("ALL", "(user=*)", []string{"L1", "L2"}, `"failover": 1`),
+		rule("ALL", "(user=*)", []string{"L1"}, `"failover": 1`),
 		proxy([]string{"ALL"}, nil)), func(c *core.Config) { c.Now = time.Now })
 	waitWithin(t, 20*time.Second, "the monitor's first check", func() bool { return h.backend(t, "L1").LastCheck != "" })
 	stall(t, h.addr, 8)
 	clientsCut(t, h, 8)
-	time.Sleep(3 * time.Second) // three more monitor rounds
-	noServerBlamed(t, h, "L1", "L2")
+	noServerBlamed(t, h, "L1")
 	if err := innocent(t, h); err != nil {
 		t.Errorf("an innocent client after the stall: %v", err)
 	}
