@@ -258,10 +258,16 @@ func DropDue(cfg Config, st *State, slack time.Duration, now time.Time) []string
 
 // Serving is cfg without the edges the state says are withdrawn: what
 // every convergence publishes. Withdrawals of edges fleet.yaml no longer
-// lists as withdrawn (rotated out, re-addressed) are forgotten.
+// lists as withdrawn (rotated out, re-addressed) are forgotten; one the
+// firewall still lets in leaves it as a removed edge does (draining,
+// from when it left DNS).
 func Serving(cfg Config, st *State) Config {
 	for name, w := range st.Withdrawn {
 		if e, ok := cfg.Edge(name); !ok || !w.matches(e) {
+			if s := st.Edges[name]; s != nil && w.Phase() != PhaseOut && !w.LeftDNS.IsZero() &&
+				sameAddrOrBoth(s.IPv4, w.IPv4) && sameAddrOrBoth(s.IPv6, w.IPv6) {
+				s.State, s.LeftDNS, s.TTL = StateDraining, w.LeftDNS, w.TTL
+			}
 			st.Restore(name)
 		}
 	}
