@@ -30,8 +30,9 @@ import (
 // first; the watch is killed -9 in the middle of the withdrawal and
 // started again, and the end state is right (e3 out of DNS and, after its
 // wait, out of the origin's INPUT firewall; still in fleet.yaml). A
-// recheck lets it in, fails and drops it again; the watch killed -9 while
-// e3 is out of the firewall and restarted keeps it out. No agent
+// recheck lets it in, fails and drops it again; fleet firewall check,
+// firewall apply and apply leave it out; the watch killed -9 while e3 is
+// out of the firewall and restarted keeps it out. No agent
 // operation fails once e3 is out of DNS for one TTL. e3 continued
 // (SIGCONT) is let in by its next recheck and restored after rise passed
 // checks (probe, then DNS). With every edge
@@ -235,6 +236,7 @@ edges:
 	// next one backed off.
 	w2.waitLine(t, `msg=recheck edge=e3`)
 	w2.waitLine(t, `msg=drop edge=e3 reason="failed its recheck"`)
+	w2.waitLine(t, `the firewall allows e1 e2"`) // the drop's convergence done
 	if after := w2.output()[strings.Index(w2.output(), "msg=recheck edge=e3"):]; !strings.Contains(after, "step 1/6 firewall: applied, allowing e1 e2 e3") {
 		t.Errorf("the recheck did not let e3 in:\n%s", after)
 	}
@@ -248,6 +250,14 @@ edges:
 	w2.cmd.Process.Kill()
 	w2.cmd.Wait()
 	t.Logf("fleet watch (killed -9 with e3 out of the firewall):\n%s", w2.output())
+	// Meanwhile every command that writes the firewall computes the same
+	// allowed set: none opens e3 again, apply does not publish it.
+	for _, cmd := range [][]string{{"firewall", "check"}, {"firewall", "apply"}, {"apply"}} {
+		r := fleetRun(t, orig, append([]string{"--config", inv}, append(cmd, "--chain", "INPUT")...)...)
+		if r.code != 0 || inFW(edges["e3"]) || has(resolve(), edges["e3"]) {
+			t.Errorf("fleet %s with e3 out of the firewall: exit %d, e3 let in %v, in DNS %v\n%s%s", strings.Join(cmd, " "), r.code, inFW(edges["e3"]), has(resolve(), edges["e3"]), r.stdout, r.stderr)
+		}
+	}
 	w2 = startFleet(t, orig, args...)
 	w2.waitLine(t, `msg=drop edge=e3 reason="failed its recheck"`)
 	waitFor("e3 out of the firewall after the restart", out)
