@@ -463,7 +463,34 @@ func (c *Converger) plan(ctx context.Context) ([]Step, *run, error) {
 		return save()
 	}})
 
-	// 5. Removed edges wait for resolver caches and their drain.
+	// 5 and 6. Removed and withdrawn edges wait, then leave the firewall.
+	leave, err := c.leaveSteps(ctx, r, draining, leaving, save)
+	if err != nil {
+		return nil, nil, err
+	}
+	steps = append(steps, leave...)
+	steps = append(steps, Step{run: func(context.Context) error {
+		if err := save(); err != nil {
+			return err
+		}
+		if c.Firewall == nil {
+			c.printf("done: %s answers %s", dnsPlan.Name, addrList(dnsPlan.After))
+		} else {
+			c.printf("done: %s answers %s; the firewall allows %s", dnsPlan.Name, addrList(dnsPlan.After), edgeNames(Allowed(cfg, st)))
+		}
+		return nil
+	}})
+	return steps, r, nil
+}
+
+// leaveSteps are steps 5 and 6 for the draining edges and the withdrawn
+// ones leaving: each waits for resolver caches and its drain, then the
+// firewall drops them all; the draining ones are forgotten, the withdrawn
+// ones recorded as out.
+func (c *Converger) leaveSteps(ctx context.Context, r *run, draining, leaving []string, save func() error) ([]Step, error) {
+	cfg, st, live, dnsPlan := c.Config, r.st, r.live, r.dns
+	var steps []Step
+	// 5. Each waits for resolver caches and its drain.
 	for _, name := range draining {
 		s := st.Edges[name]
 		steps = append(steps, Step{
@@ -484,7 +511,7 @@ func (c *Converger) plan(ctx context.Context) ([]Step, *run, error) {
 		keep := slices.DeleteFunc(Allowed(cfg, st), func(e Edge) bool { return slices.Contains(leaving, e.Name) })
 		last, err := c.allowStep(ctx, "6/6", keep, r)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		run := last.run
 		last.run = func(ctx context.Context) error {
@@ -502,18 +529,7 @@ func (c *Converger) plan(ctx context.Context) ([]Step, *run, error) {
 		}
 		steps = append(steps, last)
 	}
-	steps = append(steps, Step{run: func(context.Context) error {
-		if err := save(); err != nil {
-			return err
-		}
-		if c.Firewall == nil {
-			c.printf("done: %s answers %s", dnsPlan.Name, addrList(dnsPlan.After))
-		} else {
-			c.printf("done: %s answers %s; the firewall allows %s", dnsPlan.Name, addrList(dnsPlan.After), edgeNames(Allowed(cfg, st)))
-		}
-		return nil
-	}})
-	return steps, r, nil
+	return steps, nil
 }
 
 // probeNew probes every address of a new edge, recording a failure in the
