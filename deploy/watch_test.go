@@ -21,6 +21,14 @@ func history(edge string, withdrawn bool, checks ...bool) Health {
 	return h
 }
 
+// rechecking is the history of a withdrawn edge let in for its
+// rechecks.
+func rechecking(edge string, checks ...bool) Health {
+	h := history(edge, true, checks...)
+	h.Rechecking = true
+	return h
+}
+
 func ops(d Decision) []string {
 	var s []string
 	for _, a := range d.Actions {
@@ -52,6 +60,11 @@ func TestDecideFallRiseMinEdges(t *testing.T) {
 		{"a flapping edge stays out", 3, []Health{history("e1", true, P, F, P, F, P), history("e2", false, P), history("e3", false, P)}, nil, false},
 		{"a restoration makes room for a withdrawal", 3, []Health{history("e1", true, P, P), history("e2", false, F, F, F), history("e3", false, P)},
 			[]string{"restore e1", "withdraw e2"}, false},
+		{"a failed recheck drops", 3, []Health{rechecking("e1", F), history("e2", false, P), history("e3", false, P)}, []string{"drop e1"}, false},
+		{"a passed recheck keeps it let in", 3, []Health{rechecking("e1", P), history("e2", false, P), history("e3", false, P)}, nil, false},
+		{"rise passed rechecks restore", 3, []Health{rechecking("e1", P, P), history("e2", false, P), history("e3", false, P)}, []string{"restore e1"}, false},
+		{"every edge failing drops no recheck", 3, []Health{rechecking("e1", F), history("e2", false, F), history("e3", false, F)}, nil, true},
+		{"a leaving edge failing is not dropped", 3, []Health{history("e1", true, F, F, F, F), history("e2", false, P), history("e3", false, P)}, nil, false},
 		{"unchecked edges are not counted", 3, []Health{{Edge: "e1"}, history("e2", false, F, F, F), history("e3", false, P)}, []string{"withdraw e2"}, false},
 	}
 	for _, c := range cases {

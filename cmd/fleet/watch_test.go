@@ -31,7 +31,7 @@ import (
 // started again, and the end state is right (e3 out of DNS and, after its
 // wait, out of the origin's INPUT firewall; still in fleet.yaml). A
 // recheck lets it in, fails and drops it again; fleet firewall check,
-// firewall apply and apply leave it out; the watch killed -9 while e3 is
+// firewall apply, apply and firewall watch leave it out; the watch killed -9 while e3 is
 // out of the firewall and restarted keeps it out. No agent
 // operation fails once e3 is out of DNS for one TTL. e3 continued
 // (SIGCONT) is let in by its next recheck and restored after rise passed
@@ -257,6 +257,14 @@ edges:
 		if r.code != 0 || inFW(edges["e3"]) || has(resolve(), edges["e3"]) {
 			t.Errorf("fleet %s with e3 out of the firewall: exit %d, e3 let in %v, in DNS %v\n%s%s", strings.Join(cmd, " "), r.code, inFW(edges["e3"]), has(resolve(), edges["e3"]), r.stdout, r.stderr)
 		}
+	}
+	fwWatch := startFleet(t, orig, "--config", inv, "firewall", "watch", "--chain", "INPUT", "--interval", "200ms")
+	fwWatch.waitLine(t, "firewall watch started")
+	time.Sleep(time.Second) // several of its rounds
+	fwWatch.cmd.Process.Signal(syscall.SIGTERM)
+	fwWatch.cmd.Wait()
+	if out := fwWatch.output(); inFW(edges["e3"]) || strings.Contains(out, "firewall re-applied") {
+		t.Errorf("fleet firewall watch let e3 in again or re-applied the rules:\n%s", out)
 	}
 	w2 = startFleet(t, orig, args...)
 	w2.waitLine(t, `msg=drop edge=e3 reason="failed its recheck"`)
