@@ -322,3 +322,32 @@ func testApplyFinishesWithdrawal(t *testing.T) {
 		t.Fatalf("after the rerun: %+v", st.Withdrawn["e3"])
 	}
 }
+
+// TestServingDrainsWithdrawnLeftInventory: a withdrawn edge that leaves
+// fleet.yaml (rotated out) while the firewall still lets it in drains as
+// a removed edge, from when it left DNS; one already out of the firewall
+// is simply forgotten.
+func TestServingDrainsWithdrawnLeftInventory(t *testing.T) {
+	left := time.Date(2026, 12, 1, 6, 0, 0, 0, time.UTC)
+	st := NewState()
+	for _, e := range []Edge{e1, e2, e3} {
+		st.Edges[e.Name] = &EdgeState{IPv4: e.IPv4, IPv6: e.IPv6, State: StateNew}
+	}
+	st.Withdraw(e2, "3 failed checks", left)
+	st.leftDNS("e2", 60, left)
+	st.Withdraw(e3, "3 failed checks", left)
+	st.leftDNS("e3", 60, left)
+	st.firewalledOut("e3", 30*time.Second, left.Add(2*time.Minute))
+	cfg := validConfig()
+	cfg.Edges = []Edge{e1}
+	Serving(cfg, st)
+	if s := st.Edges["e2"]; s.State != StateDraining || !s.LeftDNS.Equal(left) || s.TTL != 60 {
+		t.Errorf("the leaving e2 rotated out: %+v, want draining since it left DNS", s)
+	}
+	if s := st.Edges["e3"]; s.State != StateNew {
+		t.Errorf("e3, out of the firewall, rotated out: %+v, want left as it was (Reconcile forgets it)", s)
+	}
+	if len(st.Withdrawn) != 0 {
+		t.Errorf("withdrawals kept: %v", st.Withdrawn)
+	}
+}
