@@ -78,6 +78,11 @@ type Converger struct {
 	DryRun bool
 	// Locked says the caller holds the state lock (LockState) already.
 	Locked bool
+	// Defer leaves a withdrawn edge whose resolver wait (TTL + slack) is
+	// not over let in by the firewall, for a later run, instead of
+	// waiting for it (fleet watch: its checks go on meanwhile). Without
+	// it a run waits for it and drops it, as it does a removed edge.
+	Defer bool
 	// BeforePublish, if non-nil, runs once every new edge passed its
 	// probe, before the first DNS change: rotate writes fleet.yaml there,
 	// so that a rotation that fails before leaves it as it was.
@@ -351,8 +356,8 @@ func (c *Converger) plan(ctx context.Context) ([]Step, *run, error) {
 		return nil, nil, err
 	}
 	// An edge fleet watch withdrew stays out of DNS until the watch
-	// restores it, and in the firewall (it is still an edge of
-	// fleet.yaml: the watch's checks go through it).
+	// restores it; the firewall drops it after its wait, as a removed
+	// edge, and lets it in again while the watch rechecks it.
 	serving := Serving(cfg, st)
 	live, err := c.DNS.Read(ctx)
 	if err != nil {
@@ -365,6 +370,7 @@ func (c *Converger) plan(ctx context.Context) ([]Step, *run, error) {
 		}
 	}
 	Reconcile(cfg, st, live, fwLive)
+	leaving := c.leaving(cfg, st, fwLive)
 	for _, name := range st.Sorted() {
 		if s := st.Edges[name]; s.State == StateDraining && !s.LeftDNS.IsZero() {
 			c.printf("resuming: %s left DNS at %s", name, s.LeftDNS.UTC().Format(time.RFC3339))
@@ -385,8 +391,9 @@ func (c *Converger) plan(ctx context.Context) ([]Step, *run, error) {
 		}
 	}
 
-	// 1. The firewall allows every listed edge, and still the draining ones.
-	allow := slices.Clone(cfg.Edges)
+	// 1. The firewall allows every listed edge (but the withdrawn ones it
+	// dropped), and still the draining ones.
+	allow := Allowed(cfg, st)
 	var draining []string
 	for _, name := range st.Sorted() {
 		if s := st.Edges[name]; s.State == StateDraining {
@@ -456,7 +463,34 @@ func (c *Converger) plan(ctx context.Context) ([]Step, *run, error) {
 		return save()
 	}})
 
-	// 5. Removed edges wait for resolver caches and their drain.
+	// 5 and 6. Removed and withdrawn edges wait, then leave the firewall.
+	leave, err := c.leaveSteps(ctx, r, draining, leaving, save)
+	if err != nil {
+		return nil, nil, err
+	}
+	steps = append(steps, leave...)
+	steps = append(steps, Step{run: func(context.Context) error {
+		if err := save(); err != nil {
+			return err
+		}
+		if c.Firewall == nil {
+			c.printf("done: %s answers %s", dnsPlan.Name, addrList(dnsPlan.After))
+		} else {
+			c.printf("done: %s answers %s; the firewall allows %s", dnsPlan.Name, addrList(dnsPlan.After), edgeNames(Allowed(cfg, st)))
+		}
+		return nil
+	}})
+	return steps, r, nil
+}
+
+// leaveSteps are steps 5 and 6 for the draining edges and the withdrawn
+// ones leaving: each waits for resolver caches and its drain, then the
+// firewall drops them all; the draining ones are forgotten, the withdrawn
+// ones recorded as out.
+func (c *Converger) leaveSteps(ctx context.Context, r *run, draining, leaving []string, save func() error) ([]Step, error) {
+	cfg, st, live, dnsPlan := c.Config, r.st, r.live, r.dns
+	var steps []Step
+	// 5. Each waits for resolver caches and its drain.
 	for _, name := range draining {
 		s := st.Edges[name]
 		steps = append(steps, Step{
@@ -464,12 +498,20 @@ func (c *Converger) plan(ctx context.Context) ([]Step, *run, error) {
 			run:  func(ctx context.Context) error { return c.wait(ctx, name, s, st) },
 		})
 	}
+	for _, name := range leaving {
+		steps = append(steps, Step{
+			Plan: fmt.Sprintf("step 5/6 wait: would wait for %s (withdrawn): %s, then its drain (up to %v)", name, c.cacheWhy(c.withdrawnState(cfg, st, name), st, live, dnsPlan), cfg.DrainTimeout),
+			// Built when it runs: step 4 may just have recorded when it left DNS.
+			run: func(ctx context.Context) error { return c.wait(ctx, name, c.withdrawnState(cfg, st, name), st) },
+		})
+	}
 
 	// 6. The firewall drops them.
-	if len(draining) > 0 {
-		last, err := c.allowStep(ctx, "6/6", cfg.Edges, r)
+	if len(draining)+len(leaving) > 0 {
+		keep := slices.DeleteFunc(Allowed(cfg, st), func(e Edge) bool { return slices.Contains(leaving, e.Name) })
+		last, err := c.allowStep(ctx, "6/6", keep, r)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		run := last.run
 		last.run = func(ctx context.Context) error {
@@ -479,22 +521,15 @@ func (c *Converger) plan(ctx context.Context) ([]Step, *run, error) {
 			for _, name := range draining {
 				delete(st.Edges, name)
 			}
+			for _, name := range leaving {
+				st.firewalledOut(name, cfg.Watch.Interval, c.now())
+				c.printf("step 6/6 firewall: %s (withdrawn) is out; fleet watch rechecks it from %s", name, st.Withdrawn[name].NextCheck.UTC().Format(time.RFC3339))
+			}
 			return save()
 		}
 		steps = append(steps, last)
 	}
-	steps = append(steps, Step{run: func(context.Context) error {
-		if err := save(); err != nil {
-			return err
-		}
-		if c.Firewall == nil {
-			c.printf("done: %s answers %s", dnsPlan.Name, addrList(dnsPlan.After))
-		} else {
-			c.printf("done: %s answers %s; the firewall allows %s", dnsPlan.Name, addrList(dnsPlan.After), edgeNames(cfg.Edges))
-		}
-		return nil
-	}})
-	return steps, r, nil
+	return steps, nil
 }
 
 // probeNew probes every address of a new edge, recording a failure in the
@@ -564,12 +599,16 @@ func ApplyChange(ctx context.Context, d DNSClient, cfg Config, st *State, live *
 func markDNS(st *State, name string, live RRSet, plan DNSPlan, ttl uint32, now time.Time) {
 	s := st.Edges[name]
 	addrs := s.Edge(name).Addrs()
+	held := max(ttl, live.TTLA, live.TTLAAAA, plan.beforeTTL)
+	if _, ok := st.Withdrawn[name]; ok && !slices.ContainsFunc(addrs, live.Has) {
+		st.leftDNS(name, held, now)
+	}
 	switch {
 	case s.State == StateNew && !slices.ContainsFunc(addrs, func(a netip.Addr) bool { return !live.Has(a) }):
 		s.State = StateActive
 	case s.State == StateDraining && s.LeftDNS.IsZero() && !slices.ContainsFunc(addrs, live.Has):
 		s.LeftDNS = now
-		s.TTL = max(ttl, live.TTLA, live.TTLAAAA, plan.beforeTTL)
+		s.TTL = held
 	}
 }
 
@@ -673,6 +712,11 @@ func (c *Converger) cached(s *EdgeState, st *State, ttl uint32) (time.Time, stri
 		// never from the zero time.
 		left = c.now()
 	}
+	return st.cachedUntil(left, ttl, c.Slack)
+}
+
+// cachedUntil is cached for records that left DNS at left with TTL ttl.
+func (st *State) cachedUntil(left time.Time, ttl uint32, slack time.Duration) (time.Time, string) {
 	d := time.Duration(ttl) * time.Second
 	until, why := left.Add(d), fmt.Sprintf("TTL %v", d)
 	for _, ch := range st.TTLChanges {
@@ -681,7 +725,37 @@ func (c *Converger) cached(s *EdgeState, st *State, ttl uint32) (time.Time, stri
 			why = fmt.Sprintf("the TTL %v its records had until %s", time.Duration(ch.TTL)*time.Second, ch.Replaced.UTC().Format(time.RFC3339))
 		}
 	}
-	return until.Add(c.Slack), why + fmt.Sprintf(" + slack %v", c.Slack)
+	return until.Add(slack), why + fmt.Sprintf(" + slack %v", slack)
+}
+
+// leaving are the withdrawn edges this run waits for and drops from the
+// firewall: every one still leaving, or with Defer those whose resolver
+// wait is over. One past its wait that the live rules no longer let in
+// was dropped by a run killed before it saved: it is recorded as out.
+func (c *Converger) leaving(cfg Config, st *State, fw map[netip.Addr]string) []string {
+	due := DropDue(cfg, st, c.Slack, c.now())
+	var names []string
+	for _, e := range cfg.Edges {
+		if !st.IsWithdrawn(e) || st.Withdrawn[e.Name].Phase() != PhaseLeaving {
+			continue
+		}
+		isDue := slices.Contains(due, e.Name)
+		if fw != nil && isDue && !slices.ContainsFunc(e.Addrs(), func(a netip.Addr) bool { _, ok := fw[a]; return ok }) {
+			st.firewalledOut(e.Name, cfg.Watch.Interval, c.now())
+			continue
+		}
+		if isDue || !c.Defer {
+			names = append(names, e.Name)
+		}
+	}
+	return names
+}
+
+// withdrawnState is withdrawn edge name as wait sees a removed edge.
+func (c *Converger) withdrawnState(cfg Config, st *State, name string) *EdgeState {
+	e, _ := cfg.Edge(name)
+	w := st.Withdrawn[name]
+	return &EdgeState{IPv4: e.IPv4, IPv6: e.IPv6, Metrics: e.Metrics, State: StateDraining, LeftDNS: w.LeftDNS, TTL: w.TTL}
 }
 
 // cacheWhy is the TTL wait as the plan states it.

@@ -20,6 +20,8 @@ func FuzzParseState(f *testing.F) {
 	f.Add([]byte(`{"version":1,"edges":{"e1":{"ipv4":"192.0.2.1","state":"draining","left_dns":"2026-12-01T06:00:00Z","ttl":60}}}`))
 	f.Add([]byte(`{"version":1,"edges":{"e1":{"ipv6":"2001:db8::1","state":"failed","error":"tls: handshake timeout"}}}`))
 	f.Add([]byte(`{"version":1,"edges":{"e1":null}}`))
+	f.Add([]byte(`{"version":2,"edges":{},"withdrawn":{"e3":{"ipv4":"192.0.2.3","since":"2026-12-01T06:00:00Z","reason":"3 failed checks","left_dns":"2026-12-01T06:00:01Z","ttl":60,"firewalled_out":"2026-12-01T06:01:36Z","failed_rechecks":2,"next_check":"2026-12-01T06:03:36Z"}}}`))
+	f.Add([]byte(`{"version":2,"edges":{},"withdrawn":{"e3":{"ipv4":"192.0.2.3","since":"2026-12-01T06:00:00Z","reason":"x","rechecking":true,"firewalled_out":"2026-12-01T06:01:36Z"}}}`))
 	f.Add([]byte("{\"version\":1,\n\"edges\":{\"e1\":{\"state\":\"gone\"}}"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := ParseState(b)

@@ -209,6 +209,12 @@ func ParseState(b []byte) (*State, error) {
 				return nil, fmt.Errorf("withdrawn %q: %q is not an IP address", name, a)
 			}
 		}
+		if w.Rechecking && !w.FirewalledOut.IsZero() {
+			return nil, fmt.Errorf("withdrawn %q: rechecking and firewalled out at once", name)
+		}
+		if w.FailedRechecks < 0 {
+			return nil, fmt.Errorf("withdrawn %q: failed_rechecks %d is negative", name, w.FailedRechecks)
+		}
 	}
 	return s, nil
 }

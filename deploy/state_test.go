@@ -38,6 +38,10 @@ func TestStateFile(t *testing.T) {
 		{`{"version":1,"edges":{"e1":{"state":"gone","ipv4":"192.0.2.1"}}}`, `edge "e1": state "gone" is not new, active, draining or failed`},
 		{`{"version":1,"edges":{"e1":{"state":"active","ipv4":"192.0.2"}}}`, `edge "e1": "192.0.2" is not an IP address`},
 		{`{"version":1,"edges":{},"extra":1}`, `unknown field "extra"`},
+		{`{"version":2,"edges":{},"withdrawn":{"e3":{"ipv4":"192.0.2.3","since":"2026-12-01T06:00:00Z","reason":"x","rechecking":true,"firewalled_out":"2026-12-01T06:01:00Z"}}}`,
+			`withdrawn "e3": rechecking and firewalled out at once`},
+		{`{"version":2,"edges":{},"withdrawn":{"e3":{"ipv4":"192.0.2.3","since":"2026-12-01T06:00:00Z","reason":"x","failed_rechecks":-1}}}`,
+			`withdrawn "e3": failed_rechecks -1 is negative`},
 	} {
 		os.WriteFile(path, []byte(tc.content), 0o600)
 		_, err := LoadState(path)

@@ -335,7 +335,7 @@ for _ in $(seq 1 600); do
 	sleep 0.1
 done
 grep -E 'msg=withdraw|step 4/6' fleet-watch.log || { echo "demo: fleet watch withdrew nothing" >&2; cat fleet-watch.log >&2; exit 1; }
-echo "edge-c withdrawn by fleet watch $(($(now_ms) - t0)) ms after it started: 3 failed checks in a row (each up to the 2s probe budget, rounds every 0-2s), then one UPDATE; it stays in fleet.yaml and comes back after 2 passed checks"
+echo "edge-c withdrawn by fleet watch $(($(now_ms) - t0)) ms after it started: 3 failed checks in a row (each up to the 2s probe budget, a round every 1s: full jitter over the 1s interval, with its 1s floor), then one UPDATE; it stays in fleet.yaml. With the origin's firewall (not in this demo: --no-firewall) it would leave it one TTL plus slack and its drain later, and be let in again only for its rechecks (1s, then doubling up to 10 min) until 2 passed checks publish it again"
 "$BIN/fleet" --config fleet.yaml dns list
 
 say "the fleet at a glance: fleet status (edge-c, the black hole, is withdrawn: out of DNS, still in fleet.yaml)"

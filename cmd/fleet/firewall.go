@@ -308,7 +308,8 @@ func dnsWarning(log *slog.Logger) func(error) {
 
 // allowedRules is the rule set every command that writes the firewall
 // enforces, computed as apply and rotate compute it: the inventory's
-// edges, the state's draining ones, and every address live in DNS
+// edges but the withdrawn ones fleet watch dropped (deploy.Allowed), the
+// state's draining ones, and every address live in DNS
 // (dns.server, when set) or in the firewall that the inventory does not
 // list — it stays until a convergence has drained it. With lock (non-nil),
 // the inventory's lock is taken first and unlock releases it.
@@ -352,6 +353,10 @@ func allowedRules(ctx context.Context, f fleetFile, fw *firewall.Firewall, fl fi
 		return fail(err)
 	}
 	deploy.Reconcile(f.Config, st, live, src)
+	// A withdrawn edge fleet watch dropped stays out (docs/watch.md).
+	inv := f.Config
+	inv.Edges = deploy.Allowed(f.Config, st)
+	c.Edges = firewallConfig(inv, fl).Edges
 	for _, name := range st.Sorted() {
 		if s := st.Edges[name]; s.State == deploy.StateDraining {
 			e := s.Edge(name)

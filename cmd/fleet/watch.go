@@ -69,7 +69,10 @@ func watchCommand() *cobra.Command {
 in a row is withdrawn (DNS first, the firewall after one TTL plus slack and
 its drain), never below watch.min_edges published; when every edge fails
 nothing is withdrawn and edgefleet_fleet_all_edges_failing is 1. A withdrawn
-edge passing watch.rise checks in a row is restored (firewall, probe, DNS).
+edge stays let in by the firewall until resolvers no longer hold it and it
+drained, then is dropped; it is let in again for a recheck after one interval,
+doubling after each failed one up to 10 min, and, passing watch.rise checks in
+a row, restored (firewall, probe, DNS).
 Withdrawals are kept in fleet.state.json, never in fleet.yaml. Every change
 is made under the inventory's lock, taken per round: a round that finds it
 held is skipped. See docs/watch.md.`,
@@ -130,7 +133,8 @@ held is skipped. See docs/watch.md.`,
 }
 
 // watcher is one fleet watch: the health history of each edge, kept in
-// memory across rounds (a restart starts it afresh).
+// memory across rounds (a restart starts it afresh; the phase of each
+// withdrawal and its recheck back-off are in the state file).
 type watcher struct {
 	cmd    *cobra.Command
 	fl     convergeFlags
@@ -170,6 +174,76 @@ func (w *watcher) round(ctx context.Context) time.Duration {
 		w.log.Error("round skipped", "err", err)
 		return pause
 	}
+	st = w.recheck(ctx, p, st)
+	hs, byName := w.check(ctx, p, st, live)
+	d := deploy.Decide(cfg.Watch, len(cfg.Edges), hs)
+	if d.AllFailing {
+		w.m.allFailing.Set(1)
+		w.log.Error("all edges failing: nothing withdrawn, the origin is the likely fault", "edges", len(hs))
+	} else {
+		w.m.allFailing.Set(0)
+	}
+	var changes []deploy.Action
+	for _, a := range d.Actions {
+		if a.Op == deploy.ActHold {
+			w.log.Warn("hold", "edge", a.Edge, "reason", a.Reason, "last_err", a.LastErr)
+			continue
+		}
+		changes = append(changes, a)
+	}
+	if len(changes) == 0 && !needsConverge(cfg, st, live, w.fl.slack, time.Now()) {
+		return pause
+	}
+	w.act(ctx, sp, changes, byName)
+	return pause
+}
+
+// recheck lets in again, under the lock, the withdrawn edges out of the
+// firewall whose recheck is due (deploy.RecheckDue), so that this round's
+// checks go through them; it returns the state as it is then.
+func (w *watcher) recheck(ctx context.Context, p fleetParts, st *deploy.State) *deploy.State {
+	cfg, sp := p.f.Config, statePath(p.f.path)
+	if len(deploy.RecheckDue(cfg, st, time.Now())) == 0 {
+		return st
+	}
+	unlock, err := deploy.TryLockState(sp)
+	if err != nil {
+		w.log.Info("rechecks skipped: another fleet command holds the lock", "err", err)
+		return st
+	}
+	defer unlock()
+	cur, err := deploy.LoadState(sp)
+	if err != nil {
+		w.log.Error("rechecks skipped", "err", err)
+		return st
+	}
+	st = cur
+	for _, e := range deploy.RecheckDue(cfg, st, time.Now()) {
+		wd := st.Withdrawn[e.Name]
+		st.Recheck(e.Name)
+		w.health[e.String()] = &deploy.Health{Edge: e.Name} // its checks count from here
+		w.log.Info("recheck", "edge", e.Name, "reason", "let in again for its checks",
+			"firewalled_out", time.Since(wd.FirewalledOut).Round(time.Millisecond), "failed_rechecks", wd.FailedRechecks)
+	}
+	if err := st.Save(sp); err != nil {
+		w.log.Error("state not saved: no recheck", "err", err)
+		return st
+	}
+	if err := w.converge(ctx, p, cfg, nil); err != nil {
+		w.log.Error("convergence failed; the next round tries again", "err", err)
+	}
+	if next, err := deploy.LoadState(sp); err == nil {
+		st = next
+	}
+	return st
+}
+
+// check probes every address of each published or withdrawn edge (but
+// those out of the firewall: they wait for their recheck) and records the
+// results; it returns the health of the edges checked, and those edges by
+// name.
+func (w *watcher) check(ctx context.Context, p fleetParts, st *deploy.State, live deploy.RRSet) ([]deploy.Health, map[string]deploy.Edge) {
+	cfg := p.f.Config
 	seen := map[string]bool{}
 	var hs []deploy.Health
 	byName := map[string]deploy.Edge{}
@@ -180,12 +254,15 @@ func (w *watcher) round(ctx context.Context) time.Duration {
 		}
 		key := e.String()
 		seen[key] = true
+		if st.FirewalledOut(e) {
+			continue
+		}
 		h := w.health[key]
 		if h == nil {
 			h = &deploy.Health{Edge: e.Name}
 			w.health[key] = h
 		}
-		h.Withdrawn = withdrawn
+		h.Withdrawn, h.Rechecking = withdrawn, withdrawn && st.Withdrawn[e.Name].Rechecking
 		ok, msg := true, ""
 		for _, a := range e.Addrs() {
 			addr := net.JoinHostPort(a.String(), strconv.Itoa(cfg.Probe.Port))
@@ -210,49 +287,36 @@ func (w *watcher) round(ctx context.Context) time.Duration {
 			delete(w.health, key)
 		}
 	}
-	d := deploy.Decide(cfg.Watch, len(cfg.Edges), hs)
-	if d.AllFailing {
-		w.m.allFailing.Set(1)
-		w.log.Error("all edges failing: nothing withdrawn, the origin is the likely fault", "edges", len(hs))
-	} else {
-		w.m.allFailing.Set(0)
-	}
-	var changes []deploy.Action
-	for _, a := range d.Actions {
-		if a.Op == deploy.ActHold {
-			w.log.Warn("hold", "edge", a.Edge, "reason", a.Reason, "last_err", a.LastErr)
-			continue
-		}
-		changes = append(changes, a)
-	}
-	if len(changes) == 0 && !needsConverge(cfg, st, live) {
-		return pause
-	}
+	return hs, byName
+}
 
-	// Changes: under the lock, with fleet.yaml and the state read again
-	// (a rotation may have run since the checks).
+// act makes a round's changes under the lock, with fleet.yaml and the
+// state read again (a rotation may have run since the checks), then
+// converges.
+func (w *watcher) act(ctx context.Context, sp string, changes []deploy.Action, byName map[string]deploy.Edge) {
 	unlock, err := deploy.TryLockState(sp)
 	if errors.Is(err, deploy.ErrLocked) {
 		w.log.Info("round's changes skipped: another fleet command holds the lock", "changes", len(changes))
-		return pause
+		return
 	}
 	if err != nil {
 		w.log.Error("round skipped", "err", err)
-		return pause
+		return
 	}
 	defer unlock()
-	if p, err = setupFleet(w.cmd, w.fl); err != nil {
+	p, err := setupFleet(w.cmd, w.fl)
+	if err != nil {
 		w.log.Error("round skipped: fleet.yaml", "err", err)
-		return pause
+		return
 	}
-	cfg = p.f.Config
-	if st, err = deploy.LoadState(sp); err != nil {
-		w.log.Error("round skipped", "err", err)
-		return pause
+	cfg := p.f.Config
+	st, err := deploy.LoadState(sp)
+	if err == nil {
+		err = st.Adopt(cfg, sp)
 	}
-	if err := st.Adopt(cfg, sp); err != nil {
+	if err != nil {
 		w.log.Error("round skipped", "err", err)
-		return pause
+		return
 	}
 	var restored []string
 	for _, a := range changes {
@@ -261,26 +325,16 @@ func (w *watcher) round(ctx context.Context) time.Duration {
 			w.log.Info("decision dropped: fleet.yaml changed the edge since its checks", "edge", a.Edge, "op", a.Op)
 			continue
 		}
-		h := w.health[e.String()]
-		switch a.Op {
-		case deploy.ActWithdraw:
-			st.Withdraw(e, a.Reason+": "+a.LastErr, time.Now())
-			w.m.withdrawals.Inc()
-			w.log.Warn("withdraw", "edge", a.Edge, "reason", a.Reason, "last_err", a.LastErr, "fall", cfg.Watch.Fall)
-		case deploy.ActRestore:
-			since := st.Withdrawn[a.Edge].Since
-			st.Restore(a.Edge)
+		if w.apply(st, cfg, e, a) {
 			restored = append(restored, a.Edge)
-			w.m.restorations.Inc()
-			w.log.Info("restore", "edge", a.Edge, "reason", a.Reason, "rise", cfg.Watch.Rise, "duration", time.Since(since).Round(time.Millisecond))
 		}
-		if h != nil {
+		if h := w.health[e.String()]; h != nil {
 			*h = deploy.Health{Edge: e.Name} // counts start again on the other side
 		}
 	}
 	if err := st.Save(sp); err != nil {
 		w.log.Error("state not saved: nothing changed", "err", err)
-		return pause
+		return
 	}
 	err = w.converge(ctx, p, cfg, nil)
 	if errors.Is(err, deploy.ErrProbe) && len(restored) > 0 {
@@ -300,17 +354,49 @@ func (w *watcher) round(ctx context.Context) time.Duration {
 	if err != nil {
 		w.log.Error("convergence failed; the next round tries again", "err", err)
 	}
-	return pause
+}
+
+// apply records decision a about edge e in the state, logging it; it
+// says whether e was restored.
+func (w *watcher) apply(st *deploy.State, cfg deploy.Config, e deploy.Edge, a deploy.Action) bool {
+	now := time.Now()
+	switch a.Op {
+	case deploy.ActWithdraw:
+		st.Withdraw(e, a.Reason+": "+a.LastErr, now)
+		w.m.withdrawals.Inc()
+		w.log.Warn("withdraw", "edge", a.Edge, "reason", a.Reason, "last_err", a.LastErr, "fall", cfg.Watch.Fall)
+	case deploy.ActDrop:
+		if !st.IsWithdrawn(e) || !st.Withdrawn[e.Name].Rechecking {
+			w.log.Info("decision dropped: the state changed the edge since its checks", "edge", a.Edge, "op", a.Op)
+			return false
+		}
+		st.RecheckFailed(e.Name, cfg.Watch.Interval, now)
+		wd := st.Withdrawn[e.Name]
+		w.log.Warn("drop", "edge", a.Edge, "reason", a.Reason, "last_err", a.LastErr,
+			"failed_rechecks", wd.FailedRechecks, "retry_in", wd.NextCheck.Sub(now))
+	case deploy.ActRestore:
+		since := st.Withdrawn[a.Edge].Since
+		st.Restore(a.Edge)
+		w.m.restorations.Inc()
+		w.log.Info("restore", "edge", a.Edge, "reason", a.Reason, "rise", cfg.Watch.Rise, "duration", time.Since(since).Round(time.Millisecond))
+		return true
+	}
+	return false
 }
 
 // needsConverge says whether the live fleet differs from what the
 // inventory and the withdrawals want: an edge to publish, a withdrawn one
-// still in DNS, or an edge still draining (a run killed mid-way).
-func needsConverge(cfg deploy.Config, st *deploy.State, live deploy.RRSet) bool {
-	for name := range st.Withdrawn {
-		if e, ok := cfg.Edge(name); ok && st.IsWithdrawn(e) && deploy.PublishedAddrs(e, live) {
-			return true
+// still in DNS or past its resolver wait (the firewall drops it), or an
+// edge still draining (a run killed mid-way).
+func needsConverge(cfg deploy.Config, st *deploy.State, live deploy.RRSet, slack time.Duration, now time.Time) bool {
+	for name, wd := range st.Withdrawn {
+		e, ok := cfg.Edge(name)
+		if ok && st.IsWithdrawn(e) && (deploy.PublishedAddrs(e, live) || wd.Phase() == deploy.PhaseLeaving && wd.LeftDNS.IsZero()) {
+			return true // still in DNS, or out of it with no time recorded (killed before its save)
 		}
+	}
+	if len(deploy.DropDue(cfg, st, slack, now)) > 0 {
+		return true
 	}
 	serving := deploy.Serving(cfg, st)
 	for _, s := range st.Edges {
@@ -348,7 +434,7 @@ func (w *watcher) converge(ctx context.Context, p fleetParts, cfg deploy.Config,
 		Config: cfg, StatePath: statePath(p.f.path),
 		DNS: p.pub, Firewall: p.fw, Probe: p.probe, Conns: cfg.Deploy.Scrape(),
 		Slack: w.fl.slack, Locked: true, Out: pw, Every: w.fl.every,
-		BeforePublish: beforePublish,
+		BeforePublish: beforePublish, Defer: true,
 	}
 	err := c.Run(ctx)
 	pw.Close()
@@ -389,7 +475,7 @@ func (w *watcher) replaceDue(ctx context.Context) {
 		}
 		if err != nil {
 			h.failures++
-			d := deploy.Backoff(w.backoff, h.failures)
+			d := deploy.Backoff(w.backoff, 60*w.backoff, h.failures)
 			h.next = time.Now().Add(d)
 			w.m.replacements.WithLabelValues("fail").Inc()
 			w.log.Error("replace", "edge", e.Name, "result", "fail", "err", err, "failures", h.failures, "retry_in", d)

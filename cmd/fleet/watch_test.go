@@ -29,9 +29,13 @@ import (
 // e3 is stopped (SIGSTOP): it is withdrawn after fall failed checks, DNS
 // first; the watch is killed -9 in the middle of the withdrawal and
 // started again, and the end state is right (e3 out of DNS and, after its
-// wait, out of the firewall; still in fleet.yaml). No agent operation
-// fails once e3 is out of DNS for one TTL. e3 continued (SIGCONT) is
-// restored after rise passed checks (probe, then DNS). With every edge
+// wait, out of the origin's INPUT firewall; still in fleet.yaml). A
+// recheck lets it in, fails and drops it again; fleet firewall check,
+// firewall apply, apply and firewall watch leave it out; the watch killed -9 while e3 is
+// out of the firewall and restarted keeps it out. No agent
+// operation fails once e3 is out of DNS for one TTL. e3 continued
+// (SIGCONT) is let in by its next recheck and restored after rise passed
+// checks (probe, then DNS). With every edge
 // stopped none is withdrawn and edgefleet_fleet_all_edges_failing is 1.
 // A failing replace hook is retried with back-off, fleet.yaml unchanged;
 // a hook that starts e4 and prints its JSON gets e4 published and e3
@@ -211,23 +215,77 @@ edges:
 	leftDNS := waitFor("e3 leaves DNS", func() bool { set := resolve(); return len(set) == 2 && !has(set, edges["e3"]) })
 	t.Logf("e3 stopped → withdraw decided after %v → out of DNS after %v (fall 3, interval 200ms with full jitter, probe budget 1s; the watch killed -9 as it withdrew and restarted)",
 		decided.Sub(stopped).Round(time.Millisecond), leftDNS.Sub(stopped).Round(time.Millisecond))
-	if st, err := deploy.LoadState(filepath.Join(dir, deploy.StateFile)); err != nil || st.Withdrawn["e3"].Reason == "" {
-		t.Fatalf("state after the restart: %v %+v", err, st)
+	if st := loadState(t, dir); st.Withdrawn["e3"].Reason == "" {
+		t.Fatalf("state after the restart: %+v", st)
 	}
-	// The withdrawn edge stays let in: the watch's checks go through it.
-	time.Sleep(2 * time.Second) // more than TTL + drain_timeout: nothing drops it later
-	if !inFW(edges["e3"]) {
-		t.Errorf("the withdrawn e3 left the firewall")
+	// After its wait (TTL 1s + slack 0s, then its drain, up to
+	// drain_timeout 2s) e3 leaves the origin's firewall, by the state's
+	// clock never before TTL + slack after it left DNS.
+	out := func() bool { return !inFW(edges["e3"]) && loadState(t, dir).Withdrawn["e3"].Phase() == deploy.PhaseOut }
+	droppedAt := waitFor("e3 leaves the firewall after its wait", out)
+	wd := loadState(t, dir).Withdrawn["e3"]
+	if wd.LeftDNS.IsZero() || wd.FirewalledOut.Sub(wd.LeftDNS) < time.Second {
+		t.Fatalf("e3 out of the firewall: withdrawal %+v, want firewalled-out at least TTL 1s + slack 0s after it left DNS", wd)
 	}
+	t.Logf("e3 out of DNS → out of the firewall after %v (by the state: %v; TTL 1s + slack 0s, then its drain: drain_timeout 2s)",
+		droppedAt.Sub(leftDNS).Round(time.Millisecond), wd.FirewalledOut.Sub(wd.LeftDNS).Round(time.Millisecond))
 	if b, _ := os.ReadFile(inv); string(b) != string(invBefore) {
 		t.Errorf("a withdrawal edited fleet.yaml:\n%s", b)
 	}
+	// Its recheck lets it in, probes it and, failed, drops it again, the
+	// next one backed off.
+	w2.waitLine(t, `msg=recheck edge=e3`)
+	w2.waitLine(t, `msg=drop edge=e3 reason="failed its recheck"`)
+	w2.waitLine(t, `the firewall allows e1 e2"`) // the drop's convergence done
+	if after := w2.output()[strings.Index(w2.output(), "msg=recheck edge=e3"):]; !strings.Contains(after, "step 1/6 firewall: applied, allowing e1 e2 e3") {
+		t.Errorf("the recheck did not let e3 in:\n%s", after)
+	}
+	waitFor("e3 leaves the firewall after its failed recheck", out)
+	if wd := loadState(t, dir).Withdrawn["e3"]; wd.Phase() != deploy.PhaseOut || wd.FailedRechecks < 1 || !wd.NextCheck.After(wd.FirewalledOut) {
+		t.Errorf("after a failed recheck: %+v", wd)
+	}
+	// Killed -9 while e3 is out of the firewall, then started again: e3
+	// stays withdrawn and out of DNS; its next recheck, due by the state's
+	// back-off, fails and drops it again.
+	w2.cmd.Process.Kill()
+	w2.cmd.Wait()
+	t.Logf("fleet watch (killed -9 with e3 out of the firewall):\n%s", w2.output())
+	// Meanwhile every command that writes the firewall computes the same
+	// allowed set: none opens e3 again, apply does not publish it.
+	for _, cmd := range [][]string{{"firewall", "check"}, {"firewall", "apply"}, {"apply"}} {
+		r := fleetRun(t, orig, append([]string{"--config", inv}, append(cmd, "--chain", "INPUT")...)...)
+		if r.code != 0 || inFW(edges["e3"]) || has(resolve(), edges["e3"]) {
+			t.Errorf("fleet %s with e3 out of the firewall: exit %d, e3 let in %v, in DNS %v\n%s%s", strings.Join(cmd, " "), r.code, inFW(edges["e3"]), has(resolve(), edges["e3"]), r.stdout, r.stderr)
+		}
+	}
+	fwWatch := startFleet(t, orig, "--config", inv, "firewall", "watch", "--chain", "INPUT", "--interval", "200ms")
+	fwWatch.waitLine(t, "firewall watch started")
+	time.Sleep(time.Second) // several of its rounds
+	fwWatch.cmd.Process.Signal(syscall.SIGTERM)
+	fwWatch.cmd.Wait()
+	if out := fwWatch.output(); inFW(edges["e3"]) || strings.Contains(out, "firewall re-applied") {
+		t.Errorf("fleet firewall watch let e3 in again or re-applied the rules:\n%s", out)
+	}
+	w2 = startFleet(t, orig, args...)
+	w2.waitLine(t, `msg=drop edge=e3 reason="failed its recheck"`)
+	waitFor("e3 out of the firewall after the restart", out)
+	if set := resolve(); has(set, edges["e3"]) || len(set) != 2 {
+		t.Errorf("DNS after the restart: %v", set)
+	}
+	if wd := loadState(t, dir).Withdrawn["e3"]; wd.Phase() != deploy.PhaseOut || wd.FailedRechecks < 2 {
+		t.Errorf("after the restart: %+v", wd)
+	}
 
-	// e3 continues: restored after rise checks, the firewall first.
+	// e3 continues: its next recheck lets it in, rise passed checks
+	// restore it (the firewall first, probe, then DNS).
 	signal(syscall.SIGCONT, "e3")
+	w2.waitLine(t, `msg=recheck edge=e3`)
 	w2.waitLine(t, `msg=restore edge=e3 reason="2 passed checks"`)
 	w2.waitLine(t, "step 2/6 probe: e3 "+edges["e3"]+":636 ok")
 	w2.waitLine(t, "step 3/6 dns: add A "+edges["e3"])
+	if !inFW(edges["e3"]) {
+		t.Errorf("the restored e3 is not let in by the firewall")
+	}
 	backDNS := waitFor("e3 back in DNS", func() bool { return has(resolve(), edges["e3"]) })
 	if m := scrape(); !strings.Contains(m, "edgefleet_fleet_restorations_total 1") {
 		t.Errorf("restorations not counted:\n%s", m)
@@ -357,6 +415,15 @@ echo '{"name": "e4", "ipv4": "%s", "ipv6": "", "ssh": "", "host_key": ""}'
 	w3.cmd.Process.Signal(syscall.SIGTERM)
 	w3.cmd.Wait()
 	t.Logf("fleet watch with the replace hook and a rotation:\n%s", w3.output())
+}
+
+func loadState(t *testing.T, dir string) *deploy.State {
+	t.Helper()
+	st, err := deploy.LoadState(filepath.Join(dir, deploy.StateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 // TestWatchUnitVerify: systemd-analyze verify accepts the fleet watch unit
