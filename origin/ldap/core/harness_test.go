@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -267,4 +268,65 @@ func coreNew(t *testing.T, file string, mode int) (*core.Server, error) {
 	cfg := core.DefaultConfig()
 	cfg.ProxyMode = mode
 	return core.New(cfg, f, nil, nil, nil)
+}
+
+// twoServers starts two slapds and a core sending everyone to L1, failing
+// over to L2.
+func twoServers(t *testing.T, cfg testbed.SlapdConfig, mod func(*core.Config)) ([]*testbed.Slapd, *harness) {
+	t.Helper()
+	sl := testbed.StartSlapds(t, 2, cfg)
+	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}, {"L2", sl[1].Addr, false}},
+		rule("ALL", "(user=*)", []string{"L1", "L2"}, `"loadbalance": 0`), proxy([]string{"ALL"}, nil)), mod)
+	return sl, h
+}
+
+// smallBuffers keeps socket buffers small so that a big search is still
+// streaming from the server when the test kills it.
+func smallBuffers(network, address string, c syscall.RawConn) error {
+	var err error
+	c.Control(func(fd uintptr) {
+		err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 8<<10)
+	})
+	return err
+}
+
+// bigSearchFailover starts two slapds holding n bulk entries behind a
+// core that sends everyone to L1, failing over to L2, every socket on the
+// way with small buffers, and returns a client bound as alice: a big
+// search through it is still streaming when the test kills L1.
+func bigSearchFailover(t *testing.T, n int) ([]*testbed.Slapd, *harness, *ldap.Conn) {
+	t.Helper()
+	sl, h := twoServers(t, testbed.SlapdConfig{LDIF: testbed.DirectoryLDIF(n)}, func(c *core.Config) {
+		c.DialBackend = func(ctx context.Context, addr string) (net.Conn, error) {
+			d := net.Dialer{Control: smallBuffers}
+			return d.DialContext(ctx, "tcp", addr)
+		}
+	})
+	raw, err := (&net.Dialer{Control: smallBuffers}).Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ldap.NewConn(raw, false)
+	c.Start()
+	t.Cleanup(func() { c.Close() })
+	if err := c.Bind(alice, "alice-pw"); err != nil {
+		t.Fatal(err)
+	}
+	return sl, h, c
+}
+
+// onServer runs f on a connection to s bound as the rootdn.
+func onServer(t *testing.T, s *testbed.Slapd, f func(c *ldap.Conn) error) {
+	t.Helper()
+	c, err := ldap.DialURL(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Bind(testbed.RootDN, testbed.RootPW); err != nil {
+		t.Fatal(err)
+	}
+	if err := f(c); err != nil {
+		t.Fatalf("%s: %v", s.Addr, err)
+	}
 }
