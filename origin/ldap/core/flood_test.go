@@ -1,7 +1,6 @@
 package core_test
 
 import (
-	"context"
 	"crypto/tls"
 	"fmt"
 	"log/slog"
@@ -59,16 +58,8 @@ func newTLSStack(t *testing.T, mod func(*core.Config)) *tlsStack {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ln, err := net.Listen("tcp", src+":0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		go e.Serve(ln)
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			e.Shutdown(ctx)
-		})
+		ln := listen(t, src+":0")
+		serve(t, e, ln)
 		st.edges[src] = ln.Addr().String()
 	}
 	return st

@@ -113,20 +113,14 @@ func newHarness(t *testing.T, file string, mod func(*core.Config)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.addr = ln.Addr().String()
-	go h.srv.Serve(ln)
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		h.srv.Shutdown(ctx)
 		if t.Failed() {
 			t.Logf("core log:\n%s", h.logs.String())
 		}
 	})
+	ln := listen(t, "127.0.0.1:0")
+	h.addr = ln.Addr().String()
+	serve(t, h.srv, ln) // shut down before the log is shown
 	return h
 }
 
@@ -157,16 +151,8 @@ func (h *harness) front(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go fr.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		fr.Shutdown(ctx)
-	})
+	ln := listen(t, "127.0.0.1:0")
+	serve(t, fr, ln)
 	return ln.Addr().String()
 }
 
@@ -318,15 +304,51 @@ func bigSearchFailover(t *testing.T, n int) ([]*testbed.Slapd, *harness, *ldap.C
 // onServer runs f on a connection to s bound as the rootdn.
 func onServer(t *testing.T, s *testbed.Slapd, f func(c *ldap.Conn) error) {
 	t.Helper()
+	c := bindDirect(t, s, testbed.RootDN, testbed.RootPW)
+	defer c.Close()
+	if err := f(c); err != nil {
+		t.Fatalf("%s: %v", s.Addr, err)
+	}
+}
+
+// listen listens on addr (host:port) or ends the test.
+func listen(tb testing.TB, addr string) net.Listener {
+	tb.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ln
+}
+
+// listenerServer is what serve runs: the core, the front or an edge.
+type listenerServer interface {
+	Serve(ln net.Listener) error
+	Shutdown(ctx context.Context) error
+}
+
+// serve runs s on ln until the test ends, then shuts it down (in 2 s at
+// the most: a hang guard).
+func serve(tb testing.TB, s listenerServer, ln net.Listener) {
+	go s.Serve(ln)
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		s.Shutdown(ctx)
+	})
+}
+
+// bindDirect connects to s itself, not through the core, and binds as dn;
+// the caller closes the connection.
+func bindDirect(t *testing.T, s *testbed.Slapd, dn, pw string) *ldap.Conn {
+	t.Helper()
 	c, err := ldap.DialURL(s.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	if err := c.Bind(testbed.RootDN, testbed.RootPW); err != nil {
-		t.Fatal(err)
+	if err := c.Bind(dn, pw); err != nil {
+		c.Close()
+		t.Fatalf("bind as %s on %s: %v", dn, s.Addr, err)
 	}
-	if err := f(c); err != nil {
-		t.Fatalf("%s: %v", s.Addr, err)
-	}
+	return c
 }
