@@ -24,7 +24,7 @@ import (
 func TestAgentBehindEdge(t *testing.T) {
 	sl := testbed.StartSlapds(t, 1, testbed.SlapdConfig{})
 	p := newPKI(t)
-	pins, _ := core.ParsePins([]byte(fp(p.agent) + " agent-7\n"))
+	pins := pinsFor(t, p.agent, "agent-7")
 	logs := &testbed.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 
