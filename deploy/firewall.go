@@ -27,25 +27,28 @@ func (t IPTables) Config(edges []Edge) firewall.Config {
 // Diff is the rule-level difference from the live rules to the plan for
 // edges.
 func (t IPTables) Diff(edges []Edge) ([]string, error) {
-	c := t.Config(edges)
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
-	rep, err := t.FW.Check(c)
+	_, rep, err := t.check(edges)
 	if err != nil {
 		return nil, err
 	}
 	return rep.Diff, nil
 }
 
+// check compares the live rules with the plan for edges, once the
+// configuration for them is valid.
+func (t IPTables) check(edges []Edge) (firewall.Config, firewall.Report, error) {
+	c := t.Config(edges)
+	if err := c.Validate(); err != nil {
+		return c, firewall.Report{}, err
+	}
+	rep, err := t.FW.Check(c)
+	return c, rep, err
+}
+
 // Allow applies a new generation when the live rules differ from the plan
 // for edges; undo restores the rules as they were.
 func (t IPTables) Allow(edges []Edge) (func() error, error) {
-	c := t.Config(edges)
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
-	rep, err := t.FW.Check(c)
+	c, rep, err := t.check(edges)
 	if err != nil {
 		return nil, err
 	}

@@ -157,126 +157,174 @@ var tsigAlgorithms = map[string]bool{
 // An empty edge list is not an error here: the commands that would lock
 // everyone out with it (firewall) refuse it themselves.
 func (c Config) Validate() error {
-	var errs []error
-	bad := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+	var p problems
+	c.checkNames(&p)
+	c.DNS.check(&p)
+	c.Probe.check(&p)
+	if c.DrainTimeout <= 0 {
+		p.bad("drain_timeout", "%v is not a positive duration", c.DrainTimeout)
 	}
+	p.add(c.Watch.Validate())
+	c.Origin.check(&p)
+	checkEdges(&p, c.Edges)
+	return errors.Join(p...)
+}
+
+// problems collects what Validate finds, in the order of the file's keys.
+type problems []error
+
+// bad adds a problem with key: "key: format…".
+func (p *problems) bad(key, format string, args ...any) {
+	*p = append(*p, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+}
+
+// add adds err, unless it is nil.
+func (p *problems) add(err error) {
+	if err != nil {
+		*p = append(*p, err)
+	}
+}
+
+// checkNames checks name, zone and ttl: the record set's name, inside
+// its zone.
+func (c Config) checkNames(p *problems) {
 	if c.Name != "" && !isDomain(c.Name) {
-		bad("name", "%q is not a domain name", c.Name)
+		p.bad("name", "%q is not a domain name", c.Name)
 	}
 	if c.Zone != "" && !isDomain(c.Zone) {
-		bad("zone", "%q is not a domain name", c.Zone)
+		p.bad("zone", "%q is not a domain name", c.Zone)
 	}
 	if c.Name != "" && c.Zone != "" && isDomain(c.Name) && isDomain(c.Zone) && !inZone(c.Name, c.Zone) {
-		bad("name", "%q is not inside zone %q", c.Name, c.Zone)
+		p.bad("name", "%q is not inside zone %q", c.Name, c.Zone)
 	}
 	if c.TTL <= 0 || c.TTL > 1<<31-1 {
-		bad("ttl", "%d is not a positive number of seconds", c.TTL)
+		p.bad("ttl", "%d is not a positive number of seconds", c.TTL)
 	}
-	if c.DNS.Server != "" {
-		if _, port, err := net.SplitHostPort(c.DNS.Server); err != nil || port == "" {
-			bad("dns.server", "%q is not host:port", c.DNS.Server)
+}
+
+// check checks dns: the server's address and, when any of it is given,
+// the whole TSIG key.
+func (d DNS) check(p *problems) {
+	if d.Server != "" {
+		if _, port, err := net.SplitHostPort(d.Server); err != nil || port == "" {
+			p.bad("dns.server", "%q is not host:port", d.Server)
 		}
 	}
-	if t := c.DNS.TSIG; t.Name != "" || t.Secret != "" || t.SecretFile != "" {
-		if t.Name == "" || !isDomain(t.Name) {
-			bad("dns.tsig.name", "%q is not a key name", t.Name)
-		}
-		if !tsigAlgorithms[strings.TrimSuffix(strings.ToLower(t.Algorithm), ".")] {
-			bad("dns.tsig.algorithm", "%q is not one of hmac-sha256, hmac-sha384, hmac-sha512, hmac-sha224, hmac-sha1", t.Algorithm)
-		}
-		switch {
-		case t.Secret != "" && t.SecretFile != "":
-			bad("dns.tsig", "give secret or secret_file, not both")
-		case t.Secret == "" && t.SecretFile == "":
-			bad("dns.tsig", "secret or secret_file is required")
-		default:
-			if _, err := t.LoadSecret(); err != nil {
-				errs = append(errs, err)
-			}
-		}
+	t := d.TSIG
+	if t.Name == "" && t.Secret == "" && t.SecretFile == "" {
+		return
 	}
-	if c.Probe.Budget <= 0 {
-		bad("probe.budget", "%v is not a positive duration", c.Probe.Budget)
+	if t.Name == "" || !isDomain(t.Name) {
+		p.bad("dns.tsig.name", "%q is not a key name", t.Name)
 	}
-	if c.Probe.Port < 1 || c.Probe.Port > 65535 {
-		bad("probe.port", "%d is not a TCP port", c.Probe.Port)
+	if !tsigAlgorithms[strings.TrimSuffix(strings.ToLower(t.Algorithm), ".")] {
+		p.bad("dns.tsig.algorithm", "%q is not one of hmac-sha256, hmac-sha384, hmac-sha512, hmac-sha224, hmac-sha1", t.Algorithm)
 	}
-	if c.Probe.ServerName != "" && !isDomain(c.Probe.ServerName) {
-		bad("probe.server_name", "%q is not a host name", c.Probe.ServerName)
+	switch {
+	case t.Secret != "" && t.SecretFile != "":
+		p.bad("dns.tsig", "give secret or secret_file, not both")
+	case t.Secret == "" && t.SecretFile == "":
+		p.bad("dns.tsig", "secret or secret_file is required")
+	default:
+		_, err := t.LoadSecret()
+		p.add(err)
 	}
-	if (c.Probe.Cert == "") != (c.Probe.Key == "") {
-		bad("probe", "give both cert and key, or neither")
+}
+
+// check checks probe: the budget, the edges' port, the server name and
+// the client certificate's two halves.
+func (pr Probe) check(p *problems) {
+	if pr.Budget <= 0 {
+		p.bad("probe.budget", "%v is not a positive duration", pr.Budget)
 	}
-	if c.DrainTimeout <= 0 {
-		bad("drain_timeout", "%v is not a positive duration", c.DrainTimeout)
+	if pr.Port < 1 || pr.Port > 65535 {
+		p.bad("probe.port", "%d is not a TCP port", pr.Port)
 	}
-	if err := c.Watch.Validate(); err != nil {
-		errs = append(errs, err)
+	if pr.ServerName != "" && !isDomain(pr.ServerName) {
+		p.bad("probe.server_name", "%q is not a host name", pr.ServerName)
 	}
-	if len(c.Origin.Ports) == 0 {
-		bad("origin.ports", "at least one port is required")
+	if (pr.Cert == "") != (pr.Key == "") {
+		p.bad("probe", "give both cert and key, or neither")
+	}
+}
+
+// check checks origin: at least one port, each once, and the interface
+// and address the firewall pins.
+func (o Origin) check(p *problems) {
+	if len(o.Ports) == 0 {
+		p.bad("origin.ports", "at least one port is required")
 	}
 	seenPort := map[int]bool{}
-	for i, p := range c.Origin.Ports {
-		if p < 1 || p > 65535 {
-			bad(fmt.Sprintf("origin.ports[%d]", i), "%d is not a TCP port", p)
-		} else if seenPort[p] {
-			bad(fmt.Sprintf("origin.ports[%d]", i), "%d is listed twice", p)
+	for i, port := range o.Ports {
+		if port < 1 || port > 65535 {
+			p.bad(fmt.Sprintf("origin.ports[%d]", i), "%d is not a TCP port", port)
+		} else if seenPort[port] {
+			p.bad(fmt.Sprintf("origin.ports[%d]", i), "%d is listed twice", port)
 		}
-		seenPort[p] = true
+		seenPort[port] = true
 	}
-	if c.Origin.Interface != "" && !firewall.IsInterfaceName(c.Origin.Interface) {
-		bad("origin.interface", "%q is not an interface name", c.Origin.Interface)
+	if o.Interface != "" && !firewall.IsInterfaceName(o.Interface) {
+		p.bad("origin.interface", "%q is not an interface name", o.Interface)
 	}
-	if c.Origin.Address != "" {
-		if a, err := netip.ParseAddr(c.Origin.Address); err != nil || a.Zone() != "" {
-			bad("origin.address", "%q is not an IP address", c.Origin.Address)
+	if o.Address != "" {
+		if a, err := netip.ParseAddr(o.Address); err != nil || a.Zone() != "" {
+			p.bad("origin.address", "%q is not an IP address", o.Address)
 		}
 	}
+}
+
+// checkEdges checks edges: each one's name (used once), its addresses
+// (one host's each, no address shared with another edge) and its metrics
+// endpoint.
+func checkEdges(p *problems, edges []Edge) {
 	seen := map[string]bool{}
 	owner := map[netip.Addr]int{} // address → the index of the edge listing it first
-	for i, e := range c.Edges {
+	for i, e := range edges {
 		key := fmt.Sprintf("edges[%d]", i)
 		if !edgeName.MatchString(e.Name) {
-			bad(key+".name", "%q is not a name (letters, digits, . _ -)", e.Name)
+			p.bad(key+".name", "%q is not a name (letters, digits, . _ -)", e.Name)
 		} else if seen[e.Name] {
-			bad(key+".name", "%q is used twice", e.Name)
+			p.bad(key+".name", "%q is used twice", e.Name)
 		}
 		seen[e.Name] = true
-		if e.IPv4 == "" && e.IPv6 == "" {
-			bad(key, "edge %q has neither ipv4 nor ipv6", e.Name)
-		}
-		if e.IPv4 != "" {
-			if a, err := netip.ParseAddr(e.IPv4); err != nil || !a.Is4() {
-				bad(key+".ipv4", "%q is not an IPv4 address", e.IPv4)
-			} else if a.IsUnspecified() || a.IsMulticast() {
-				bad(key+".ipv4", "%s is not the address of one host", a)
-			}
-		}
-		if e.IPv6 != "" {
-			if a, err := netip.ParseAddr(e.IPv6); err != nil || !a.Is6() || a.Is4In6() || a.Zone() != "" {
-				bad(key+".ipv6", "%q is not an IPv6 address", e.IPv6)
-			} else if a.IsUnspecified() || a.IsMulticast() {
-				bad(key+".ipv6", "%s is not the address of one host", a)
-			}
-		}
+		e.checkAddrs(p, key)
 		for fam, a := range map[string]string{"ipv4": e.IPv4, "ipv6": e.IPv6} {
 			ip, err := netip.ParseAddr(a)
 			if err != nil {
 				continue
 			}
 			if other, dup := owner[ip]; dup && other != i {
-				bad(key+"."+fam, "%s is already the address of edge %q (edges[%d])", ip, c.Edges[other].Name, other)
+				p.bad(key+"."+fam, "%s is already the address of edge %q (edges[%d])", ip, edges[other].Name, other)
 				continue
 			}
 			owner[ip] = i
 		}
 		if e.Metrics != "" && !validMetrics(e.Metrics) {
-			bad(key+".metrics", "%q is not host:port or an http(s) URL", e.Metrics)
+			p.bad(key+".metrics", "%q is not host:port or an http(s) URL", e.Metrics)
 		}
 	}
-	return errors.Join(errs...)
+}
+
+// checkAddrs checks that the edge at key has an address, and that each
+// it has is one host's of its family.
+func (e Edge) checkAddrs(p *problems, key string) {
+	if e.IPv4 == "" && e.IPv6 == "" {
+		p.bad(key, "edge %q has neither ipv4 nor ipv6", e.Name)
+	}
+	if e.IPv4 != "" {
+		if a, err := netip.ParseAddr(e.IPv4); err != nil || !a.Is4() {
+			p.bad(key+".ipv4", "%q is not an IPv4 address", e.IPv4)
+		} else if a.IsUnspecified() || a.IsMulticast() {
+			p.bad(key+".ipv4", "%s is not the address of one host", a)
+		}
+	}
+	if e.IPv6 != "" {
+		if a, err := netip.ParseAddr(e.IPv6); err != nil || !a.Is6() || a.Is4In6() || a.Zone() != "" {
+			p.bad(key+".ipv6", "%q is not an IPv6 address", e.IPv6)
+		} else if a.IsUnspecified() || a.IsMulticast() {
+			p.bad(key+".ipv6", "%s is not the address of one host", a)
+		}
+	}
 }
 
 // ValidateDNS is Validate plus what publishing needs: name, zone,

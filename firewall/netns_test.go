@@ -43,6 +43,43 @@ func dockerHost(t *testing.T) *testbed.DockerHost {
 	return testbed.NewDockerHost(t, port)
 }
 
+// netns needs root and the iptables tools and makes a network namespace
+// for the test (name makes it easier to find).
+func netns(t *testing.T, name string) *testbed.Netns {
+	t.Helper()
+	testbed.NeedRoot(t)
+	testbed.Need(t, "ip", "iptables", "ip6tables")
+	return testbed.NewNetns(t, name)
+}
+
+// netnsWithEth0 is netns with an interface eth0 (a veth whose peer stays
+// in the namespace) for the rules to pin.
+func netnsWithEth0(t *testing.T, name string) *testbed.Netns {
+	t.Helper()
+	ns := netns(t, name)
+	ns.Run("ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0-peer")
+	return ns
+}
+
+// edge1Config lets edge-1 (198.51.100.10, 2001:db8:e::10) in on eth0 to
+// the origin port.
+func edge1Config() Config {
+	c := DefaultConfig()
+	c.Ports = []int{port}
+	c.Interface = "eth0"
+	c.Edges = []Edge{{Name: "edge-1", IPv4: "198.51.100.10", IPv6: "2001:db8:e::10"}}
+	return c
+}
+
+// edge1Input lets edge-1 (198.51.100.10) in to port, in the INPUT chain.
+func edge1Input(port int) Config {
+	c := DefaultConfig()
+	c.Chain = Input
+	c.Ports = []int{port}
+	c.Edges = []Edge{{Name: "edge-1", IPv4: "198.51.100.10"}}
+	return c
+}
+
 func hostConfig(d *testbed.DockerHost, withEdge2 bool) Config {
 	c := DefaultConfig()
 	c.Ports = []int{port}
@@ -66,6 +103,48 @@ func in(t *testing.T, ns *testbed.Netns, fn func(fw *Firewall) error) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// watchIn runs fw.Watch with c and every inside ns until the returned
+// stop is called, which wants the watch to have ended without an error.
+func watchIn(t *testing.T, ns *testbed.Netns, c Config, every time.Duration) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- ns.Do(func() error {
+			fw, err := Open("auto", DockerUser)
+			if err != nil {
+				return err
+			}
+			return fw.Watch(ctx, Static(c), every, nil)
+		})
+	}()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// waitForJumps waits (10 s at the most, a hang guard) until DOCKER-USER in
+// ns starts with the jump to our chain in both families; failing says
+// what it did not see.
+func waitForJumps(t *testing.T, ns *testbed.Netns, failing string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out4 := ns.Run("iptables", "-S", "DOCKER-USER", "1")
+		out6 := ns.Run("ip6tables", "-S", "DOCKER-USER", "1")
+		if strings.Contains(out4, "-j EDGEFLEET-") && strings.Contains(out6, "-j EDGEFLEET-") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s:\n%s%s", failing, out4, out6)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -233,41 +312,14 @@ func TestDockerUser(t *testing.T) {
 	})
 
 	t.Run("watch restores a flushed DOCKER-USER", func(t *testing.T) {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			done <- d.Host.Do(func() error {
-				fw, err := Open("auto", DockerUser)
-				if err != nil {
-					return err
-				}
-				return fw.Watch(ctx, Static(c), 50*time.Millisecond, nil)
-			})
-		}()
-		defer func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Error(err)
-			}
-		}()
+		defer watchIn(t, d.Host, c, 50*time.Millisecond)()
 		for _, cmd := range []string{"iptables", "ip6tables"} {
 			// What a dockerd restart does: DOCKER-USER flushed, its RETURN
 			// put back, our chain left unreferenced.
 			d.Host.Run(cmd, "-F", "DOCKER-USER")
 			d.Host.Run(cmd, "-A", "DOCKER-USER", "-j", "RETURN")
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			out4 := d.Host.Run("iptables", "-S", "DOCKER-USER", "1")
-			out6 := d.Host.Run("ip6tables", "-S", "DOCKER-USER", "1")
-			if strings.Contains(out4, "-j EDGEFLEET-") && strings.Contains(out6, "-j EDGEFLEET-") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("watch did not restore the jump:\n%s%s", out4, out6)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		waitForJumps(t, d.Host, "watch did not restore the jump")
 		assertEnforced(t)
 		if out := d.Host.Run("iptables", "-S"); strings.Count(out, "-N EDGEFLEET-") != 1 {
 			t.Errorf("want exactly one generation chain after the watch re-applied:\n%s", out)
@@ -490,14 +542,8 @@ func TestSwapIsAtomic(t *testing.T) {
 // soon as the chain appears.
 func TestWatchWaitsForDockerUser(t *testing.T) {
 	t.Parallel()
-	testbed.NeedRoot(t)
-	testbed.Need(t, "ip", "iptables", "ip6tables")
-	ns := testbed.NewNetns(t, "late")
-	ns.Run("ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0-peer")
-	c := DefaultConfig()
-	c.Ports = []int{port}
-	c.Interface = "eth0"
-	c.Edges = []Edge{{Name: "edge-1", IPv4: "198.51.100.10", IPv6: "2001:db8:e::10"}}
+	ns := netnsWithEth0(t, "late")
+	c := edge1Config()
 	offline, err := NewPlan(c, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -508,23 +554,7 @@ func TestWatchWaitsForDockerUser(t *testing.T) {
 		}
 		return nil
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- ns.Do(func() error {
-			fw, err := Open("auto", DockerUser)
-			if err != nil {
-				return err
-			}
-			return fw.Watch(ctx, Static(c), 20*time.Millisecond, nil)
-		})
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	defer watchIn(t, ns, c, 20*time.Millisecond)()
 	time.Sleep(200 * time.Millisecond) // several watch rounds with no chain
 	for _, cmd := range []string{"iptables", "ip6tables"} {
 		if out, err := ns.Try(cmd, "-S", "DOCKER-USER"); err == nil {
@@ -533,18 +563,7 @@ func TestWatchWaitsForDockerUser(t *testing.T) {
 		ns.Run(cmd, "-N", "DOCKER-USER")
 		ns.Run(cmd, "-A", "DOCKER-USER", "-j", "RETURN")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		out4 := ns.Run("iptables", "-S", "DOCKER-USER", "1")
-		out6 := ns.Run("ip6tables", "-S", "DOCKER-USER", "1")
-		if strings.Contains(out4, "-j EDGEFLEET-") && strings.Contains(out6, "-j EDGEFLEET-") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("watch did not apply once DOCKER-USER appeared:\n%s%s", out4, out6)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitForJumps(t, ns, "watch did not apply once DOCKER-USER appeared")
 }
 
 // TestLegacyBackend: on a host whose dockerd uses iptables-legacy, "auto"
@@ -584,15 +603,9 @@ func TestLegacyBackend(t *testing.T) {
 // check and remove.
 func TestTestChainsLeaveDeploymentAlone(t *testing.T) {
 	t.Parallel()
-	testbed.NeedRoot(t)
-	testbed.Need(t, "ip", "iptables", "ip6tables")
-	ns := testbed.NewNetns(t, "prefix")
-	ns.Run("ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0-peer")
-	c := DefaultConfig()
-	c.Ports = []int{port}
-	c.Interface = "eth0"
+	ns := netnsWithEth0(t, "prefix")
+	c := edge1Config()
 	c.CreateChain = true
-	c.Edges = []Edge{{Name: "edge-1", IPv4: "198.51.100.10", IPv6: "2001:db8:e::10"}}
 	apply(t, ns, c) // the deployment: EDGEFLEET-1
 	deployment := map[string]string{}
 	for _, cmd := range []string{"iptables", "ip6tables"} {
@@ -639,14 +652,9 @@ func TestTestChainsLeaveDeploymentAlone(t *testing.T) {
 // in; --force applies it with a warning.
 func TestInterfaceMustExist(t *testing.T) {
 	t.Parallel()
-	testbed.NeedRoot(t)
-	testbed.Need(t, "ip", "iptables", "ip6tables")
-	ns := testbed.NewNetns(t, "typo")
-	c := DefaultConfig()
-	c.Chain = Input
-	c.Ports = []int{port}
+	ns := netns(t, "typo")
+	c := edge1Input(port)
 	c.Interface = "eth9"
-	c.Edges = []Edge{{Name: "edge-1", IPv4: "198.51.100.10"}}
 	in(t, ns, func(fw *Firewall) error {
 		if _, err := fw.Plan(c); err == nil || !strings.Contains(err.Error(), `origin.interface: no interface "eth9" on this host`) {
 			t.Errorf("plan with a missing interface: err = %v", err)
@@ -669,14 +677,9 @@ func TestInterfaceMustExist(t *testing.T) {
 // rules as they were, owner included.
 func TestOwner(t *testing.T) {
 	t.Parallel()
-	testbed.NeedRoot(t)
-	testbed.Need(t, "ip", "iptables", "ip6tables")
-	ns := testbed.NewNetns(t, "owner")
-	a := DefaultConfig()
-	a.Chain = Input
-	a.Ports = []int{8636}
+	ns := netns(t, "owner")
+	a := edge1Input(8636)
 	a.Owner = "ldap.a.test"
-	a.Edges = []Edge{{Name: "edge-1", IPv4: "198.51.100.10"}}
 	b := a
 	b.Ports = []int{9636}
 	b.Owner = "ldap.b.test"

@@ -71,25 +71,21 @@ func DefaultConfig() Config {
 // min_gain_ratio is kept, it means no such threshold.
 func (c Config) withDefaults() Config {
 	def := DefaultConfig()
-	if c.Port == 0 {
-		c.Port = def.Port
-	}
-	if c.Budget == 0 {
-		c.Budget = def.Budget
-	}
-	if c.ConnectTimeout == 0 {
-		c.ConnectTimeout = def.ConnectTimeout
-	}
-	if c.Interval == 0 {
-		c.Interval = def.Interval
-	}
-	if c.Stale == 0 {
-		c.Stale = def.Stale
-	}
-	if c.Streak == 0 {
-		c.Streak = def.Streak
-	}
+	orDefault(&c.Port, def.Port)
+	orDefault(&c.Budget, def.Budget)
+	orDefault(&c.ConnectTimeout, def.ConnectTimeout)
+	orDefault(&c.Interval, def.Interval)
+	orDefault(&c.Stale, def.Stale)
+	orDefault(&c.Streak, def.Streak)
 	return c
+}
+
+// orDefault sets *v to def when it is the zero value.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
 }
 
 // Validate names the first bad value by its key. It takes c as given:

@@ -12,7 +12,6 @@
 package main
 
 import (
-	"context"
 	"crypto/subtle"
 	"fmt"
 	"log/slog"
@@ -22,7 +21,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
 	"github.com/edgefleet/edgefleet/internal/listenaddr"
@@ -46,20 +44,10 @@ type edgeFile struct {
 
 func defaults() edgeFile {
 	cfg := edgeFile{Config: relay.DefaultConfig(), Metrics: "127.0.0.1:9101", Log: cli.DefaultLog()}
-	if n := nofile(); n > 0 {
+	if n := cli.NoFile(); n > 0 {
 		cfg.MaxConns = relay.MaxConnsFor(n) // what this host's descriptors allow, at most 100000
 	}
 	return cfg
-}
-
-// nofile is RLIMIT_NOFILE's soft limit as the Go runtime raised it (to
-// the hard one), 0 when unknown.
-func nofile() uint64 {
-	var lim syscall.Rlimit
-	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) != nil {
-		return 0
-	}
-	return lim.Cur
 }
 
 // load reads the configuration (file, environment, flags) and checks it.
@@ -133,18 +121,12 @@ func run(cfg edgeFile, reload func() (edgeFile, error)) {
 		p.Fatal(err)
 	}
 
-	// Edge.Serve sets keepalive on the listening socket; accepted ones inherit it.
-	lc := net.ListenConfig{KeepAlive: -1}
-	var lns []net.Listener
-	for _, addr := range cfg.Listen {
-		ln, err := lc.Listen(context.Background(), "tcp", addr)
-		if err != nil {
-			p.Fatal(fmt.Errorf("listen: %w", err))
-		}
-		lns = append(lns, ln)
+	lns, err := cli.Listen(cfg.Listen)
+	if err != nil {
+		p.Fatal(fmt.Errorf("listen: %w", err))
 	}
 	p.ServeHTTP("metrics", cfg.Metrics, bearer(cfg.token, p.Metrics()))
-	if n := nofile(); n > 0 && uint64(relay.Descriptors(cfg.MaxConns)) > n {
+	if n := cli.NoFile(); n > 0 && uint64(relay.Descriptors(cfg.MaxConns)) > n {
 		log.Warn("max_conns needs more descriptors than RLIMIT_NOFILE: past it clients are refused as local-resources",
 			"max_conns", cfg.MaxConns, "descriptors", relay.Descriptors(cfg.MaxConns), "rlimit_nofile", n)
 	}

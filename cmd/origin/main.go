@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"syscall"
 	"time"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
@@ -43,22 +42,12 @@ func defaults() originFile {
 		Log:      cli.DefaultLog(),
 		Core:     defaultCore(),
 	}
-	if n := nofile(); n > 0 {
+	if n := cli.NoFile(); n > 0 {
 		// What this host's descriptors allow, the core in the process
 		// (its default) counted: at most 100000.
 		cfg.Front.MaxConns = origin.MaxConnsFor(n, cfg.Core.Enabled)
 	}
 	return cfg
-}
-
-// nofile is RLIMIT_NOFILE's soft limit as the Go runtime raised it (to
-// the hard one), 0 when unknown.
-func nofile() uint64 {
-	var lim syscall.Rlimit
-	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) != nil {
-		return 0
-	}
-	return lim.Cur
 }
 
 // load reads the configuration (file, environment, flags) and checks what
@@ -160,13 +149,9 @@ func run(cfg originFile, reload func() (originFile, error)) error {
 			"core_listen", cfg.Core.Listen)
 	}
 
-	var lns []net.Listener
-	for _, addr := range cfg.Front.Listen {
-		ln, err := frontListen(addr)
-		if err != nil {
-			p.Fatal(fmt.Errorf("front.listen: %w", err))
-		}
-		lns = append(lns, ln)
+	lns, err := cli.Listen(cfg.Front.Listen)
+	if err != nil {
+		p.Fatal(fmt.Errorf("front.listen: %w", err))
 	}
 	var coreLn net.Listener
 	if srv != nil {
@@ -263,14 +248,6 @@ func reloaded(cfg originFile, front *origin.Front, srv *core.Server, reload func
 	return cfg
 }
 
-// frontListen listens for the front. Front.Serve sets keepalive and
-// TCP_NODELAY on the listening socket, which accepted sockets inherit
-// (relayshell.SetListener), so Go's per-connection keepalive is off.
-func frontListen(addr string) (net.Listener, error) {
-	lc := net.ListenConfig{KeepAlive: -1}
-	return lc.Listen(context.Background(), "tcp", addr)
-}
-
 // warnNofile warns when front.max_conns open connections could take more
 // descriptors than RLIMIT_NOFILE allows (as raised by the Go runtime):
 // origin.Descriptors, about 2.5 per connection in the front, two more in
@@ -279,7 +256,7 @@ func frontListen(addr string) (net.Listener, error) {
 // connections hold every descriptor while they wait for the core to
 // accept their inner connections (docs/origin.md, "Out of descriptors").
 func warnNofile(log *slog.Logger, maxConns int, core bool) {
-	n := nofile()
+	n := cli.NoFile()
 	if need := origin.Descriptors(maxConns, core); n > 0 && uint64(need) > n {
 		log.Warn("front.max_conns needs more descriptors than RLIMIT_NOFILE: a flood can wedge the front and the core",
 			"max_conns", maxConns, "descriptors", need, "rlimit_nofile", n)

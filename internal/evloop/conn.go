@@ -204,16 +204,9 @@ func (c *Conn) Dial(addr netip.AddrPort, o *DialOptions) {
 		c.l.release(c.sfd)
 		c.sfd, c.upLocal = -1, netip.AddrPort{}
 	}
-	fam, v6 := unix.AF_INET, false
-	if !addr.Addr().Unmap().Is4() {
-		fam, v6 = unix.AF_INET6, true
-	}
-	if o.Source.IsValid() && !o.Source.Unmap().Is4() {
-		fam, v6 = unix.AF_INET6, true
-	}
-	fd, err := sysSocket(fam)
+	fd, v6, err := upSocket(addr, o.Source)
 	if err != nil {
-		c.dialFailed(os.NewSyscallError("socket", err))
+		c.dialFailed(err)
 		return
 	}
 	// TCP_NODELAY and keepalive are set when they first matter (see
@@ -221,17 +214,6 @@ func (c *Conn) Dial(addr netip.AddrPort, o *DialOptions) {
 	c.dialOpts = o
 	c.upOptsSet = 0
 	var sa sockaddr
-	if o.Source.IsValid() {
-		// The port is chosen by connect, not by bind: bind would search
-		// the whole range for a port free for every destination.
-		sysSetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT, 1)
-		n := sa.set(netip.AddrPortFrom(o.Source.Unmap(), 0), v6)
-		if err := sysBind(fd, &sa, n); err != nil {
-			sysClose(fd)
-			c.dialFailed(os.NewSyscallError("bind", err))
-			return
-		}
-	}
 	n := sa.set(netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port()), v6)
 	err = sysConnect(fd, &sa, n)
 	if err != nil && err != unix.EINPROGRESS {
@@ -271,6 +253,31 @@ func (c *Conn) Dial(addr netip.AddrPort, o *DialOptions) {
 		c.l.arm(c, o.Timeout)
 	}
 	// the connect's outcome comes as an event (EPOLLOUT, or EPOLLERR)
+}
+
+// upSocket opens the upstream socket for a connect to addr, an AF_INET6
+// one (v6) when addr or source is an IPv6 address, and binds it to source
+// when that is set.
+func upSocket(addr netip.AddrPort, source netip.Addr) (fd int, v6 bool, err error) {
+	fam := unix.AF_INET
+	if !addr.Addr().Unmap().Is4() || source.IsValid() && !source.Unmap().Is4() {
+		fam, v6 = unix.AF_INET6, true
+	}
+	if fd, err = sysSocket(fam); err != nil {
+		return -1, v6, os.NewSyscallError("socket", err)
+	}
+	if source.IsValid() {
+		// The port is chosen by connect, not by bind: bind would search
+		// the whole range for a port free for every destination.
+		sysSetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT, 1)
+		var sa sockaddr
+		n := sa.set(netip.AddrPortFrom(source.Unmap(), 0), v6)
+		if err := sysBind(fd, &sa, n); err != nil {
+			sysClose(fd)
+			return -1, v6, os.NewSyscallError("bind", err)
+		}
+	}
+	return fd, v6, nil
 }
 
 // DialDuration is how long the last Dial took, from its start to its

@@ -21,6 +21,54 @@ func ServeConns(t testing.TB, ln net.Listener, handle func(net.Conn)) {
 	}()
 }
 
+// ServeHeld is ServeConns for a peer whose handlers may block on their
+// connection (a nil handle only holds each connection, reading nothing:
+// a hung server): t.Cleanup closes ln and every connection still open,
+// then waits for the handlers.
+func ServeHeld(t testing.TB, ln net.Listener, handle func(net.Conn)) {
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		conns  []net.Conn
+		closed bool
+	)
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		closed = true
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	hold := func(c net.Conn) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if closed {
+			c.Close()
+			return false
+		}
+		conns = append(conns, c)
+		return true
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if !hold(c) || handle == nil {
+				continue
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); defer c.Close(); handle(c) }()
+		}
+	}()
+}
+
 // serve accepts on ln until it is closed and runs handle for each
 // connection in its own goroutine, closing the connection when handle
 // returns; wg, when set, counts those goroutines.

@@ -1,7 +1,8 @@
 // Package cli is what the four binaries share: strict configuration loading
 // (YAML file, then EDGEFLEET_* environment, then flags), the slog logger,
 // exit statuses (Exit, Die) and, for the two servers, the process around
-// them (Process: signals, log writer, registry, HTTP endpoints, drain).
+// them (Process: signals, log writer, registry, HTTP endpoints, drain;
+// Listen and NoFile: their listeners and descriptor limit).
 // It is the only package besides the mains that imports viper.
 //
 //	cfg := edgeFile{Config: relay.DefaultConfig(), Log: cli.DefaultLog()}

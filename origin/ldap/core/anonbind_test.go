@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"bytes"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -33,14 +34,7 @@ func TestAnonymousBindKeepsPreBindCaps(t *testing.T) {
 			if m.Op != wire.TagBindResponse {
 				t.Fatalf("bind answered %+v", m)
 			}
-			// A search whose filter is a 300 KiB value: over the
-			// 256 KiB cap of a client that has not bound.
-			big := searchFilterPDU(2, strings.Repeat("x", 300<<10))
-			go c.Write(big)
-			n := expectNotice(t, r, wire.ResultProtocolError)
-			if !strings.Contains(n.Diagnostic, "exceeds") {
-				t.Errorf("notice %q, want the size cap", n.Diagnostic)
-			}
+			preBindCapCuts(t, c, r, 2)
 		})
 	}
 	t.Run("pending cap", func(t *testing.T) {
@@ -123,12 +117,20 @@ func TestAnonymousBindWithPasswordKeepsPreBindCaps(t *testing.T) {
 	if m := next(t, r); m.Op != wire.TagBindResponse || m.ResultCode != wire.ResultSuccess {
 		t.Fatalf("bind answered %+v, want slapd's success", m)
 	}
-	go c.Write(searchFilterPDU(2, strings.Repeat("x", 300<<10)))
+	preBindCapCuts(t, c, r, 2)
+	bothUp(t, h, sl)
+}
+
+// preBindCapCuts sends, as message id, a search whose filter is a 300 KiB
+// value, over the 256 KiB cap of a client not bound, and wants
+// the core's Notice of Disconnection naming the size cap.
+func preBindCapCuts(t *testing.T, c net.Conn, r *wire.Reader, id int32) {
+	t.Helper()
+	go c.Write(searchFilterPDU(id, strings.Repeat("x", 300<<10)))
 	n := expectNotice(t, r, wire.ResultProtocolError)
 	if !strings.Contains(n.Diagnostic, "exceeds") {
 		t.Errorf("notice %q, want the size cap", n.Diagnostic)
 	}
-	bothUp(t, h, sl)
 }
 
 // saslExternalPDU is a SASL EXTERNAL bind request without credentials.
@@ -171,11 +173,7 @@ func TestFailedBindRestoresPreBindCaps(t *testing.T) {
 			if m := next(t, r); m.ID != 3 || m.Op != wire.TagBindResponse || (m.ResultCode == wire.ResultSuccess) != (name == "anonymous") {
 				t.Fatalf("the second bind: %+v", m)
 			}
-			go c.Write(searchFilterPDU(4, strings.Repeat("x", 300<<10)))
-			n := expectNotice(t, r, wire.ResultProtocolError)
-			if !strings.Contains(n.Diagnostic, "exceeds") {
-				t.Errorf("notice %q, want the size cap", n.Diagnostic)
-			}
+			preBindCapCuts(t, c, r, 4)
 		})
 	}
 	bothUp(t, h, sl)

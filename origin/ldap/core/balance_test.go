@@ -31,6 +31,14 @@ func named(sl []*testbed.Slapd) []server {
 	return out
 }
 
+// allBalanced is lbDLP for the servers sl with one LoadBalancer object,
+// lb, named name, which balances every user's operations.
+func allBalanced(sl []*testbed.Slapd, connect, retry int, monitor float64, name, lb string) string {
+	return lbDLP(connect, retry, monitor, named(sl), lb,
+		balanceTo("UserRouting", "ALL", "(user=*)", name),
+		proxy([]string{"ALL"}, nil))
+}
+
 // balanceTo is a rule whose action is balance(lb).
 func balanceTo(typ, name, cond, lb string) string {
 	return fmt.Sprintf(`{"object": "ProxyRule", "ruleType": %q, "name": %q, "condition": %q, "actions": ["balance(%s)"]}`, typ, name, cond, lb)
@@ -130,13 +138,11 @@ func within(t *testing.T, what string, got map[string]int, total int, want map[s
 // as someone else is not carried over to the other servers' connections.
 func TestBalanceProportional(t *testing.T) {
 	sl := testbed.StartSlapds(t, 3, testbed.SlapdConfig{})
-	h := newHarness(t, lbDLP(3, 60, 3600, named(sl),
+	h := newHarness(t, allBalanced(sl, 3, 60, 3600, "PROP",
 		`{"object": "LoadBalancer", "name": "PROP", "algorithm": "proportional", "routes": [
     {"server": "L1", "weight": {"search": 2, "bind": 1}},
     {"server": "L2", "weight": {"search": 1, "bind": 0}},
-    {"server": "L3", "weight": {"search": 1, "bind": 0}}]}`,
-		balanceTo("UserRouting", "ALL", "(user=*)", "PROP"),
-		proxy([]string{"ALL"}, nil)), nil)
+    {"server": "L3", "weight": {"search": 1, "bind": 0}}]}`), nil)
 	const n = 3000
 	c := h.dial(t)
 	if err := c.Bind(alice, "alice-pw"); err != nil {
@@ -219,13 +225,11 @@ func TestBalanceFailoverByOperationType(t *testing.T) {
 			if switchback {
 				sb = 1
 			}
-			h := newHarness(t, lbDLP(2, 60, 2, named(sl),
+			h := newHarness(t, allBalanced(sl, 2, 60, 2, "FO",
 				fmt.Sprintf(`{"object": "LoadBalancer", "name": "FO", "algorithm": "failover", "switchback": %d, "routes": [
     {"server": "L1", "priority": {"add": 1, "bind": 2, "default": 1}},
     {"server": "L2", "priority": {"add": 2, "bind": 1, "default": 2}},
-    {"server": "L3", "priority": 3}]}`, sb),
-				balanceTo("UserRouting", "ALL", "(user=*)", "FO"),
-				proxy([]string{"ALL"}, nil)), nil)
+    {"server": "L3", "priority": 3}]}`, sb)), nil)
 			c := h.dial(t)
 			if err := c.Bind(alice, "alice-pw"); err != nil {
 				t.Fatal(err)
@@ -309,11 +313,9 @@ func whoami(t *testing.T, c *ldap.Conn) {
 func TestBalanceSaturation(t *testing.T) {
 	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{})
 	t.Cleanup(sl[0].Thaw)
-	h := newHarness(t, lbDLP(30, 60, 3600, named(sl),
+	h := newHarness(t, allBalanced(sl, 30, 60, 3600, "SAT",
 		`{"object": "LoadBalancer", "name": "SAT", "algorithm": "saturation", "threshold": 50, "alert": 40, "routes": [
-    {"server": "L1", "priority": 1, "capacity": 4}, {"server": "L2", "priority": 2, "capacity": 4}]}`,
-		balanceTo("UserRouting", "ALL", "(user=*)", "SAT"),
-		proxy([]string{"ALL"}, nil)), nil)
+    {"server": "L1", "priority": 1, "capacity": 4}, {"server": "L2", "priority": 2, "capacity": 4}]}`), nil)
 	a := boundClient(t, h) // on L1: the connection the held searches use
 	whoami(t, a)
 	alerts := func() int { return len(h.logs.JSONLines("saturation alert")) }
@@ -373,11 +375,9 @@ func counterValue(t *testing.T, h *harness, name string) float64 {
 func TestBalanceOptimalPrecision(t *testing.T) {
 	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{})
 	t.Cleanup(sl[0].Thaw)
-	h := newHarness(t, lbDLP(30, 60, 3600, named(sl),
+	h := newHarness(t, allBalanced(sl, 30, 60, 3600, "OPT",
 		`{"object": "LoadBalancer", "name": "OPT", "algorithm": "optimal", "routes": [
-    {"server": "L1", "capacity": 100}, {"server": "L2", "capacity": 100}]}`,
-		balanceTo("UserRouting", "ALL", "(user=*)", "OPT"),
-		proxy([]string{"ALL"}, nil)), nil)
+    {"server": "L1", "capacity": 100}, {"server": "L2", "capacity": 100}]}`), nil)
 	a := boundClient(t, h)
 	whoami(t, a)
 	sl[0].Freeze()
@@ -417,13 +417,11 @@ func TestBalanceOptimalPrecision(t *testing.T) {
 // priority.
 func TestBalanceSearchFilter(t *testing.T) {
 	sl := testbed.StartSlapds(t, 3, testbed.SlapdConfig{})
-	h := newHarness(t, lbDLP(3, 60, 3600, named(sl),
+	h := newHarness(t, allBalanced(sl, 3, 60, 3600, "SF",
 		`{"object": "LoadBalancer", "name": "SF", "algorithm": "searchfilter", "routes": [
     {"server": "L1", "priority": 1, "allowed": ["uid"], "prohibited": ["mail"]},
     {"server": "L2", "priority": 2, "allowed": ["cn"]},
-    {"server": "L3", "priority": 3}]}`,
-		balanceTo("UserRouting", "ALL", "(user=*)", "SF"),
-		proxy([]string{"ALL"}, nil)), nil)
+    {"server": "L3", "priority": 3}]}`), nil)
 	c := boundClient(t, h)
 	for _, f := range []string{"(uid=alice)", "(cn=bob)", "(&(uid=alice)(mail=*))", "(&(UID=alice)(cn=alice))", "(sn=carol)"} {
 		if _, err := c.Search(ldap.NewSearchRequest("ou=people,"+testbed.Suffix, ldap.ScopeWholeSubtree, ldap.NeverDerefAliases,
@@ -517,10 +515,8 @@ func rawHeader(raw []byte) (id int, tag byte, ok bool) {
 func TestBalancePagedSearch(t *testing.T) {
 	const n = 2000
 	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{LDIF: testbed.DirectoryLDIF(n)})
-	h := newHarness(t, lbDLP(3, 60, 3600, named(sl),
-		`{"object": "LoadBalancer", "name": "PROP", "algorithm": "proportional", "routes": [{"server": "L1"}, {"server": "L2"}]}`,
-		balanceTo("UserRouting", "ALL", "(user=*)", "PROP"),
-		proxy([]string{"ALL"}, nil)), nil)
+	h := newHarness(t, allBalanced(sl, 3, 60, 3600, "PROP",
+		`{"object": "LoadBalancer", "name": "PROP", "algorithm": "proportional", "routes": [{"server": "L1"}, {"server": "L2"}]}`), nil)
 	c := boundClient(t, h)
 	res, err := c.SearchWithPaging(ldap.NewSearchRequest("ou=bulk,"+testbed.Suffix, ldap.ScopeWholeSubtree, ldap.NeverDerefAliases,
 		0, 0, false, "(objectClass=*)", []string{"1.1"}, nil), 250)

@@ -1,11 +1,9 @@
 package core_test
 
 import (
-	"context"
 	"log/slog"
 	"net"
 	"testing"
-	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/edgefleet/edgefleet/ldap/wire"
@@ -37,16 +35,8 @@ func BenchmarkRoundTrip(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go srv.Serve(ln)
-	b.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	})
+	ln := listen(b, "127.0.0.1:0")
+	serve(b, srv, ln)
 	bind := wire.BindRequest(1, alice, []byte("alice-pw"))
 	search := benchSearch(2)
 	for _, tc := range []struct{ name, addr string }{{"core", ln.Addr().String()}, {"direct", l.Addr}} {

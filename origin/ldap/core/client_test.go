@@ -19,16 +19,6 @@ import (
 // Notice of Disconnection, never an OFFLINE mark, never a replay on the
 // next server. Each case runs against two slapds behind forwardto(L1,L2).
 
-// twoServers starts two slapds and a core sending everyone to L1, failing
-// over to L2.
-func twoServers(t *testing.T, cfg testbed.SlapdConfig, mod func(*core.Config)) ([]*testbed.Slapd, *harness) {
-	t.Helper()
-	sl := testbed.StartSlapds(t, 2, cfg)
-	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}, {"L2", sl[1].Addr, false}},
-		rule("ALL", "(user=*)", []string{"L1", "L2"}, `"loadbalance": 0`), proxy([]string{"ALL"}, nil)), mod)
-	return sl, h
-}
-
 // bothUp checks that neither server was marked OFFLINE and that L2, the
 // failover server, was never contacted.
 func bothUp(t *testing.T, h *harness, sl []*testbed.Slapd) {

@@ -1,7 +1,6 @@
 package core_test
 
 import (
-	"context"
 	"crypto/tls"
 	"log/slog"
 	"net"
@@ -25,23 +24,9 @@ import (
 func TestAgentBehindEdge(t *testing.T) {
 	sl := testbed.StartSlapds(t, 1, testbed.SlapdConfig{})
 	p := newPKI(t)
-	pins, _ := core.ParsePins([]byte(fp(p.agent) + " agent-7\n"))
+	pins := pinsFor(t, p.agent, "agent-7")
 	logs := &testbed.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
-	listen := func(addr string) net.Listener {
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ln
-	}
-	shutdown := func(f func(context.Context) error) {
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			f(ctx)
-		})
-	}
 
 	// Core.
 	f, err := dlp.Parse("ldap_proxy.json", []byte(dlpFile(3, 60, []server{{"LDAP1", sl[0].Addr, false}}, proxy(nil, []string{"LDAP1"}))))
@@ -59,9 +44,8 @@ func TestAgentBehindEdge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	coreLn := listen("127.0.0.1:0")
-	go srv.Serve(coreLn)
-	shutdown(srv.Shutdown)
+	coreLn := listen(t, "127.0.0.1:0")
+	serve(t, srv, coreLn)
 
 	// Front.
 	fcfg := origin.DefaultConfig()
@@ -70,9 +54,8 @@ func TestAgentBehindEdge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	frontLn := listen("127.0.0.1:0")
-	go front.Serve(frontLn)
-	shutdown(front.Shutdown)
+	frontLn := listen(t, "127.0.0.1:0")
+	serve(t, front, frontLn)
 
 	// Edge.
 	ecfg := relay.DefaultConfig()
@@ -81,9 +64,8 @@ func TestAgentBehindEdge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	edgeLn := listen("127.0.0.2:0")
-	go edge.Serve(edgeLn)
-	shutdown(edge.Shutdown)
+	edgeLn := listen(t, "127.0.0.2:0")
+	serve(t, edge, edgeLn)
 
 	// Agent.
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 5)}, Timeout: 5 * time.Second}

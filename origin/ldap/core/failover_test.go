@@ -8,49 +8,19 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/edgefleet/edgefleet/ldap/wire"
-	"github.com/edgefleet/edgefleet/origin/ldap/core"
 	"github.com/go-ldap/ldap/v3"
 )
-
-// smallBuffers keeps socket buffers small so that a big search is still
-// streaming from the server when the test kills it.
-func smallBuffers(network, address string, c syscall.RawConn) error {
-	var err error
-	c.Control(func(fd uintptr) {
-		err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 8<<10)
-	})
-	return err
-}
 
 // A server killed in the middle of a large search: the client gets the
 // complete result, every entry once, from the next server.
 func TestSearchFailoverMidStream(t *testing.T) {
 	const n = 20000
-	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{LDIF: testbed.DirectoryLDIF(n)})
-	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}, {"L2", sl[1].Addr, false}},
-		rule("ALL", "(user=*)", []string{"L1", "L2"}, `"loadbalance": 0`),
-		proxy([]string{"ALL"}, nil)), func(c *core.Config) {
-		c.DialBackend = func(ctx context.Context, addr string) (net.Conn, error) {
-			d := net.Dialer{Control: smallBuffers}
-			return d.DialContext(ctx, "tcp", addr)
-		}
-	})
-	raw, err := (&net.Dialer{Control: smallBuffers}).Dial("tcp", h.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := ldap.NewConn(raw, false)
-	c.Start()
-	defer c.Close()
-	if err := c.Bind(alice, "alice-pw"); err != nil {
-		t.Fatal(err)
-	}
+	sl, h, c := bigSearchFailover(t, n)
 	resp := c.SearchAsync(context.Background(), ldap.NewSearchRequest("ou=bulk,"+testbed.Suffix, ldap.ScopeWholeSubtree,
 		ldap.NeverDerefAliases, 0, 0, false, "(objectClass=*)", []string{"uid", "description"}, nil), 1)
 	seen := map[string]int{}
@@ -88,20 +58,16 @@ func TestSearchFailoverMidStream(t *testing.T) {
 // countEntries counts uid=name under ou=writes on a server, as the rootdn.
 func countEntries(t *testing.T, s *testbed.Slapd, name string) int {
 	t.Helper()
-	c, err := ldap.DialURL(s.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.Bind(testbed.RootDN, testbed.RootPW); err != nil {
-		t.Fatal(err)
-	}
-	res, err := c.Search(ldap.NewSearchRequest("ou=writes,"+testbed.Suffix, ldap.ScopeWholeSubtree, ldap.NeverDerefAliases,
-		0, 0, false, "(uid="+name+")", []string{"1.1"}, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(res.Entries)
+	n := 0
+	onServer(t, s, func(c *ldap.Conn) error {
+		res, err := c.Search(ldap.NewSearchRequest("ou=writes,"+testbed.Suffix, ldap.ScopeWholeSubtree, ldap.NeverDerefAliases,
+			0, 0, false, "(uid="+name+")", []string{"1.1"}, nil))
+		if err == nil {
+			n = len(res.Entries)
+		}
+		return err
+	})
+	return n
 }
 
 // aliceFailsOver starts two slapds and a core that sends alice to L1,

@@ -1,7 +1,6 @@
 package core_test
 
 import (
-	"context"
 	"crypto/tls"
 	"fmt"
 	"log/slog"
@@ -38,10 +37,7 @@ func newTLSStack(t *testing.T, mod func(*core.Config)) *tlsStack {
 	t.Helper()
 	sl := testbed.StartSlapds(t, 1, testbed.SlapdConfig{})
 	p := newPKI(t)
-	pins, err := core.ParsePins([]byte(fp(p.agent) + " agent-1\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pins := pinsFor(t, p.agent, "agent-1")
 	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}}, proxy(nil, []string{"L1"})), func(c *core.Config) {
 		c.TLSMode, c.TLS, c.Pins = core.TLSMTLS, &tls.Config{Certificates: []tls.Certificate{p.server}}, pins
 		// Hang guards only: the slots decide, not the machine's speed.
@@ -59,16 +55,8 @@ func newTLSStack(t *testing.T, mod func(*core.Config)) *tlsStack {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ln, err := net.Listen("tcp", src+":0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		go e.Serve(ln)
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			e.Shutdown(ctx)
-		})
+		ln := listen(t, src+":0")
+		serve(t, e, ln)
 		st.edges[src] = ln.Addr().String()
 	}
 	return st

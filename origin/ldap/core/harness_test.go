@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -112,20 +113,14 @@ func newHarness(t *testing.T, file string, mod func(*core.Config)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.addr = ln.Addr().String()
-	go h.srv.Serve(ln)
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		h.srv.Shutdown(ctx)
 		if t.Failed() {
 			t.Logf("core log:\n%s", h.logs.String())
 		}
 	})
+	ln := listen(t, "127.0.0.1:0")
+	h.addr = ln.Addr().String()
+	serve(t, h.srv, ln) // shut down before the log is shown
 	return h
 }
 
@@ -156,16 +151,8 @@ func (h *harness) front(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go fr.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		fr.Shutdown(ctx)
-	})
+	ln := listen(t, "127.0.0.1:0")
+	serve(t, fr, ln)
 	return ln.Addr().String()
 }
 
@@ -267,4 +254,101 @@ func coreNew(t *testing.T, file string, mode int) (*core.Server, error) {
 	cfg := core.DefaultConfig()
 	cfg.ProxyMode = mode
 	return core.New(cfg, f, nil, nil, nil)
+}
+
+// twoServers starts two slapds and a core sending everyone to L1, failing
+// over to L2.
+func twoServers(t *testing.T, cfg testbed.SlapdConfig, mod func(*core.Config)) ([]*testbed.Slapd, *harness) {
+	t.Helper()
+	sl := testbed.StartSlapds(t, 2, cfg)
+	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}, {"L2", sl[1].Addr, false}},
+		rule("ALL", "(user=*)", []string{"L1", "L2"}, `"loadbalance": 0`), proxy([]string{"ALL"}, nil)), mod)
+	return sl, h
+}
+
+// smallBuffers keeps socket buffers small so that a big search is still
+// streaming from the server when the test kills it.
+func smallBuffers(network, address string, c syscall.RawConn) error {
+	var err error
+	c.Control(func(fd uintptr) {
+		err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 8<<10)
+	})
+	return err
+}
+
+// bigSearchFailover starts two slapds holding n bulk entries behind a
+// core that sends everyone to L1, failing over to L2, every socket on the
+// way with small buffers, and returns a client bound as alice: a big
+// search through it is still streaming when the test kills L1.
+func bigSearchFailover(t *testing.T, n int) ([]*testbed.Slapd, *harness, *ldap.Conn) {
+	t.Helper()
+	sl, h := twoServers(t, testbed.SlapdConfig{LDIF: testbed.DirectoryLDIF(n)}, func(c *core.Config) {
+		c.DialBackend = func(ctx context.Context, addr string) (net.Conn, error) {
+			d := net.Dialer{Control: smallBuffers}
+			return d.DialContext(ctx, "tcp", addr)
+		}
+	})
+	raw, err := (&net.Dialer{Control: smallBuffers}).Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ldap.NewConn(raw, false)
+	c.Start()
+	t.Cleanup(func() { c.Close() })
+	if err := c.Bind(alice, "alice-pw"); err != nil {
+		t.Fatal(err)
+	}
+	return sl, h, c
+}
+
+// onServer runs f on a connection to s bound as the rootdn.
+func onServer(t *testing.T, s *testbed.Slapd, f func(c *ldap.Conn) error) {
+	t.Helper()
+	c := bindDirect(t, s, testbed.RootDN, testbed.RootPW)
+	defer c.Close()
+	if err := f(c); err != nil {
+		t.Fatalf("%s: %v", s.Addr, err)
+	}
+}
+
+// listen listens on addr (host:port) or ends the test.
+func listen(tb testing.TB, addr string) net.Listener {
+	tb.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ln
+}
+
+// listenerServer is what serve runs: the core, the front or an edge.
+type listenerServer interface {
+	Serve(ln net.Listener) error
+	Shutdown(ctx context.Context) error
+}
+
+// serve runs s on ln until the test ends, then shuts it down (in 2 s at
+// the most: a hang guard).
+func serve(tb testing.TB, s listenerServer, ln net.Listener) {
+	go s.Serve(ln)
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		s.Shutdown(ctx)
+	})
+}
+
+// bindDirect connects to s itself, not through the core, and binds as dn;
+// the caller closes the connection.
+func bindDirect(t *testing.T, s *testbed.Slapd, dn, pw string) *ldap.Conn {
+	t.Helper()
+	c, err := ldap.DialURL(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Bind(dn, pw); err != nil {
+		c.Close()
+		t.Fatalf("bind as %s on %s: %v", dn, s.Addr, err)
+	}
+	return c
 }

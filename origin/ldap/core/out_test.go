@@ -43,12 +43,7 @@ func TestSlowReaderGetsEveryAnswerWhole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go srv.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	})
+	serve(t, srv, ln)
 	c, err := (&net.Dialer{Control: smallBuffers}).Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)

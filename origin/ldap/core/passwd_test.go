@@ -56,14 +56,8 @@ func TestPasswordChangeFailsOver(t *testing.T) {
 			c := boundClient(t, h)
 			pw := do(t, c, "alice-new")
 			if pw != "" { // replicate the change to L2
-				direct, err := ldap.DialURL(sl[1].URL)
-				if err != nil {
-					t.Fatal(err)
-				}
+				direct := bindDirect(t, sl[1], alice, "alice-pw")
 				defer direct.Close()
-				if err := direct.Bind(alice, "alice-pw"); err != nil {
-					t.Fatal(err)
-				}
 				if _, err := direct.PasswordModify(ldap.NewPasswordModifyRequest("", "alice-pw", pw)); err != nil {
 					t.Fatal(err)
 				}
@@ -105,14 +99,8 @@ func TestPasswordModifyAsProxiedIdentityKeepsOwnBind(t *testing.T) {
 	if _, err := c.Extended(req); err != nil {
 		t.Fatalf("password modify as bob: %v", err)
 	}
-	direct, err := ldap.DialURL(sl[0].URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	direct := bindDirect(t, sl[0], testbed.User("bob"), "bob-new") // bob's new password on L1
 	defer direct.Close()
-	if err := direct.Bind(testbed.User("bob"), "bob-new"); err != nil {
-		t.Fatalf("bob's new password on L1: %v", err)
-	}
 	sl[0].Kill()
 	if _, err := c.Search(ldap.NewSearchRequest(alice, ldap.ScopeBaseObject, ldap.NeverDerefAliases, 0, 0, false,
 		"(objectClass=*)", []string{"cn"}, nil)); err != nil {

@@ -45,14 +45,8 @@ func slowHarness(t *testing.T) ([]*testbed.Slapd, *harness) {
 		rule("ALL", "(user=*)", []string{"L1", "L2", "L3"}, `"loadbalance": 0`), proxy([]string{"ALL"}, nil)),
 		func(c *core.Config) { c.Now = time.Now })
 	start := time.Now()
-	direct, err := ldap.DialURL(sl[0].URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	direct := bindDirect(t, sl[0], slow, "slow-pw")
 	defer direct.Close()
-	if err := direct.Bind(slow, "slow-pw"); err != nil {
-		t.Fatal(err)
-	}
 	t.Logf("a bind as %s costs %v on slapd directly (ConnectTimeout 1s)", slow, time.Since(start))
 	return sl, h
 }

@@ -98,9 +98,7 @@ func noServerBlamed(t *testing.T, h *harness, servers ...string) {
 // limit: a slapd busy with the stalled clients' searches on a loaded host
 // answers slowly, and only one that does not answer at all is at fault.
 func stallDLP(sl []*testbed.Slapd, name, lb string) string {
-	return lbDLP(10, 60, 10, named(sl), lb,
-		balanceTo("UserRouting", "ALL", "(user=*)", name),
-		proxy([]string{"ALL"}, nil))
+	return allBalanced(sl, 10, 60, 10, name, lb)
 }
 
 // nextChecks waits (a hang guard: three intervals) until the monitor has
@@ -172,10 +170,8 @@ func TestStalledReadersSaturationWaves(t *testing.T) {
 // answered.
 func TestClientUsesCoreMessageID(t *testing.T) {
 	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{})
-	h := newHarness(t, lbDLP(3, 60, 3600, named(sl),
-		`{"object": "LoadBalancer", "name": "P", "algorithm": "proportional", "routes": [{"server": "L1"}, {"server": "L2"}]}`,
-		balanceTo("UserRouting", "ALL", "(user=*)", "P"),
-		proxy([]string{"ALL"}, nil)), nil)
+	h := newHarness(t, allBalanced(sl, 3, 60, 3600, "P",
+		`{"object": "LoadBalancer", "name": "P", "algorithm": "proportional", "routes": [{"server": "L1"}, {"server": "L2"}]}`), nil)
 	const coreID = 1<<31 - 1
 	// next reads the answers up to the first final one, naming the entries.
 	next := func(r *wire.Reader) (dns []string, final *wire.Message, err error) {

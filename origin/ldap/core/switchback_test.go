@@ -28,12 +28,10 @@ func TestFailoverBalancerStaysAfterConnectWalk(t *testing.T) {
 				monitor = 1
 				mod = func(c *core.Config) { c.Now = time.Now }
 			}
-			h := newHarness(t, lbDLP(2, 60, monitor, named(sl),
+			h := newHarness(t, allBalanced(sl, 2, 60, monitor, "FO",
 				`{"object": "LoadBalancer", "name": "FO", "algorithm": "failover", "switchback": 0, "routes": [
     {"server": "L1", "priority": {"bind": 2, "default": 1}},
-    {"server": "L2", "priority": {"bind": 1, "default": 2}}]}`,
-				balanceTo("UserRouting", "ALL", "(user=*)", "FO"),
-				proxy([]string{"ALL"}, nil)), mod)
+    {"server": "L2", "priority": {"bind": 1, "default": 2}}]}`), mod)
 			add(t, boundClient(t, h), "a1") // binds on L2, adds on L1
 			sl[0].Kill()
 			c := boundClient(t, h)
@@ -78,11 +76,9 @@ func TestFailoverBalancerStaysAfterConnectWalk(t *testing.T) {
 func TestFailoverBalancerEveryTypeStays(t *testing.T) {
 	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{})
 	t.Cleanup(sl[0].Thaw)
-	h := newHarness(t, lbDLP(1, 2, 1, named(sl),
+	h := newHarness(t, allBalanced(sl, 1, 2, 1, "FO",
 		`{"object": "LoadBalancer", "name": "FO", "algorithm": "failover", "routes": [
-    {"server": "L1", "priority": 1}, {"server": "L2", "priority": 2}]}`,
-		balanceTo("UserRouting", "ALL", "(user=*)", "FO"),
-		proxy([]string{"ALL"}, nil)), func(c *core.Config) { c.Now = time.Now })
+    {"server": "L1", "priority": 1}, {"server": "L2", "priority": 2}]}`), func(c *core.Config) { c.Now = time.Now })
 	waitWithin(t, 20*time.Second, "the monitor's first check", func() bool { return h.backend(t, "L1").LastCheck != "" })
 	logged := func(msg, target string) func() bool {
 		return func() bool {

@@ -3,35 +3,17 @@ package core_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/edgefleet/edgefleet/ldap/wire"
-	"github.com/edgefleet/edgefleet/origin/ldap/core"
 	"github.com/go-ldap/ldap/v3"
 )
 
 // syncDeadline bounds the waits for a syncrepl consumer: a hang guard, far
 // above what replication through the core takes.
 const syncDeadline = 60 * time.Second
-
-// onServer runs f on a connection to s bound as the rootdn.
-func onServer(t *testing.T, s *testbed.Slapd, f func(c *ldap.Conn) error) {
-	t.Helper()
-	c, err := ldap.DialURL(s.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.Bind(testbed.RootDN, testbed.RootPW); err != nil {
-		t.Fatal(err)
-	}
-	if err := f(c); err != nil {
-		t.Fatalf("%s: %v", s.Addr, err)
-	}
-}
 
 // hasValue reports whether the entry dn on s exists and, when value is
 // not empty, has it as its description. A server not answering (yet)
@@ -75,10 +57,7 @@ func writeDN(name string) string { return "uid=" + name + ",ou=writes," + testbe
 // accord; one that does not loses the changes: TestSyncSearchEndsOnFailover.)
 func TestSyncreplConsumerFailover(t *testing.T) {
 	const n = 20
-	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{LDIF: testbed.ReplicaLDIF(testbed.DirectoryLDIF(n)), SyncProv: true})
-	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}, {"L2", sl[1].Addr, false}},
-		rule("ALL", "(user=*)", []string{"L1", "L2"}, `"loadbalance": 0`),
-		proxy([]string{"ALL"}, nil)), nil)
+	sl, h := twoServers(t, testbed.SlapdConfig{LDIF: testbed.ReplicaLDIF(testbed.DirectoryLDIF(n)), SyncProv: true}, nil)
 	consumer := testbed.StartSlapds(t, 1, testbed.SlapdConfig{Consumer: "ldap://" + h.addr})[0]
 	waitWithin(t, syncDeadline, "the consumer's refresh from L1", func() bool { return hasValue(consumer, bulkDN(n-1), "") })
 
@@ -145,10 +124,7 @@ func syncEvents(resp ldap.Response, entries map[string]string, stop func(infos i
 // been forwarded); the consumer refreshes through the core and gets them.
 func TestSyncSearchEndsOnFailover(t *testing.T) {
 	const n = 20
-	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{LDIF: testbed.ReplicaLDIF(testbed.DirectoryLDIF(n)), SyncProv: true})
-	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}, {"L2", sl[1].Addr, false}},
-		rule("ALL", "(user=*)", []string{"L1", "L2"}, `"loadbalance": 0`),
-		proxy([]string{"ALL"}, nil)), nil)
+	sl, h := twoServers(t, testbed.SlapdConfig{LDIF: testbed.ReplicaLDIF(testbed.DirectoryLDIF(n)), SyncProv: true}, nil)
 	c := h.dial(t)
 	if err := c.Bind(testbed.RootDN, testbed.RootPW); err != nil {
 		t.Fatal(err)
@@ -230,25 +206,7 @@ func syncEndedOnL1(h *harness) bool {
 // still treats it as the client asked.
 func TestPersistentSearchEndsOnFailover(t *testing.T) {
 	const n = 20000
-	sl := testbed.StartSlapds(t, 2, testbed.SlapdConfig{LDIF: testbed.DirectoryLDIF(n)})
-	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}, {"L2", sl[1].Addr, false}},
-		rule("ALL", "(user=*)", []string{"L1", "L2"}, `"loadbalance": 0`),
-		proxy([]string{"ALL"}, nil)), func(c *core.Config) {
-		c.DialBackend = func(ctx context.Context, addr string) (net.Conn, error) {
-			d := net.Dialer{Control: smallBuffers}
-			return d.DialContext(ctx, "tcp", addr)
-		}
-	})
-	raw, err := (&net.Dialer{Control: smallBuffers}).Dial("tcp", h.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := ldap.NewConn(raw, false)
-	c.Start()
-	defer c.Close()
-	if err := c.Bind(alice, "alice-pw"); err != nil {
-		t.Fatal(err)
-	}
+	sl, h, c := bigSearchFailover(t, n)
 	// changeTypes: all, changesOnly false, returnECs false.
 	psearch := ldap.NewControlString(wire.OIDPersistentSearch, false, string([]byte{0x30, 0x09, 0x02, 0x01, 0x0f, 0x01, 0x01, 0x00, 0x01, 0x01, 0x00}))
 	resp := c.SearchAsync(context.Background(), ldap.NewSearchRequest("ou=bulk,"+testbed.Suffix, ldap.ScopeWholeSubtree,

@@ -93,9 +93,20 @@ func (p *pki) bindLDAPS(addr string, cert tls.Certificate) error {
 	return c.Unbind()
 }
 
+// fp is c's fingerprint as a pins file writes it.
 func fp(c tls.Certificate) string {
 	sum := sha256.Sum256(c.Certificate[0])
 	return hex.EncodeToString(sum[:])
+}
+
+// pinsFor is the pins file with the one line that names c agent.
+func pinsFor(t *testing.T, c tls.Certificate, agent string) map[string]string {
+	t.Helper()
+	pins, err := core.ParsePins([]byte(fp(c) + " " + agent + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pins
 }
 
 // mTLS with pinned client certificates, over LDAPS and StartTLS: the pin's
@@ -105,10 +116,7 @@ func TestTLSAndPins(t *testing.T) {
 	testbed.Need(t, "ldapwhoami")
 	sl := testbed.StartSlapds(t, 1, testbed.SlapdConfig{})
 	p := newPKI(t)
-	pins, err := core.ParsePins([]byte(fp(p.agent) + " agent-7\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pins := pinsFor(t, p.agent, "agent-7")
 	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}}, proxy(nil, []string{"L1"})), func(c *core.Config) {
 		c.TLSMode = core.TLSMTLS
 		c.TLS = &tls.Config{Certificates: []tls.Certificate{p.server}}
@@ -159,8 +167,8 @@ func TestSetPins(t *testing.T) {
 	testbed.Need(t, "ldapwhoami")
 	sl := testbed.StartSlapds(t, 1, testbed.SlapdConfig{})
 	p := newPKI(t)
-	agentPins, _ := core.ParsePins([]byte(fp(p.agent) + " agent-7\n"))
-	otherPins, _ := core.ParsePins([]byte(fp(p.other) + " other-8\n"))
+	agentPins := pinsFor(t, p.agent, "agent-7")
+	otherPins := pinsFor(t, p.other, "other-8")
 	h := newHarness(t, dlpFile(3, 60, []server{{"L1", sl[0].Addr, false}}, proxy(nil, []string{"L1"})), func(c *core.Config) {
 		c.TLSMode = core.TLSMTLS
 		c.TLS = &tls.Config{Certificates: []tls.Certificate{p.server}}
@@ -271,10 +279,7 @@ func TestProxyMode2LDAPSBackends(t *testing.T) {
 func TestPlainModeKeepsTLS(t *testing.T) {
 	sl := testbed.StartSlapds(t, 1, testbed.SlapdConfig{})
 	p := newPKI(t)
-	pins, err := core.ParsePins([]byte(fp(p.agent) + " agent-7\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pins := pinsFor(t, p.agent, "agent-7")
 	h := newPlainHarness(t, "", func(c *core.Config) {
 		c.DefaultServer = sl[0].Addr
 		c.TLSMode = core.TLSMTLS
