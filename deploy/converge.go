@@ -158,6 +158,17 @@ func Reconcile(cfg Config, st *State, live RRSet, fw map[netip.Addr]string) {
 			listed[a] = true
 		}
 	}
+	adoptUnknown(cfg, st, live, fw, listed)
+	forgetReturned(cfg, st, listed)
+	for _, e := range cfg.Edges {
+		reconcileListed(cfg, st, live, e)
+	}
+	retireUnlisted(cfg, st, live, fw)
+}
+
+// adoptUnknown gives every address live in DNS or the firewall that
+// neither the inventory nor the state names a draining entry of its own.
+func adoptUnknown(cfg Config, st *State, live RRSet, fw map[netip.Addr]string, listed map[netip.Addr]bool) {
 	known := st.Names()
 	unknown := map[string]string{} // base name → the entry made for it
 	fwAddrs := slices.Collect(maps.Keys(fw))
@@ -188,10 +199,12 @@ func Reconcile(cfg Config, st *State, live RRSet, fw map[netip.Addr]string) {
 		}
 		known[a] = name
 	}
+}
 
-	// An entry no longer listed whose every address is an inventory
-	// edge's again (an edge moved back while its old address drained):
-	// nothing to wait for or to drop.
+// forgetReturned drops an entry no longer listed whose every address is
+// an inventory edge's again (an edge moved back while its old address
+// drained): nothing to wait for or to drop.
+func forgetReturned(cfg Config, st *State, listed map[netip.Addr]bool) {
 	for name, s := range st.Edges {
 		if _, ok := cfg.Edge(name); ok {
 			continue
@@ -200,40 +213,48 @@ func Reconcile(cfg Config, st *State, live RRSet, fw map[netip.Addr]string) {
 			delete(st.Edges, name)
 		}
 	}
-	for _, e := range cfg.Edges {
-		s := st.Edges[e.Name]
-		if s != nil && (s.IPv4 != e.IPv4 || s.IPv6 != e.IPv6) && (s.State == StateActive || s.State == StateDraining) {
-			// Re-addressed: the addresses it no longer has drain under
-			// another name.
-			old := *s
-			old.State, old.LeftDNS = StateDraining, time.Time{}
-			if old.IPv4 == e.IPv4 {
-				old.IPv4 = ""
-			}
-			if old.IPv6 == e.IPv6 {
-				old.IPv6 = ""
-			}
-			if old.IPv4 != "" || old.IPv6 != "" {
-				st.Edges[freeName(st, cfg, e.Name+".old")] = &old
-			}
-			s = nil
+}
+
+// reconcileListed brings inventory edge e's entry up to date: a
+// re-addressed edge's old addresses drain under another name; a published
+// edge is active, one someone removed from DNS new again.
+func reconcileListed(cfg Config, st *State, live RRSet, e Edge) {
+	s := st.Edges[e.Name]
+	if s != nil && (s.IPv4 != e.IPv4 || s.IPv6 != e.IPv6) && (s.State == StateActive || s.State == StateDraining) {
+		old := *s
+		old.State, old.LeftDNS = StateDraining, time.Time{}
+		if old.IPv4 == e.IPv4 {
+			old.IPv4 = ""
 		}
-		if s == nil || s.State == StateDraining {
-			s = &EdgeState{State: StateNew}
-			st.Edges[e.Name] = s
+		if old.IPv6 == e.IPv6 {
+			old.IPv6 = ""
 		}
-		s.IPv4, s.IPv6, s.Metrics = e.IPv4, e.IPv6, e.Metrics
-		published := true
-		for _, a := range e.Addrs() {
-			published = published && live.Has(a)
+		if old.IPv4 != "" || old.IPv6 != "" {
+			st.Edges[freeName(st, cfg, e.Name+".old")] = &old
 		}
-		switch {
-		case published:
-			s.State, s.Error = StateActive, ""
-		case s.State == StateActive:
-			s.State = StateNew // someone removed it: probe and publish again
-		}
+		s = nil
 	}
+	if s == nil || s.State == StateDraining {
+		s = &EdgeState{State: StateNew}
+		st.Edges[e.Name] = s
+	}
+	s.IPv4, s.IPv6, s.Metrics = e.IPv4, e.IPv6, e.Metrics
+	published := true
+	for _, a := range e.Addrs() {
+		published = published && live.Has(a)
+	}
+	switch {
+	case published:
+		s.State, s.Error = StateActive, ""
+	case s.State == StateActive:
+		s.State = StateNew // someone removed it: probe and publish again
+	}
+}
+
+// retireUnlisted makes every published entry the inventory no longer
+// lists drain, and forgets one that nothing can reach the origin through
+// (never published, or neither in DNS nor let in by a known firewall).
+func retireUnlisted(cfg Config, st *State, live RRSet, fw map[netip.Addr]string) {
 	for name, s := range st.Edges {
 		if _, ok := cfg.Edge(name); ok {
 			continue
