@@ -28,7 +28,12 @@ additions before removals so the set is never empty, each read back.
 "dns serve" is an embedded authoritative server for the demo and development.`,
 	}
 	cmd.PersistentFlags().DurationVar(&timeout, "timeout", 5*time.Second, "bound on each exchange with the server")
+	cmd.AddCommand(dnsPlanCommand(&timeout), dnsApplyCommand(&timeout), dnsListCommand(&timeout), dnsServeCommand())
+	return cmd
+}
 
+// dnsPlanCommand is "fleet dns plan"; *timeout is the dns command's flag.
+func dnsPlanCommand(timeout *time.Duration) *cobra.Command {
 	var planOutput string
 	plan := &cobra.Command{
 		Use:   "plan",
@@ -38,7 +43,7 @@ additions before removals so the set is never empty, each read back.
 			if err := checkOutput(planOutput); err != nil {
 				return err
 			}
-			_, p, err := dnsPlanned(cmd, timeout)
+			_, p, err := dnsPlanned(cmd, *timeout)
 			if err != nil {
 				return err
 			}
@@ -50,14 +55,18 @@ additions before removals so the set is never empty, each read back.
 		},
 	}
 	plan.Flags().StringVarP(&planOutput, "output", "o", "text", "text (nsupdate syntax) or json")
+	return plan
+}
 
+// dnsApplyCommand is "fleet dns apply".
+func dnsApplyCommand(timeout *time.Duration) *cobra.Command {
 	var allowLoopback bool
 	apply := &cobra.Command{
 		Use:   "apply",
 		Short: "publish exactly the inventory's edges: one UPDATE per change, each read back",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f, pub, err := dnsSetup(cmd, timeout)
+			f, pub, err := dnsSetup(cmd, *timeout)
 			if err != nil {
 				return err
 			}
@@ -71,7 +80,11 @@ additions before removals so the set is never empty, each read back.
 		},
 	}
 	apply.Flags().BoolVar(&allowLoopback, "allow-loopback", false, "accept loopback edge addresses (a fleet on one machine: the demo)")
+	return apply
+}
 
+// dnsListCommand is "fleet dns list".
+func dnsListCommand(timeout *time.Duration) *cobra.Command {
 	var format string
 	list := &cobra.Command{
 		Use:   "list",
@@ -81,7 +94,7 @@ additions before removals so the set is never empty, each read back.
 			if format != "text" && format != "json" {
 				return fmt.Errorf("--format %q: want text or json", format)
 			}
-			_, pub, err := dnsSetup(cmd, timeout)
+			_, pub, err := dnsSetup(cmd, *timeout)
 			if err != nil {
 				return err
 			}
@@ -93,9 +106,7 @@ additions before removals so the set is never empty, each read back.
 		},
 	}
 	list.Flags().StringVar(&format, "format", "text", "text or json")
-
-	cmd.AddCommand(plan, apply, list, dnsServeCommand())
-	return cmd
+	return list
 }
 
 // dnsSetup loads and checks the inventory for publishing.
