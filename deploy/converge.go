@@ -369,28 +369,10 @@ func (c *Converger) Run(ctx context.Context) error {
 
 func (c *Converger) plan(ctx context.Context) ([]Step, *run, error) {
 	cfg := c.Config
-	st, err := LoadState(c.StatePath)
+	st, serving, live, fwLive, err := c.observe(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := st.Adopt(cfg, c.StatePath); err != nil {
-		return nil, nil, err
-	}
-	// An edge fleet watch withdrew stays out of DNS until the watch
-	// restores it; the firewall drops it after its wait, as a removed
-	// edge, and lets it in again while the watch rechecks it.
-	serving := Serving(cfg, st)
-	live, err := c.DNS.Read(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	var fwLive map[netip.Addr]string
-	if c.Firewall != nil {
-		if fwLive, err = c.Firewall.Sources(); err != nil {
-			return nil, nil, fmt.Errorf("firewall: %w", err)
-		}
-	}
-	Reconcile(cfg, st, live, fwLive)
 	leaving := c.leaving(cfg, st, fwLive)
 	for _, name := range st.Sorted() {
 		if s := st.Edges[name]; s.State == StateDraining && !s.LeftDNS.IsZero() {
@@ -403,14 +385,7 @@ func (c *Converger) plan(ctx context.Context) ([]Step, *run, error) {
 	}
 	r := &run{st: st, live: live, dns: dnsPlan}
 	save := func() error { return st.Save(c.StatePath) }
-	var steps []Step
-
-	if c.Trusted != nil {
-		if u := Untrusted(cfg.Edges, st, c.Trusted); len(u) > 0 {
-			line := fmt.Sprintf("warning: %s outside front.trusted_edges of %s: the origin will not honour its PROXY headers (add it there and reload the origin first)", strings.Join(u, ", "), c.TrustedFrom)
-			steps = append(steps, Step{Plan: line, run: func(context.Context) error { c.printf("%s", line); return nil }})
-		}
-	}
+	steps := c.trustSteps(st)
 
 	// 1. The firewall allows every listed edge (but the withdrawn ones it
 	// dropped), and still the draining ones.
@@ -427,8 +402,76 @@ func (c *Converger) plan(ctx context.Context) ([]Step, *run, error) {
 		return nil, nil, err
 	}
 	steps = append(steps, first)
-
 	// 2. Each new edge is probed end to end.
+	steps = append(steps, c.probeSteps(serving, r, save)...)
+	// 3 and 4. One UPDATE per change, additions first, each read back.
+	steps = append(steps, c.dnsSteps(r, save)...)
+	// 5 and 6. Removed and withdrawn edges wait, then leave the firewall.
+	leave, err := c.leaveSteps(ctx, r, draining, leaving, save)
+	if err != nil {
+		return nil, nil, err
+	}
+	steps = append(steps, leave...)
+	steps = append(steps, Step{run: func(context.Context) error {
+		if err := save(); err != nil {
+			return err
+		}
+		if c.Firewall == nil {
+			c.printf("done: %s answers %s", dnsPlan.Name, addrList(dnsPlan.After))
+		} else {
+			c.printf("done: %s answers %s; the firewall allows %s", dnsPlan.Name, addrList(dnsPlan.After), edgeNames(Allowed(cfg, st)))
+		}
+		return nil
+	}})
+	return steps, r, nil
+}
+
+// observe reads what the plan starts from: the state (adopted for this
+// inventory), the edges to publish, the live DNS set and, with a
+// firewall, the sources it lets in; the state is then reconciled with
+// them. An edge fleet watch withdrew stays out of DNS until the watch
+// restores it (serving is taken before Reconcile); the firewall drops it
+// after its wait, as a removed edge, and lets it in again while the watch
+// rechecks it.
+func (c *Converger) observe(ctx context.Context) (st *State, serving Config, live RRSet, fw map[netip.Addr]string, err error) {
+	if st, err = LoadState(c.StatePath); err != nil {
+		return
+	}
+	if err = st.Adopt(c.Config, c.StatePath); err != nil {
+		return
+	}
+	serving = Serving(c.Config, st)
+	if live, err = c.DNS.Read(ctx); err != nil {
+		return
+	}
+	if c.Firewall != nil {
+		if fw, err = c.Firewall.Sources(); err != nil {
+			err = fmt.Errorf("firewall: %w", err)
+			return
+		}
+	}
+	Reconcile(c.Config, st, live, fw)
+	return
+}
+
+// trustSteps warn about edges the origin's front does not trust.
+func (c *Converger) trustSteps(st *State) []Step {
+	if c.Trusted == nil {
+		return nil
+	}
+	u := Untrusted(c.Config.Edges, st, c.Trusted)
+	if len(u) == 0 {
+		return nil
+	}
+	line := fmt.Sprintf("warning: %s outside front.trusted_edges of %s: the origin will not honour its PROXY headers (add it there and reload the origin first)", strings.Join(u, ", "), c.TrustedFrom)
+	return []Step{{Plan: line, run: func(context.Context) error { c.printf("%s", line); return nil }}}
+}
+
+// probeSteps are step 2: each serving edge not active yet is probed end
+// to end; a failure stops the run before DNS changes.
+func (c *Converger) probeSteps(serving Config, r *run, save func() error) []Step {
+	var steps []Step
+	st := r.st
 	for _, e := range serving.Edges {
 		if st.Edges[e.Name].State == StateActive {
 			continue
@@ -438,7 +481,7 @@ func (c *Converger) plan(ctx context.Context) ([]Step, *run, error) {
 			run:  func(ctx context.Context) error { c.probeNew(ctx, e, r); return nil },
 		})
 	}
-	steps = append(steps, Step{run: func(context.Context) error {
+	return append(steps, Step{run: func(context.Context) error {
 		if len(r.failed) > 0 {
 			if err := save(); err != nil {
 				return err
@@ -455,8 +498,13 @@ func (c *Converger) plan(ctx context.Context) ([]Step, *run, error) {
 		}
 		return nil
 	}})
+}
 
-	// 3 and 4. One UPDATE per change, additions first, each read back.
+// dnsSteps are steps 3 and 4: one UPDATE per change of r.dns, additions
+// first, each read back and saved; then every edge's DNS marks.
+func (c *Converger) dnsSteps(r *run, save func() error) []Step {
+	var steps []Step
+	cfg, st, dnsPlan := c.Config, r.st, r.dns
 	if len(dnsPlan.Changes) == 0 {
 		line := fmt.Sprintf("step 3/6 dns: %s in sync: %s", dnsPlan.Name, addrList(dnsPlan.After))
 		steps = append(steps, Step{Plan: line, run: func(context.Context) error { c.printf("%s", line); return nil }})
@@ -477,31 +525,12 @@ func (c *Converger) plan(ctx context.Context) ([]Step, *run, error) {
 			},
 		})
 	}
-	steps = append(steps, Step{run: func(context.Context) error {
+	return append(steps, Step{run: func(context.Context) error {
 		for _, name := range st.Sorted() {
 			markDNS(st, name, r.live, dnsPlan, uint32(cfg.TTL), c.now())
 		}
 		return save()
 	}})
-
-	// 5 and 6. Removed and withdrawn edges wait, then leave the firewall.
-	leave, err := c.leaveSteps(ctx, r, draining, leaving, save)
-	if err != nil {
-		return nil, nil, err
-	}
-	steps = append(steps, leave...)
-	steps = append(steps, Step{run: func(context.Context) error {
-		if err := save(); err != nil {
-			return err
-		}
-		if c.Firewall == nil {
-			c.printf("done: %s answers %s", dnsPlan.Name, addrList(dnsPlan.After))
-		} else {
-			c.printf("done: %s answers %s; the firewall allows %s", dnsPlan.Name, addrList(dnsPlan.After), edgeNames(Allowed(cfg, st)))
-		}
-		return nil
-	}})
-	return steps, r, nil
 }
 
 // leaveSteps are steps 5 and 6 for the draining edges and the withdrawn
