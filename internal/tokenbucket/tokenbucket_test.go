@@ -83,6 +83,15 @@ func TestParseRate(t *testing.T) {
 	}
 }
 
+func TestStringParsesBack(t *testing.T) {
+	for _, r := range []Rate{{}, {PerSec: 20}, {PerSec: 0.5}, {PerSec: 1000, Burst: 2000}} {
+		got, err := ParseRate(r.String())
+		if err != nil || got != r.PerSec {
+			t.Errorf("ParseRate(%q) = %v, %v; want %v", r.String(), got, err, r.PerSec)
+		}
+	}
+}
+
 func FuzzParseRate(f *testing.F) {
 	for _, s := range []string{"20/s", "1/m", "0", "", "9/h", "1e9/s"} {
 		f.Add(s)
