@@ -66,12 +66,16 @@ type Deploy struct {
 	// MetricsAllow lists the hosts (CIDRs) that may reach the edges'
 	// metrics port; cloud-init drops every other source at first boot.
 	MetricsAllow []string `mapstructure:"metrics_allow"`
+	// Limits is the edges' admission (their limits: section), rendered
+	// into every edge's file; the edge's defaults unless fleet.yaml says.
+	Limits relay.Limits `mapstructure:"limits"`
 }
 
 // DefaultDeploy is the edge's own defaults (docs/edge.md) and bin/edge,
 // where `make build` puts the binary.
 func DefaultDeploy() Deploy {
-	return Deploy{Binary: "bin/edge", Listen: []string{":636"}, Metrics: "127.0.0.1:9101", DrainTimeout: 30 * time.Second}
+	return Deploy{Binary: "bin/edge", Listen: []string{":636"}, Metrics: "127.0.0.1:9101", DrainTimeout: 30 * time.Second,
+		Limits: relay.DefaultLimits()}
 }
 
 // Rendering is everything an edge host needs, rendered from the inventory:
@@ -112,6 +116,10 @@ func Render(c Config, name string) (*Rendering, error) {
 	origins := d.origins(c.Origin)
 	rc := relay.DefaultConfig()
 	rc.Name, rc.Listen, rc.Origins, rc.DrainTimeout = e.Name, d.Listen, relay.OriginList(origins...), d.DrainTimeout
+	rc.Limits = d.Limits
+	if err := rc.Limits.Validate(); err != nil {
+		return nil, fmt.Errorf("deploy.%w", err)
+	}
 	if err := rc.Validate(); err != nil {
 		return nil, fmt.Errorf("edge %s configuration: %w", e.Name, err)
 	}

@@ -50,6 +50,7 @@ type Edge struct {
 	// own holds the edge's origin connections, so that a connection coming
 	// back from one of them (an origin that is this edge) is refused.
 	own *loopguard.Own
+	adm *admission // limits: nil when they limit nothing
 }
 
 // conn is the edge's state of one relayed connection (evloop.Conn.Data).
@@ -64,6 +65,8 @@ type conn struct {
 	upLocal netip.AddrPort // the origin socket's local address while it is recorded in own
 	local   error          // an origin of the plan was not reached for want of a local port (EADDRNOTAVAIL)
 	over    func()         // HandleConn's
+	ticket  ticket         // what the connection holds in the admission tables, when held
+	held    bool           // ticket is to be released
 }
 
 // now is e.Now, or time.Now when that is nil.
@@ -93,6 +96,10 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Edge, error)
 		m:    m,
 		orig: newOriginSet(cfg.Origins, cfg.OfflineRetry),
 		own:  loopguard.NewOwn(),
+	}
+	if cfg.Limits.on() {
+		e.adm = newAdmission(cfg.Limits)
+		m.entries = e.adm.entries
 	}
 	e.shell.Init((*handler)(e), cfg.MaxConns, log, e.now)
 	e.dial = evloop.DialOptions{Timeout: cfg.ConnectTimeout, NoDelay: true, Keepalive: relayshell.Keepalive(cfg.Keepalive),
@@ -167,7 +174,8 @@ const (
 )
 
 // Open takes a new client connection: refused when the edge is closing,
-// when max_conns are open or when it comes from the edge itself;
+// when max_conns are open, when it comes from the edge itself or when it
+// is over one of the limits;
 // otherwise the first origin of its plan is dialled.
 func (h *handler) Open(c *evloop.Conn) {
 	e := (*Edge)(h)
@@ -190,6 +198,9 @@ func (h *handler) Open(c *evloop.Conn) {
 	if e.own.Accepted(c.Peer(), c.Local(), relayshell.Killer{C: c}) {
 		e.looped()
 		c.Close(reasonCounted, nil)
+		return
+	}
+	if !e.admit(c, rc) {
 		return
 	}
 	rc.id = rand.Text()
@@ -398,6 +409,10 @@ func (h *handler) Closed(c *evloop.Conn, res evloop.Result) {
 func (e *Edge) done(c *evloop.Conn, rc *conn) {
 	e.own.Forget(c.Peer(), c.Local(), relayshell.Killer{C: c})
 	e.forgetOrigin(rc)
+	if rc.held {
+		e.adm.release(rc.ticket)
+		rc.held = false
+	}
 	if rc.over != nil {
 		defer rc.over()
 	}

@@ -543,6 +543,8 @@ func TestMetricNames(t *testing.T) {
 		"edgefleet_edge_origin_up":           "GAUGE[origin]",
 		// Clients refused for a PROXY header of their own.
 		"edgefleet_edge_client_proxy_headers_total": "COUNTER[]",
+		// Keys the admission tables hold (limits).
+		"edgefleet_edge_limit_table_entries": "GAUGE[table]",
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("metrics\n got %v\nwant %v", got, want)

@@ -62,6 +62,25 @@ func startEdge(t *testing.T, cfg Config, tweak ...func(*Edge)) *testEdge {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveEdgeOn(t, e, reg, logs, ln)
+}
+
+// serveEdge is startEdge on a listener of the test's (cfg as given, no
+// defaults filled in but the name).
+func serveEdge(t *testing.T, cfg Config, ln net.Listener) *testEdge {
+	t.Helper()
+	def := DefaultConfig()
+	def.Name, def.Listen, def.Origins, def.Limits = "edge-test", []string{ln.Addr().String()}, cfg.Origins, cfg.Limits
+	logs := &testbed.Buffer{}
+	reg := prometheus.NewRegistry()
+	e, err := New(def, slog.New(slog.NewJSONHandler(logs, nil)), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveEdgeOn(t, e, reg, logs, ln)
+}
+
+func serveEdgeOn(t *testing.T, e *Edge, reg *prometheus.Registry, logs *testbed.Buffer, ln net.Listener) *testEdge {
 	served := make(chan error, 1)
 	go func() { served <- e.Serve(ln) }()
 	t.Cleanup(func() {

@@ -21,9 +21,16 @@ const (
 	// EMFILE, ENFILE, ENOBUFS, ENOMEM, ENOSPC), or no origin had a local
 	// port left (EADDRNOTAVAIL); no origin was marked OFFLINE.
 	ResultLocalResources = "local-resources"
+	// ResultRateLimited: refused before any dial, its source, its prefix
+	// or the whole edge over its rate of new connections (limits).
+	ResultRateLimited = "rate-limited"
+	// ResultConnLimit: refused before any dial, its source or its prefix
+	// holding its most connections, or the table full of open ones.
+	ResultConnLimit = "conn-limit"
 )
 
-var results = []string{ResultEOF, ResultEmpty, ResultClientError, ResultServerError, ResultNoOrigin, ResultMaxConns, ResultDrain, ResultLoop, ResultClientProxy, ResultLocalResources}
+var results = []string{ResultEOF, ResultEmpty, ResultClientError, ResultServerError, ResultNoOrigin, ResultMaxConns, ResultDrain, ResultLoop, ResultClientProxy, ResultLocalResources,
+	ResultRateLimited, ResultConnLimit}
 
 type metrics struct {
 	active   prometheus.Gauge
@@ -33,6 +40,9 @@ type metrics struct {
 	originUp *prometheus.GaugeVec
 	// clientProxy counts clients refused for sending a PROXY header.
 	clientProxy prometheus.Counter
+	// entries reports how many keys each admission table holds (set by
+	// New; nil: none).
+	entries func() (source, prefix int)
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -70,11 +80,30 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.total[r] = total.WithLabelValues(r)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.active, total, bytes, m.dial, m.originUp, m.clientProxy} {
+		for _, c := range []prometheus.Collector{m.active, total, bytes, m.dial, m.originUp, m.clientProxy, m.tableGauge("source"), m.tableGauge("prefix")} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
 		}
 	}
 	return m, nil
+}
+
+// tableGauge is edgefleet_edge_limit_table_entries{table}: the keys one
+// admission table holds, read when scraped.
+func (m *metrics) tableGauge(table string) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "edgefleet_edge_limit_table_entries",
+		Help:        "Keys an admission table holds (table: source or prefix), at most limits.table_size.",
+		ConstLabels: prometheus.Labels{"table": table},
+	}, func() float64 {
+		if m.entries == nil {
+			return 0
+		}
+		s, p := m.entries()
+		if table == "source" {
+			return float64(s)
+		}
+		return float64(p)
+	})
 }

@@ -138,8 +138,10 @@ func startBackend() (string, error) {
 
 // --- the relays ---------------------------------------------------------
 
-// startEdge runs our edge with its defaults except the addresses; it logs
-// one line per connection to a file, as in production.
+// startEdge runs our edge with its defaults except the addresses and the
+// limits (off: the load comes from one address at rates no agent has, and
+// HAProxy and nginx run without any); it logs one line per connection to
+// a file, as in production.
 func startEdge(dir, backend string) (addr, metrics string, cmd *exec.Cmd, err error) {
 	if addr, err = benchkit.FreeAddr(); err != nil {
 		return
@@ -147,7 +149,8 @@ func startEdge(dir, backend string) (addr, metrics string, cmd *exec.Cmd, err er
 	if metrics, err = benchkit.FreeAddr(); err != nil {
 		return
 	}
-	cfg := fmt.Sprintf("name: bench-edge\nlisten: ['%s']\norigins: ['%s']\nmetrics: '%s'\nproxy_protocol: v2\nlog: {level: %s}\n",
+	cfg := fmt.Sprintf("name: bench-edge\nlisten: ['%s']\norigins: ['%s']\nmetrics: '%s'\nproxy_protocol: v2\nlog: {level: %s}\n"+
+		"limits: {per_source: {conns: 0, rate: '0'}, per_prefix: {conns: 0, rate: '0'}, accept_rate: '0'}\n",
 		addr, backend, metrics, *edgeLog)
 	path, err := benchkit.WriteConfig(dir, "edge.yaml", cfg)
 	if err != nil {
