@@ -27,6 +27,8 @@ type Config struct {
 	// Source is the local IP origin connections are made from (HAProxy's
 	// source, nginx's proxy_bind); empty: the kernel picks.
 	Source string `mapstructure:"source"`
+	// TLSGate holds connections until a ClientHello arrives (gate.go).
+	TLSGate TLSGate `mapstructure:"tls_gate"`
 }
 
 // Origin is one entry of origins: the host:port the edge dials, and the
@@ -142,6 +144,7 @@ func DefaultConfig() Config {
 		MaxConns:       MaxConnsCap,
 		DrainTimeout:   30 * time.Second,
 		Keepalive:      15 * time.Second,
+		TLSGate:        defaultTLSGate(),
 	}
 }
 
@@ -207,7 +210,7 @@ func (c Config) Validate() error {
 	if c.Source != "" && net.ParseIP(c.Source) == nil {
 		return fmt.Errorf("source: %q is not an IP address (empty: the kernel picks)", c.Source)
 	}
-	return nil
+	return c.TLSGate.validate()
 }
 
 // CheckSelf reports an origin that is the edge itself, in any spelling

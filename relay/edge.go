@@ -50,6 +50,9 @@ type Edge struct {
 	// own holds the edge's origin connections, so that a connection coming
 	// back from one of them (an origin that is this edge) is refused.
 	own *loopguard.Own
+	// gate is tls_gate on; names its server_names in lower case.
+	gate  bool
+	names []string
 }
 
 // conn is the edge's state of one relayed connection (evloop.Conn.Data).
@@ -94,6 +97,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Edge, error)
 		orig: newOriginSet(cfg.Origins, cfg.OfflineRetry),
 		own:  loopguard.NewOwn(),
 	}
+	e.gate, e.names = cfg.TLSGate.On(), helloNames(cfg.TLSGate)
 	e.shell.Init((*handler)(e), cfg.MaxConns, log, e.now)
 	e.dial = evloop.DialOptions{Timeout: cfg.ConnectTimeout, NoDelay: true, Keepalive: relayshell.Keepalive(cfg.Keepalive),
 		Sent: e.sent}
@@ -168,7 +172,8 @@ const (
 
 // Open takes a new client connection: refused when the edge is closing,
 // when max_conns are open or when it comes from the edge itself;
-// otherwise the first origin of its plan is dialled.
+// otherwise the first origin of its plan is dialled, after its
+// ClientHello when tls_gate is on (gate.go).
 func (h *handler) Open(c *evloop.Conn) {
 	e := (*Edge)(h)
 	rc, _ := c.Data.(*conn)
@@ -194,8 +199,7 @@ func (h *handler) Open(c *evloop.Conn) {
 	}
 	rc.id = rand.Text()
 	rc.start = c.Now()
-	rc.plan, rc.claim = e.orig.plan(rc.start)
-	e.dialNext(c, rc)
+	e.awaitHello(c, rc)
 }
 
 // dialNext dials the next origin of rc's plan, or gives up.
@@ -244,9 +248,6 @@ func (e *Edge) dialNext(c *evloop.Conn, rc *conn) {
 		})
 	}()
 }
-
-// Received is not used: the edge reads nothing before Relay.
-func (h *handler) Received(*evloop.Conn, []byte, error) {}
 
 // Dialed goes on with a connected origin (header, then the copy) or with
 // the next origin of the plan.

@@ -21,9 +21,14 @@ const (
 	// EMFILE, ENFILE, ENOBUFS, ENOMEM, ENOSPC), or no origin had a local
 	// port left (EADDRNOTAVAIL); no origin was marked OFFLINE.
 	ResultLocalResources = "local-resources"
+	// Refusals of the TLS gate (tls_gate): the origin was never dialled.
+	ResultNotTLS       = "not-tls"       // the first bytes were no well-formed ClientHello (or one over 4352 bytes)
+	ResultHelloTimeout = "hello-timeout" // no whole ClientHello within tls_gate.hello_timeout
+	ResultWrongSNI     = "wrong-sni"     // a ClientHello without SNI or for a name not in tls_gate.server_names
 )
 
-var results = []string{ResultEOF, ResultEmpty, ResultClientError, ResultServerError, ResultNoOrigin, ResultMaxConns, ResultDrain, ResultLoop, ResultClientProxy, ResultLocalResources}
+var results = []string{ResultEOF, ResultEmpty, ResultClientError, ResultServerError, ResultNoOrigin, ResultMaxConns, ResultDrain, ResultLoop, ResultClientProxy, ResultLocalResources,
+	ResultNotTLS, ResultHelloTimeout, ResultWrongSNI}
 
 type metrics struct {
 	active   prometheus.Gauge
