@@ -97,6 +97,9 @@ func handshake(b []byte) ([]byte, error) {
 	var msg []byte
 	declared := 0 // handshake bytes the records so far declare
 	for off := 0; ; {
+		if off+recordHeader >= MaxLen { // no room left for another record
+			return nil, errTooLarge
+		}
 		n, err := record(b[off:])
 		if err != nil {
 			return nil, err

@@ -280,3 +280,14 @@ func refragment(t testing.TB, b []byte, size int) []byte {
 	}
 	return out
 }
+
+// TestNoRoomForTheNextRecord: records that end too near MaxLen for the
+// next one's header and a byte are decided at once, not waited on.
+func TestNoRoomForTheNextRecord(t *testing.T) {
+	msg := base().pad(MaxLen).bytes()[recordHeader:] // 4347 handshake bytes
+	first := msg[:MaxLen-recordHeader-2]              // a record ending 2 bytes before MaxLen
+	b := append([]byte{typeHandshake, 3, 1, byte(len(first) >> 8), byte(len(first))}, first...)
+	if err := Check(b, nil); !errors.Is(err, errTooLarge) {
+		t.Fatalf("%d bytes, the hello unfinished: %v, want too large", len(b), err)
+	}
+}
