@@ -7,7 +7,9 @@
 //	go e.Serve(ln)                  // or e.HandleConn(c) for one connection
 //	e.Shutdown(ctx)                 // stop accepting, drain, close
 //
-// The edge parses nothing of the payload and holds no secrets. An origin
+// The edge parses nothing of the payload and holds no secrets; with
+// tls_gate on it dials only once the client's first bytes are a TLS
+// ClientHello (gate.go, internal/clienthello), read in clear. An origin
 // that fails to connect is OFFLINE for offline_retry; SetOrigins replaces
 // the list at run time (SIGHUP in cmd/edge) keeping the state of origins
 // that stay.
