@@ -285,7 +285,7 @@ func refragment(t testing.TB, b []byte, size int) []byte {
 // next one's header and a byte are decided at once, not waited on.
 func TestNoRoomForTheNextRecord(t *testing.T) {
 	msg := base().pad(MaxLen).bytes()[recordHeader:] // 4347 handshake bytes
-	first := msg[:MaxLen-recordHeader-2]              // a record ending 2 bytes before MaxLen
+	first := msg[:MaxLen-recordHeader-2]             // a record ending 2 bytes before MaxLen
 	b := append([]byte{typeHandshake, 3, 1, byte(len(first) >> 8), byte(len(first))}, first...)
 	if err := Check(b, nil); !errors.Is(err, errTooLarge) {
 		t.Fatalf("%d bytes, the hello unfinished: %v, want too large", len(b), err)
