@@ -15,6 +15,7 @@ import (
 	"github.com/edgefleet/edgefleet/internal/clienthello"
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/pires/go-proxyproto"
+	"golang.org/x/sys/unix"
 )
 
 // served is the name the gated edges serve: the testbed PKI's server name.
@@ -405,4 +406,36 @@ func padHello(t *testing.T, h []byte, size int) []byte {
 		t.Fatalf("the padded hello: %v", err)
 	}
 	return out
+}
+
+// TestGateHeaderAndHelloOneSegment: the ClientHello the gate read goes to
+// the origin behind the PROXY header in one write: one data segment.
+func TestGateHeaderAndHelloOneSegment(t *testing.T) {
+	hello := goHello(t, served)
+	type got struct {
+		hello []byte
+		segs  uint32
+	}
+	arrived := make(chan got, 1)
+	o := startOrigin(t, true, func(c originConn) {
+		h, err := readClientHello(c.r)
+		if err != nil {
+			t.Error(err)
+		}
+		info, err := unix.GetsockoptTCPInfo(fd(t, c.tcp), unix.IPPROTO_TCP, unix.TCP_INFO)
+		if err != nil {
+			t.Error(err)
+		}
+		arrived <- got{h, info.Data_segs_in}
+	})
+	te := gated(t, TLSGate{ServerNames: []string{served}}, o.addr)
+	c, err := net.Dial("tcp", te.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write(hello)
+	if g := <-arrived; string(g.hello) != string(hello) || g.segs != 1 {
+		t.Fatalf("the origin got %d bytes (want the %d of the hello) in %d data segments, want 1", len(g.hello), len(hello), g.segs)
+	}
 }
