@@ -147,10 +147,12 @@ func (h *handler) Received(c *evloop.Conn, b []byte, err error) {
 		e.m.total[ResultEmpty].Inc() // a health check: no line
 		c.Close(reasonCounted, nil)
 	case verdict == clienthello.ErrMore && errors.Is(err, evloop.ErrTimeout):
-		e.refuseHello(c, rc, ResultHelloTimeout, fmt.Errorf("no whole ClientHello within tls_gate.hello_timeout %v (%d bytes)", e.cfg.TLSGate.HelloTimeout, len(b)))
+		e.refuseHello(c, rc, ResultHelloTimeout, fmt.Errorf("no whole ClientHello within tls_gate.hello_timeout %v (%d bytes)",
+			e.cfg.TLSGate.HelloTimeout, len(b)))
 	case verdict == clienthello.ErrMore && errors.Is(err, io.EOF):
-		e.refuseHello(c, rc, ResultNotTLS, fmt.Errorf("%w: the client closed after %d bytes of one", clienthello.ErrNotTLS, len(b)))
-	case verdict == clienthello.ErrMore:
+		e.refuseHello(c, rc, ResultNotTLS, fmt.Errorf("%w: the client closed after %d bytes of one",
+			clienthello.ErrNotTLS, len(b)))
+	case verdict == clienthello.ErrMore: // a read error: counted and logged by Closed
 		c.Close(ResultClientError, fmt.Errorf("read the ClientHello: %w", err))
 	case errors.Is(verdict, clienthello.ErrWrongSNI):
 		e.refuseHello(c, rc, ResultWrongSNI, verdict)
