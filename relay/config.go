@@ -29,6 +29,8 @@ type Config struct {
 	Source string `mapstructure:"source"`
 	// Limits is the admission before any origin is dialled (admit.go).
 	Limits Limits `mapstructure:"limits"`
+	// TLSGate holds connections until a ClientHello arrives (gate.go).
+	TLSGate TLSGate `mapstructure:"tls_gate"`
 }
 
 // Origin is one entry of origins: the host:port the edge dials, and the
@@ -145,6 +147,7 @@ func DefaultConfig() Config {
 		DrainTimeout:   30 * time.Second,
 		Keepalive:      15 * time.Second,
 		Limits:         DefaultLimits(),
+		TLSGate:        defaultTLSGate(),
 	}
 }
 
@@ -210,7 +213,10 @@ func (c Config) Validate() error {
 	if c.Source != "" && net.ParseIP(c.Source) == nil {
 		return fmt.Errorf("source: %q is not an IP address (empty: the kernel picks)", c.Source)
 	}
-	return c.Limits.Validate()
+	if err := c.Limits.Validate(); err != nil {
+		return err
+	}
+	return c.TLSGate.validate()
 }
 
 // CheckSelf reports an origin that is the edge itself, in any spelling

@@ -7,7 +7,9 @@
 //	go e.Serve(ln)                  // or e.HandleConn(c) for one connection
 //	e.Shutdown(ctx)                 // stop accepting, drain, close
 //
-// The edge parses nothing of the payload and holds no secrets. An origin
+// The edge parses nothing of the payload and holds no secrets; with
+// tls_gate on it dials only once the client's first bytes are a TLS
+// ClientHello (gate.go, internal/clienthello), read in clear. An origin
 // that fails to connect is OFFLINE for offline_retry; SetOrigins replaces
 // the list at run time (SIGHUP in cmd/edge) keeping the state of origins
 // that stay.
@@ -51,6 +53,9 @@ type Edge struct {
 	// back from one of them (an origin that is this edge) is refused.
 	own *loopguard.Own
 	adm *admission // limits: nil when they limit nothing
+	// gate is tls_gate on; names its server_names in lower case.
+	gate  bool
+	names []string
 }
 
 // conn is the edge's state of one relayed connection (evloop.Conn.Data).
@@ -101,6 +106,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Edge, error)
 		e.adm = newAdmission(cfg.Limits)
 		m.entries = e.adm.entries
 	}
+	e.gate, e.names = cfg.TLSGate.On(), helloNames(cfg.TLSGate)
 	e.shell.Init((*handler)(e), cfg.MaxConns, log, e.now)
 	e.dial = evloop.DialOptions{Timeout: cfg.ConnectTimeout, NoDelay: true, Keepalive: relayshell.Keepalive(cfg.Keepalive),
 		Sent: e.sent}
@@ -175,8 +181,8 @@ const (
 
 // Open takes a new client connection: refused when the edge is closing,
 // when max_conns are open, when it comes from the edge itself or when it
-// is over one of the limits;
-// otherwise the first origin of its plan is dialled.
+// is over one of the limits; otherwise the first origin of its plan is
+// dialled, after its ClientHello when tls_gate is on (gate.go).
 func (h *handler) Open(c *evloop.Conn) {
 	e := (*Edge)(h)
 	rc, _ := c.Data.(*conn)
@@ -205,8 +211,7 @@ func (h *handler) Open(c *evloop.Conn) {
 	}
 	rc.id = rand.Text()
 	rc.start = c.Now()
-	rc.plan, rc.claim = e.orig.plan(rc.start)
-	e.dialNext(c, rc)
+	e.awaitHello(c, rc)
 }
 
 // dialNext dials the next origin of rc's plan, or gives up.
@@ -255,9 +260,6 @@ func (e *Edge) dialNext(c *evloop.Conn, rc *conn) {
 		})
 	}()
 }
-
-// Received is not used: the edge reads nothing before Relay.
-func (h *handler) Received(*evloop.Conn, []byte, error) {}
 
 // Dialed goes on with a connected origin (header, then the copy) or with
 // the next origin of the plan.

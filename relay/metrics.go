@@ -27,10 +27,14 @@ const (
 	// ResultConnLimit: refused before any dial, its source or its prefix
 	// holding its most connections, or the table full of open ones.
 	ResultConnLimit = "conn-limit"
+	// Refusals of the TLS gate (tls_gate): the origin was never dialled.
+	ResultNotTLS       = "not-tls"       // the first bytes were no well-formed ClientHello (or one over 4352 bytes)
+	ResultHelloTimeout = "hello-timeout" // no whole ClientHello within tls_gate.hello_timeout
+	ResultWrongSNI     = "wrong-sni"     // a ClientHello without SNI or for a name not in tls_gate.server_names
 )
 
 var results = []string{ResultEOF, ResultEmpty, ResultClientError, ResultServerError, ResultNoOrigin, ResultMaxConns, ResultDrain, ResultLoop, ResultClientProxy, ResultLocalResources,
-	ResultRateLimited, ResultConnLimit}
+	ResultRateLimited, ResultConnLimit, ResultNotTLS, ResultHelloTimeout, ResultWrongSNI}
 
 type metrics struct {
 	active   prometheus.Gauge

@@ -351,3 +351,25 @@ func TestInvalidConfigs(t *testing.T) {
 }
 
 var update = flag.Bool("update", false, "rewrite testdata/invalid.golden")
+
+// TestTLSGateModeWords: `mode: on` and `mode: off` load as the words (not
+// YAML 1.1 booleans), and the gate follows server_names under auto.
+func TestTLSGateModeWords(t *testing.T) {
+	for _, tc := range []struct {
+		yaml, mode string
+		on         bool
+	}{
+		{"tls_gate: {mode: on}", "on", true},
+		{"tls_gate: {mode: off, server_names: [ldap.example.com]}", "off", false},
+		{"tls_gate: {server_names: [ldap.example.com]}", "auto", true},
+		{"name: e", "auto", false},
+	} {
+		cfg, err := load(nil, testbed.WriteFile(t, t.TempDir(), "edge.yaml", "origins: [\"192.0.2.1:8636\"]\n"+tc.yaml+"\n"))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.yaml, err)
+		}
+		if cfg.TLSGate.Mode != tc.mode || cfg.TLSGate.On() != tc.on || cfg.TLSGate.HelloTimeout != 5*time.Second {
+			t.Errorf("%s: loads as %+v (on %v)", tc.yaml, cfg.TLSGate, cfg.TLSGate.On())
+		}
+	}
+}
