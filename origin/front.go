@@ -227,7 +227,9 @@ func (h *handler) Open(c *evloop.Conn) {
 // edge's cap or rate the refusal is counted and logged and takeShare
 // reports false.
 func (f *Front) takeShare(c *evloop.Conn, fc *conn) bool {
-	sh, reason := f.shares.admit(c.Peer().Addr(), fc.trusted, c.Now())
+	// The clock read now, not the loop's reading (c.Now) taken when it
+	// woke: a loop woken for another connection may accept this one later.
+	sh, reason := f.shares.admit(c.Peer().Addr(), fc.trusted, f.now())
 	if reason == "" {
 		fc.share = sh
 		return true
