@@ -52,7 +52,7 @@ func TestSharesExact(t *testing.T) {
 		}
 		admit(s, edgeA, true, t0, RefusedRate)
 		admit(s, edgeA, true, t0.Add(499*time.Millisecond), RefusedRate) // 0.998 of a token
-		admit(s, edgeB, true, t0, "")                                     // its own bucket
+		admit(s, edgeB, true, t0, "")                                    // its own bucket
 		admit(s, edgeA, true, t0.Add(500*time.Millisecond), "")
 		admit(s, edgeA, true, t0.Add(500*time.Millisecond), RefusedRate)
 		admit(s, edgeA, true, t0.Add(time.Hour), "") // refilled to the burst, not beyond
