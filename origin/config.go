@@ -11,6 +11,7 @@ import (
 
 	"github.com/edgefleet/edgefleet/internal/evloop"
 	"github.com/edgefleet/edgefleet/internal/listenaddr"
+	"github.com/edgefleet/edgefleet/internal/tokenbucket"
 )
 
 // Untrusted policies: what happens to a connection from outside
@@ -46,7 +47,35 @@ type Config struct {
 	// MaxConns is the most connections the front holds open at once; one
 	// more is closed at once (result max-conns). The edge's default.
 	MaxConns int `mapstructure:"max_conns"`
+	// PerEdge is each edge's fair share of the front: keyed by the
+	// measured source, never by the claimed address.
+	PerEdge PerEdge `mapstructure:"per_edge"`
 }
+
+// PerEdge is the `front.per_edge:` section: the limits the front keeps
+// for each trusted edge address, and once for every untrusted source
+// together (docs/origin.md, "Fair share per edge").
+type PerEdge struct {
+	// Conns is the most connections one edge may hold open at once; 0
+	// sets no cap.
+	Conns int `mapstructure:"conns"`
+	// Rate is the new connections per second an edge may open, "N/s",
+	// "N/m" or "N/h" (tokenbucket.ParseRate); "0" sets no limit.
+	Rate string `mapstructure:"rate"`
+	// Burst is how many connections an edge may open at once above Rate
+	// (the bucket's size).
+	Burst int `mapstructure:"burst"`
+}
+
+// Defaults of front.per_edge: an edge in front of thousands of agents
+// reconnecting at once (an origin restart) gets them all in within a few
+// seconds; one edge still cannot hold more than a fifth of the default
+// max_conns or open more than a thousand connections a second.
+const (
+	DefaultPerEdgeConns = 20000
+	DefaultPerEdgeRate  = "1000/s"
+	DefaultPerEdgeBurst = 2000
+)
 
 // DefaultMaxConns is front.max_conns's default where RLIMIT_NOFILE
 // allows it (the edge's cap, docs/edge.md).
@@ -92,6 +121,7 @@ func DefaultConfig() Config {
 		RequireHeader: false,
 		HeaderTimeout: 5 * time.Second,
 		MaxConns:      DefaultMaxConns,
+		PerEdge:       PerEdge{Conns: DefaultPerEdgeConns, Rate: DefaultPerEdgeRate, Burst: DefaultPerEdgeBurst},
 	}
 }
 
@@ -104,7 +134,8 @@ func (c Config) Validate() error {
 // parsed is Config's private twin, filled once.
 type parsed struct {
 	trusted []netip.Prefix
-	edges   []string // trusted_edges as written
+	edges   []string         // trusted_edges as written
+	rate    tokenbucket.Rate // per_edge.rate and per_edge.burst
 }
 
 func (c Config) parse() (parsed, error) {
@@ -160,7 +191,26 @@ func (c Config) parse() (parsed, error) {
 	if c.MaxConns <= 0 {
 		return p, fmt.Errorf("front.max_conns: %d must be positive", c.MaxConns)
 	}
-	return p, nil
+	p.rate, err = c.PerEdge.parse()
+	return p, err
+}
+
+// parse checks per_edge and returns its rate.
+func (e PerEdge) parse() (tokenbucket.Rate, error) {
+	if e.Conns < 0 {
+		return tokenbucket.Rate{}, fmt.Errorf("front.per_edge.conns: %d is negative (0: no cap)", e.Conns)
+	}
+	perSec, err := tokenbucket.ParseRate(e.Rate)
+	if err != nil {
+		return tokenbucket.Rate{}, fmt.Errorf("front.per_edge.rate: %w", err)
+	}
+	if e.Burst < 0 {
+		return tokenbucket.Rate{}, fmt.Errorf("front.per_edge.burst: %d is negative", e.Burst)
+	}
+	if perSec > 0 && e.Burst < 1 {
+		return tokenbucket.Rate{}, fmt.Errorf("front.per_edge.burst: %d must be at least 1 with a rate", e.Burst)
+	}
+	return tokenbucket.Rate{PerSec: perSec, Burst: float64(e.Burst)}, nil
 }
 
 // linkLocal is IPv6's link-local unicast prefix.

@@ -43,6 +43,14 @@ func TestConfigValidate(t *testing.T) {
 		{"reject without edges", func(c *Config) { c.Untrusted = UntrustedReject }, "front.untrusted: reject with an empty trusted_edges would close every connection"},
 		{"zero timeout", func(c *Config) { c.HeaderTimeout = 0 }, "front.header_timeout: 0s must be positive"},
 		{"negative timeout", func(c *Config) { c.HeaderTimeout = -time.Second }, "front.header_timeout: -1s must be positive"},
+		{"per_edge off", func(c *Config) { c.PerEdge = PerEdge{Rate: "0"} }, ""},
+		{"per_edge rate per hour", func(c *Config) { c.PerEdge.Rate = "36000/h" }, ""},
+		{"per_edge conns negative", func(c *Config) { c.PerEdge.Conns = -1 }, "front.per_edge.conns: -1 is negative (0: no cap)"},
+		{"per_edge rate without unit", func(c *Config) { c.PerEdge.Rate = "1000" }, `front.per_edge.rate: rate "1000": want N/s, N/m or N/h`},
+		{"per_edge rate bad unit", func(c *Config) { c.PerEdge.Rate = "10/d" }, `front.per_edge.rate: rate "10/d": unit "d" is not s, m or h`},
+		{"per_edge rate negative", func(c *Config) { c.PerEdge.Rate = "-5/s" }, `front.per_edge.rate: rate "-5/s": "-5" is not a number of events between 0 and 1e9`},
+		{"per_edge burst zero", func(c *Config) { c.PerEdge.Burst = 0 }, "front.per_edge.burst: 0 must be at least 1 with a rate"},
+		{"per_edge burst negative", func(c *Config) { c.PerEdge = PerEdge{Rate: "0", Burst: -1} }, "front.per_edge.burst: -1 is negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

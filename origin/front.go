@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -53,6 +54,8 @@ type Front struct {
 	// innerAddr is front.inner when it is an address; a name is looked
 	// up per connection off the loop.
 	innerAddr netip.AddrPort
+	// shares are front.per_edge's limits, one share per trusted edge.
+	shares *shares
 }
 
 // New checks cfg and returns a front that records peers in table, logs to
@@ -76,6 +79,7 @@ func New(cfg Config, table *PeerTable, log *slog.Logger, reg prometheus.Register
 		own:   loopguard.NewOwn(),
 	}
 	f.trusted.Store(&p)
+	f.shares = newShares(cfg.PerEdge.Conns, p.rate, f.m.refused)
 	if ap, err := netip.ParseAddrPort(cfg.Inner); err == nil {
 		f.innerAddr = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	}
@@ -174,6 +178,7 @@ type conn struct {
 	port    int            // the inner connection's local port once inserted
 	upLocal netip.AddrPort // the inner socket's local address while recorded in own
 	counted bool           // admitted by the shell: released when done
+	share   *share         // its edge's share (front.per_edge), released when done; nil without limits
 }
 
 // handler is the Front as the event loops see it.
@@ -183,9 +188,10 @@ type handler Front
 const reasonCounted = "counted"
 
 // Open takes a new connection: refused when it comes from the front
-// itself, when the front is closing or max_conns are open, or (untrusted:
-// reject) when its source is outside trusted_edges; otherwise its first
-// bytes are read within header_timeout.
+// itself, when the front is closing or max_conns are open, (untrusted:
+// reject) when its source is outside trusted_edges, or when its edge is
+// over front.per_edge; otherwise its first bytes are read within
+// header_timeout.
 func (h *handler) Open(c *evloop.Conn) {
 	f := (*Front)(h)
 	fc := &conn{}
@@ -209,7 +215,35 @@ func (h *handler) Open(c *evloop.Conn) {
 		c.Close(reasonCounted, nil)
 		return
 	}
+	if !f.takeShare(c, fc) {
+		c.Close(reasonCounted, nil)
+		return
+	}
 	c.ReadFirst(f.cfg.HeaderTimeout)
+}
+
+// takeShare admits fc into its edge's share (front.per_edge): the edge is
+// the measured source, before a header could claim anything. Over the
+// edge's cap or rate the refusal is counted and logged and takeShare
+// reports false.
+func (f *Front) takeShare(c *evloop.Conn, fc *conn) bool {
+	// The clock read now, not the loop's reading (c.Now) taken when it
+	// woke: a loop woken for another connection may accept this one later.
+	sh, reason := f.shares.admit(c.Peer().Addr(), fc.trusted, f.now())
+	if reason == "" {
+		fc.share = sh
+		return true
+	}
+	f.m.conns.WithLabelValues(HeaderNone, ResultEdgeLimit).Inc()
+	if ok, suppressed := f.shell.Refusals.Allow(); ok {
+		limit := f.cfg.PerEdge.Rate
+		if reason == RefusedConns {
+			limit = strconv.Itoa(f.cfg.PerEdge.Conns)
+		}
+		f.log.Warn("edge over its share refused", "measured", fc.measured, "share", sh.label,
+			"reason", reason, "limit", limit, "suppressed", suppressed)
+	}
+	return false
 }
 
 // Received decides on the first bytes: wait for more, refuse, or take the
@@ -324,6 +358,9 @@ func (h *handler) Closed(c *evloop.Conn, res evloop.Result) {
 		f.m.conns.WithLabelValues(fc.Header, ResultShutdown).Inc()
 	case res.Up != 0 || res.Down != 0:
 		f.logClosed(&fc.Info, fc.measured, fc.port, res.Up, res.Down, fc.start, res.Reason)
+	}
+	if fc.share != nil {
+		f.shares.release(fc.share)
 	}
 	if fc.counted {
 		f.release()

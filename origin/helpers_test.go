@@ -52,6 +52,13 @@ func (c *testClock) freeze() {
 	c.mu.Unlock()
 }
 
+// advance moves a frozen clock on by d.
+func (c *testClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.frozen = c.frozen.Add(d)
+	c.mu.Unlock()
+}
+
 func newHarness(t *testing.T, mod func(*Config)) *harness {
 	t.Helper()
 	return newHarnessWith(t, "127.0.0.1", nil, mod)

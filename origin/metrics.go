@@ -19,6 +19,7 @@ const (
 	ResultShutdown   = "shutdown"    // accepted while the front was shutting down, or cut by a forced shutdown before forwarding
 	ResultMaxConns   = "max-conns"   // refused: front.max_conns connections already open
 	ResultLoop       = "loop"        // came from one of the front's own inner connections (inner is the front): closed
+	ResultEdgeLimit  = "edge-limit"  // refused at accept: its edge over front.per_edge (edgefleet_front_edge_refused_total says which)
 )
 
 type metrics struct {
@@ -28,6 +29,7 @@ type metrics struct {
 	timeouts prometheus.Counter
 	active   prometheus.Gauge
 	entries  prometheus.GaugeFunc
+	refused  *prometheus.CounterVec // edgefleet_front_edge_refused_total{edge, reason}
 }
 
 // headers are the values of the header label, in the order of
@@ -56,6 +58,10 @@ func newMetrics(table *PeerTable) *metrics {
 			Name: "edgefleet_origin_peer_table_entries",
 			Help: "Entries in the peer table (one per open inner connection).",
 		}, func() float64 { return float64(table.Len()) }),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgefleet_front_edge_refused_total",
+			Help: "Connections the front refused at accept because their edge (the measured source inside trusted_edges, or \"untrusted\") was over front.per_edge, by reason (rate, conns).",
+		}, []string{"edge", "reason"}),
 	}
 	for i, h := range headers {
 		m.okConns[i] = m.conns.WithLabelValues(h, ResultOK)
@@ -79,7 +85,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 		return nil
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.conns, m.spoofed, m.timeouts, m.active, m.entries} {
+	for _, c := range []prometheus.Collector{m.conns, m.spoofed, m.timeouts, m.active, m.entries, m.refused} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)

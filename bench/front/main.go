@@ -147,7 +147,9 @@ func startInner() (string, error) {
 // --- the proxies --------------------------------------------------------
 
 // startOrigin runs the origin with the front only; it logs one JSON line
-// per connection to a file, as in production.
+// per connection to a file, as in production. front.per_edge is off: the
+// clients are one edge at many times its default rate, and the benchmark
+// measures what a forwarded connection costs (HAProxy has no limit either).
 func startOrigin(dir, inner string) (string, *exec.Cmd, error) {
 	addr, err := benchkit.FreeAddr()
 	if err != nil {
@@ -157,6 +159,7 @@ func startOrigin(dir, inner string) (string, *exec.Cmd, error) {
   listen: [%q]
   inner: %q
   trusted_edges: [%s]
+  per_edge: {conns: 0, rate: "0"}
 peers_api: ""
 metrics: ""
 log:

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
+	"github.com/edgefleet/edgefleet/origin"
 	"github.com/edgefleet/edgefleet/origin/ldap/core"
 )
 
@@ -60,5 +61,27 @@ func TestCoreHandshakeKeys(t *testing.T) {
 	bad.MaxHandshakes = -1
 	if _, err := bad.coreConfig(); err == nil || err.Error() != "core.max_handshakes: -1 is negative" {
 		t.Errorf("max_handshakes -1: %v", err)
+	}
+}
+
+// TestFrontPerEdgeKeys: front.per_edge's keys reach the front's
+// configuration from the file and from EDGEFLEET_FRONT_PER_EDGE_*; their
+// defaults are the front's.
+func TestFrontPerEdgeKeys(t *testing.T) {
+	path := testbed.WriteFile(t, t.TempDir(), "origin.yaml", `front:
+  per_edge:
+    conns: 500
+    rate: 600/m
+`)
+	t.Setenv("EDGEFLEET_FRONT_PER_EDGE_BURST", "50")
+	cfg, err := load(nil, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (origin.PerEdge{Conns: 500, Rate: "600/m", Burst: 50}); cfg.Front.PerEdge != want {
+		t.Errorf("loaded as %+v, want %+v", cfg.Front.PerEdge, want)
+	}
+	if d, want := defaults().Front.PerEdge, origin.DefaultConfig().PerEdge; d != want || d.Conns != 20000 || d.Rate != "1000/s" || d.Burst != 2000 {
+		t.Errorf("defaults %+v, want the front's %+v (20000, 1000/s, 2000)", d, want)
 	}
 }

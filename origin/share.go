@@ -1,0 +1,142 @@
+package origin
+
+import (
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/edgefleet/edgefleet/internal/tokenbucket"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// UntrustedShare is the edge label of the one share every source outside
+// trusted_edges has in common: a source there is not an edge, and a
+// flood from a million of them must not make a million series.
+const UntrustedShare = "untrusted"
+
+// Reasons of edgefleet_front_edge_refused_total: which part of
+// front.per_edge refused a connection.
+const (
+	RefusedRate  = "rate"  // over per_edge.rate (and its burst)
+	RefusedConns = "conns" // per_edge.conns connections of the edge already open
+)
+
+// sweepEvery is how often the shares of edges that hold no connection and
+// whose bucket is full again are forgotten (one comes back as it was).
+const sweepEvery = time.Minute
+
+// share is one edge's part of the front: its bucket of new connections,
+// the connections it holds open, and its refusal counters.
+type share struct {
+	label   string // the edge label: the measured IP, or UntrustedShare
+	bucket  tokenbucket.Bucket
+	open    int
+	refused [2]prometheus.Counter // by reason (RefusedRate, RefusedConns), resolved at the first refusal
+}
+
+// shares holds front.per_edge's state: a share per trusted edge address
+// (the socket peer, never an address a header claims) and one for every
+// untrusted source. The event loops call it concurrently.
+type shares struct {
+	conns   int
+	rate    tokenbucket.Rate
+	metric  *prometheus.CounterVec // edgefleet_front_edge_refused_total
+	mu      sync.Mutex
+	byEdge  map[netip.Addr]*share
+	others  share // UntrustedShare
+	swept   time.Time
+	enabled bool // a cap or a rate is set
+}
+
+func newShares(conns int, rate tokenbucket.Rate, metric *prometheus.CounterVec) *shares {
+	return &shares{
+		conns:   conns,
+		rate:    rate,
+		metric:  metric,
+		byEdge:  map[netip.Addr]*share{},
+		others:  share{label: UntrustedShare},
+		enabled: conns > 0 || !rate.Unlimited(),
+	}
+}
+
+// admit takes a new connection from ip, inside trusted_edges or not, at
+// now into its edge's share, and returns that share with "" — or, when
+// the edge is at per_edge.conns or over per_edge.rate, counts the refusal
+// and returns its reason. A nil share with "" means no limit is set. The
+// cap is checked first: a connection refused for it takes no token.
+func (s *shares) admit(ip netip.Addr, trusted bool, now time.Time) (*share, string) {
+	if !s.enabled {
+		return nil, ""
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sweep(now)
+	sh := s.of(ip, trusted)
+	reason := ""
+	switch {
+	case s.conns > 0 && sh.open >= s.conns:
+		reason = RefusedConns
+	case !sh.bucket.Allow(now, s.rate):
+		reason = RefusedRate
+	default:
+		sh.open++
+		return sh, ""
+	}
+	s.count(sh, reason)
+	return sh, reason
+}
+
+// release gives back a connection admit took into sh.
+func (s *shares) release(sh *share) {
+	s.mu.Lock()
+	sh.open--
+	s.mu.Unlock()
+}
+
+// of is ip's share, made when it has none. The caller holds mu.
+func (s *shares) of(ip netip.Addr, trusted bool) *share {
+	if !trusted {
+		return &s.others
+	}
+	ip = ip.Unmap().WithZone("")
+	sh := s.byEdge[ip]
+	if sh == nil {
+		sh = &share{label: ip.String()}
+		s.byEdge[ip] = sh
+	}
+	return sh
+}
+
+// count adds a refusal of sh for reason. The caller holds mu.
+func (s *shares) count(sh *share, reason string) {
+	i := 0
+	if reason == RefusedConns {
+		i = 1
+	}
+	if sh.refused[i] == nil {
+		sh.refused[i] = s.metric.WithLabelValues(sh.label, reason)
+	}
+	sh.refused[i].Inc()
+}
+
+// sweep forgets, once per sweepEvery, the shares that hold no connection
+// and whose bucket is full: the table holds the edges seen lately, not
+// every address trusted_edges ever let in. The caller holds mu.
+func (s *shares) sweep(now time.Time) {
+	if now.Sub(s.swept) < sweepEvery && !now.Before(s.swept) {
+		return
+	}
+	s.swept = now
+	for ip, sh := range s.byEdge {
+		if sh.open == 0 && sh.bucket.Full(now, s.rate) {
+			delete(s.byEdge, ip)
+		}
+	}
+}
+
+// edges is the number of edges with a share of their own.
+func (s *shares) edges() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.byEdge)
+}
