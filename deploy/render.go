@@ -69,13 +69,17 @@ type Deploy struct {
 	// Limits is the edges' admission (their limits: section), rendered
 	// into every edge's file; the edge's defaults unless fleet.yaml says.
 	Limits relay.Limits `mapstructure:"limits"`
+	// TLSGate is the edges' tls_gate. Its server_names, when not given,
+	// are the names agents verify the origin by: name and
+	// probe.server_name; mode off turns the gate off.
+	TLSGate relay.TLSGate `mapstructure:"tls_gate"`
 }
 
 // DefaultDeploy is the edge's own defaults (docs/edge.md) and bin/edge,
 // where `make build` puts the binary.
 func DefaultDeploy() Deploy {
 	return Deploy{Binary: "bin/edge", Listen: []string{":636"}, Metrics: "127.0.0.1:9101", DrainTimeout: 30 * time.Second,
-		Limits: relay.DefaultLimits()}
+		Limits: relay.DefaultLimits(), TLSGate: relay.DefaultConfig().TLSGate}
 }
 
 // Rendering is everything an edge host needs, rendered from the inventory:
@@ -116,7 +120,10 @@ func Render(c Config, name string) (*Rendering, error) {
 	origins := d.origins(c.Origin)
 	rc := relay.DefaultConfig()
 	rc.Name, rc.Listen, rc.Origins, rc.DrainTimeout = e.Name, d.Listen, relay.OriginList(origins...), d.DrainTimeout
-	rc.Limits = d.Limits
+	rc.Limits, rc.TLSGate = d.Limits, d.TLSGate
+	if len(rc.TLSGate.ServerNames) == 0 && rc.TLSGate.Mode != relay.GateOff {
+		rc.TLSGate.ServerNames = servedNames(c)
+	}
 	if err := rc.Limits.Validate(); err != nil {
 		return nil, fmt.Errorf("deploy.%w", err)
 	}
@@ -316,4 +323,14 @@ func indent(n int, s string) string {
 // shellQuote quotes s for a POSIX shell.
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// servedNames are the names agents ask the edges for (their SNI): the
+// fleet's name and the probe's server_name when it differs.
+func servedNames(c Config) []string {
+	names := []string{strings.TrimSuffix(c.Name, ".")}
+	if n := strings.TrimSuffix(c.Probe.ServerName, "."); n != "" && !strings.EqualFold(n, names[0]) {
+		names = append(names, n)
+	}
+	return names
 }
