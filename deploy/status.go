@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"strconv"
@@ -114,6 +115,7 @@ func setRefused(rows []StatusRow, items []statusItem, rates map[netip.Addr]float
 		for _, a := range it.e.Addrs() {
 			v += rates[a.Unmap()]
 		}
+		v = math.Round(v*1000) / 1000
 		rows[i].Refused = &v
 	}
 }
