@@ -411,7 +411,7 @@ func (f fakeAllowed) Allowed() (map[netip.Addr]bool, error)   { return f, nil }
 func (f fakeAllowed) Sources() (map[netip.Addr]string, error) { return nil, nil }
 
 // TestStatus: one row per inventory edge and per draining edge, each
-// column from its source.
+// column from its source; REFUSED sums the rates of an edge's addresses.
 func TestStatus(t *testing.T) {
 	cfg := validConfig()
 	cfg.Edges = []Edge{e2, e3, {Name: "e4", IPv4: "192.0.2.4"}}
@@ -426,8 +426,17 @@ func TestStatus(t *testing.T) {
 		return ProbeResult{OK: true, HandshakeMS: 3.25}
 	}
 	conns := func(context.Context, string) (int, error) { return 2, nil }
+	// e3's two addresses are summed; e4 and e1 were refused nothing.
+	refused := func(context.Context) (map[netip.Addr]float64, error) {
+		return map[netip.Addr]float64{netip.MustParseAddr("192.0.2.2"): 12.5, netip.MustParseAddr("192.0.2.3"): 1,
+			netip.MustParseAddr("2001:db8::3"): 0.5, netip.MustParseAddr("198.51.100.1"): 900}, nil
+	}
+	rows, err := Status(context.Background(), cfg, st, live, fw, probe, conns, refused)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var b strings.Builder
-	PrintStatus(&b, Status(context.Background(), cfg, st, live, fw, probe, conns))
+	PrintStatus(&b, rows)
 	golden(t, "status", b.String())
 }
 

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -148,6 +150,53 @@ func FuzzServeDNS(f *testing.F) {
 		}
 		if !bytes.Equal(srv.zone.Marshal(), before) {
 			t.Fatalf("an unverified message changed the zone:\n%v", r)
+		}
+	})
+}
+
+// FuzzParseRefused: any answer either fails to parse or gives counts
+// that are finite, not negative, keyed by an unmapped address without a
+// zone, and that parse back the same once written as an origin writes
+// them.
+func FuzzParseRefused(f *testing.F) {
+	f.Add(refusedText(f, map[refusedKey]float64{
+		{netip.MustParseAddr("192.0.2.11"), "rate"}:   40,
+		{netip.MustParseAddr("192.0.2.11"), "conns"}:  2,
+		{netip.MustParseAddr("2001:db8::11"), "rate"}: 1e9,
+	}))
+	f.Add([]byte("# TYPE edgefleet_origin_connections_active gauge\nedgefleet_origin_connections_active 3\n"))
+	f.Add([]byte("edgefleet_origin_connections_active 0\n# TYPE edgefleet_front_edge_refused_total counter\n" +
+		`edgefleet_front_edge_refused_total{edge="untrusted",reason="rate"} 7` + "\n" +
+		`edgefleet_front_edge_refused_total{edge="::ffff:192.0.2.1",reason="conns"} 1.5e3 1733151600000` + "\n" +
+		`edgefleet_front_edge_refused_total{edge="[fe80::1%eth0]:8636",reason="rate"} 2` + "\n"))
+	f.Add([]byte("edgefleet_origin_connections_active 0\n# TYPE edgefleet_front_edge_refused_total gauge\nedgefleet_front_edge_refused_total{edge=\"192.0.2.1\"} 1\n"))
+	f.Add([]byte("edgefleet_origin_connections_active 0\nedgefleet_front_edge_refused_total{edge=\"192.0.2.1\",reason=\"rate\"} NaN\n"))
+	f.Add([]byte("edgefleet_origin_connections_active 0\n# TYPE edgefleet_front_edge_refused_total counter\n" +
+		`edgefleet_front_edge_refused_total{edge="192.0.2.1",reason="a\"b\\c\nd"} 1` + "\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		counts, err := parseRefused(bytes.NewReader(b))
+		if err != nil {
+			return
+		}
+		for k, v := range counts {
+			if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+				t.Fatalf("%v: value %v", k, v)
+			}
+			if !k.edge.IsValid() || k.edge.Is4In6() || k.edge.Zone() != "" {
+				t.Fatalf("key address %v", k.edge)
+			}
+		}
+		back, err := parseRefused(bytes.NewReader(refusedText(t, counts)))
+		if err != nil {
+			t.Fatalf("parse of what an origin writes: %v", err)
+		}
+		if len(back) != len(counts) {
+			t.Fatalf("round trip: %v, want %v", back, counts)
+		}
+		for k, v := range counts {
+			if w, ok := back[k]; !ok || w != v {
+				t.Fatalf("round trip of %v: %v, want %v", k, w, v)
+			}
 		}
 	})
 }

@@ -86,6 +86,10 @@ type Origin struct {
 	// fleet reads front.trusted_edges to warn about a new edge outside it
 	// (optional).
 	Config string `mapstructure:"config"`
+	// Metrics is the origin's Prometheus endpoint as fleet reaches it
+	// (host:port or a URL; optional): where `fleet status` reads each
+	// edge's refused connections per second.
+	Metrics string `mapstructure:"metrics"`
 }
 
 // Edge is one relay of the fleet.
@@ -248,8 +252,8 @@ func (pr Probe) check(p *problems) {
 	}
 }
 
-// check checks origin: at least one port, each once, and the interface
-// and address the firewall pins.
+// check checks origin: at least one port, each once, the interface and
+// address the firewall pins, and its metrics endpoint.
 func (o Origin) check(p *problems) {
 	if len(o.Ports) == 0 {
 		p.bad("origin.ports", "at least one port is required")
@@ -270,6 +274,9 @@ func (o Origin) check(p *problems) {
 		if a, err := netip.ParseAddr(o.Address); err != nil || a.Zone() != "" {
 			p.bad("origin.address", "%q is not an IP address", o.Address)
 		}
+	}
+	if o.Metrics != "" && !validMetrics(o.Metrics) {
+		p.bad("origin.metrics", "%q is not host:port or an http(s) URL", o.Metrics)
 	}
 }
 

@@ -2,8 +2,10 @@ package deploy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strconv"
@@ -60,32 +62,55 @@ func ReadMetricsToken(path string) (string, error) {
 }
 
 func scrapeConns(ctx context.Context, endpoint, token string) (int, error) {
+	var n int
+	err := getMetrics(ctx, endpoint, token, func(body io.Reader) error {
+		v, ok, err := parseGauge(bufio.NewScanner(body), ActiveConnsMetric)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("no %s (is it an edge?)", ActiveConnsMetric)
+		}
+		n = v
+		return nil
+	})
+	return n, err
+}
+
+// getMetrics GETs endpoint's metrics (MetricsURL), with token as a bearer
+// token when not empty, and hands read the body: at most maxMetricsBody
+// bytes, a longer one is an error. Errors name the URL; the exchange is
+// bounded by 3 s.
+func getMetrics(ctx context.Context, endpoint, token string, read func(io.Reader) error) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	url := MetricsURL(endpoint)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return 0, fmt.Errorf("metrics %s: %w", url, err)
+		return fmt.Errorf("metrics %s: %w", url, err)
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("metrics %s: %w", url, err)
+		return fmt.Errorf("metrics %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("metrics %s: %s", url, resp.Status)
+		return fmt.Errorf("metrics %s: %s", url, resp.Status)
 	}
-	n, ok, err := parseGauge(bufio.NewScanner(resp.Body), ActiveConnsMetric)
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxMetricsBody+1))
 	if err != nil {
-		return 0, fmt.Errorf("metrics %s: %w", url, err)
+		return fmt.Errorf("metrics %s: %w", url, err)
 	}
-	if !ok {
-		return 0, fmt.Errorf("metrics %s: no %s (is it an edge?)", url, ActiveConnsMetric)
+	if len(body) > maxMetricsBody {
+		return fmt.Errorf("metrics %s: the answer is longer than %d bytes", url, maxMetricsBody)
 	}
-	return n, nil
+	if err := read(bytes.NewReader(body)); err != nil {
+		return fmt.Errorf("metrics %s: %w", url, err)
+	}
+	return nil
 }
 
 // parseGauge finds an unlabelled sample of name.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"strconv"
@@ -26,14 +27,19 @@ const StateWithdrawn = "withdrawn"
 // StatusRow is one edge at a glance (`fleet status`). The JSON names are
 // documented in docs/dns-deploy.md and do not change.
 type StatusRow struct {
-	Edge       string        `json:"edge"`          // "" for an unknown address
-	Address    string        `json:"address"`       // its addresses, comma-separated
-	InDNS      string        `json:"in_dns"`        // yes, no, partial (some of its addresses)
-	InFirewall string        `json:"in_firewall"`   // yes, no, partial, "?" when the rules cannot be read, "-" without a firewall
-	Handshake  string        `json:"tls_handshake"` // "3.1 ms", the slowest of its addresses, or the first failing probe's error
-	Active     string        `json:"active"`        // active connections from metrics, "-" without, "?" unreadable
-	State      string        `json:"state"`         // active, draining, new, failed, unknown, withdrawn
-	Probes     []ProbeStatus `json:"probes"`        // one per address, in Address's order
+	Edge       string `json:"edge"`          // "" for an unknown address
+	Address    string `json:"address"`       // its addresses, comma-separated
+	InDNS      string `json:"in_dns"`        // yes, no, partial (some of its addresses)
+	InFirewall string `json:"in_firewall"`   // yes, no, partial, "?" when the rules cannot be read, "-" without a firewall
+	Handshake  string `json:"tls_handshake"` // "3.1 ms", the slowest of its addresses, or the first failing probe's error
+	// Refused is the connections per second the origin's front refused
+	// from the edge's addresses (origin.metrics); null when not read.
+	Refused *float64      `json:"refused"`
+	Active  string        `json:"active"` // active connections from metrics, "-" without, "?" unreadable
+	State   string        `json:"state"`  // active, draining, new, failed, unknown, withdrawn
+	Probes  []ProbeStatus `json:"probes"` // one per address, in Address's order
+
+	refusedUnknown bool // Refused was asked for and could not be read: "?"
 }
 
 // ProbeStatus is the probe of one address of a status row.
@@ -51,18 +57,25 @@ type ProbeStatus struct {
 // neither has (state unknown: an address the state does not hold is a
 // stranger until a run adopts it as draining). Each row gets the live DNS
 // set and firewall rules, a fresh probe of every address (in parallel) and
-// its active connections. An edge is failed when the probe of any of its
-// addresses fails: an agent that picks the failing one does not get
-// through.
-func Status(ctx context.Context, cfg Config, st *State, live RRSet, fw Firewall, probe ProbeFunc, conns ConnsFunc) []StatusRow {
+// its active connections; and, with refused (nil: not asked for), read
+// while the probes run, the connections per second the origin refused from
+// its addresses. An edge is failed when the probe of any of its addresses
+// fails: an agent that picks the failing one does not get through.
+// refusedErr says why refused failed: every row's Refused is then null
+// and shown "?"; it is a warning, the rows are whole.
+func Status(ctx context.Context, cfg Config, st *State, live RRSet, fw Firewall, probe ProbeFunc, conns ConnsFunc, refused RefusedFunc) (rows []StatusRow, refusedErr error) {
 	var allowed map[netip.Addr]bool
 	fwErr := errors.New("no firewall")
 	if fw != nil {
 		allowed, fwErr = fw.Allowed()
 	}
 	items := statusItems(cfg, st, live, allowed, fwErr == nil)
-	rows := make([]StatusRow, len(items))
+	rows = make([]StatusRow, len(items))
+	var rates map[netip.Addr]float64
 	var wg sync.WaitGroup
+	if refused != nil {
+		wg.Go(func() { rates, refusedErr = refused(ctx) })
+	}
 	for i, it := range items {
 		addrs := it.e.Addrs()
 		rows[i] = it.row(addrs, live, fw != nil, allowed, fwErr)
@@ -83,7 +96,40 @@ func Status(ctx context.Context, cfg Config, st *State, live RRSet, fw Firewall,
 		}()
 	}
 	wg.Wait()
-	return rows
+	if refused != nil {
+		setRefused(rows, items, rates, refusedErr)
+	}
+	return rows, refusedErr
+}
+
+// setRefused fills each row's Refused, the rates of its addresses summed
+// (an address the origin refused nothing from counts 0), or, when err
+// says they could not be read, marks it unknown.
+func setRefused(rows []StatusRow, items []statusItem, rates map[netip.Addr]float64, err error) {
+	for i, it := range items {
+		if err != nil {
+			rows[i].refusedUnknown = true
+			continue
+		}
+		v := 0.0
+		for _, a := range it.e.Addrs() {
+			v += rates[a.Unmap()]
+		}
+		v = math.Round(v*1000) / 1000
+		rows[i].Refused = &v
+	}
+}
+
+// refusedText is the REFUSED column: per second, "?" when it could not be
+// read, "-" without origin.metrics.
+func (r StatusRow) refusedText() string {
+	switch {
+	case r.Refused != nil:
+		return strconv.FormatFloat(*r.Refused, 'f', 1, 64) + "/s"
+	case r.refusedUnknown:
+		return "?"
+	}
+	return "-"
 }
 
 // statusItem is an edge Status reports on, with the state it starts
@@ -292,13 +338,13 @@ func yesNo(total, n int) string {
 // PrintStatus writes the rows as an aligned table.
 func PrintStatus(w io.Writer, rows []StatusRow) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "EDGE\tADDRESS\tIN DNS\tIN FIREWALL\tTLS HANDSHAKE\tACTIVE\tSTATE")
+	fmt.Fprintln(tw, "EDGE\tADDRESS\tIN DNS\tIN FIREWALL\tTLS HANDSHAKE\tREFUSED\tACTIVE\tSTATE")
 	for _, r := range rows {
 		name := r.Edge
 		if name == "" {
 			name = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, r.Address, r.InDNS, r.InFirewall, r.Handshake, r.Active, r.State)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, r.Address, r.InDNS, r.InFirewall, r.Handshake, r.refusedText(), r.Active, r.State)
 	}
 	return tw.Flush()
 }

@@ -22,7 +22,7 @@ func TestStatusUnknownAddresses(t *testing.T) {
 	live := RRSet{A: addrs("192.0.2.2", "198.51.100.7")}
 	fw := fakeAllowed{netip.MustParseAddr("192.0.2.2"): true, netip.MustParseAddr("2001:db8::66"): true}
 	ok := func(context.Context, string) ProbeResult { return ProbeResult{OK: true, HandshakeMS: 1} }
-	rows := Status(context.Background(), cfg, NewState(), live, fw, ok, nil)
+	rows, _ := Status(context.Background(), cfg, NewState(), live, fw, ok, nil, nil)
 	var got []string
 	for _, r := range rows {
 		got = append(got, strings.Join([]string{r.Edge, r.Address, r.InDNS, r.InFirewall, r.State}, " "))
@@ -57,7 +57,7 @@ func TestStatusProbesEveryAddress(t *testing.T) {
 		}
 		return ProbeResult{OK: true, HandshakeMS: 2}
 	}
-	rows := Status(context.Background(), cfg, NewState(), live, nil, probe, nil)
+	rows, _ := Status(context.Background(), cfg, NewState(), live, nil, probe, nil, nil)
 	if len(rows) != 1 || rows[0].State != StateFailed || rows[0].Handshake != "[2001:db8::3]:636: tls handshake: i/o timeout" {
 		t.Fatalf("rows: %+v", rows)
 	}
@@ -102,7 +102,8 @@ func testStatusFollowsTheState(t *testing.T) {
 			t.Fatal(err)
 		}
 		var got []string
-		for _, r := range Status(context.Background(), c.Config, st, w.dns, fakeFirewall{w}, ok, nil) {
+		rows, _ := Status(context.Background(), c.Config, st, w.dns, fakeFirewall{w}, ok, nil, nil)
+		for _, r := range rows {
 			got = append(got, strings.Join([]string{r.Edge, r.Address, r.InDNS, r.InFirewall, r.State}, " "))
 		}
 		return got

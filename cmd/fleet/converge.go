@@ -419,9 +419,10 @@ func statusCommand() *cobra.Command {
 		Short: "the fleet at a glance: one row per edge",
 		Long: `status prints, for every edge of fleet.yaml and every edge still draining:
 its address, whether DNS answers it and the firewall lets it in, the TLS
-handshake time of a fresh probe through it to the origin, its active
-connections (from metrics) and its state (active, draining, new, failed,
-withdrawn by fleet watch).
+handshake time of a fresh probe through it to the origin, the connections
+per second the origin refused from it (from origin.metrics, read twice a
+second apart while the probes run), its active connections (from metrics)
+and its state (active, draining, new, failed, withdrawn by fleet watch).
 An address live in DNS or the firewall that no edge has is a row of its
 own (state unknown) until a run adopts it as draining. Every address of an
 edge is probed. Exit 0: every row is well; 1: a row is failed or unknown,
@@ -452,7 +453,12 @@ bad fleet.yaml or flag.`,
 			if foreign != nil {
 				st = deploy.NewState()
 			}
-			rows := deploy.Status(cmd.Context(), p.f.Config, st, live, p.fw, p.probe, p.f.Config.Deploy.Scrape())
+			rows, refusedErr := deploy.Status(cmd.Context(), p.f.Config, st, live, p.fw, p.probe,
+				p.f.Config.Deploy.Scrape(), p.f.Config.Origin.Refused())
+			if refusedErr != nil {
+				// A warning: the exit status says what the rows say.
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v (REFUSED shows ?)\n", refusedErr)
+			}
 			return printStatus(cmd, output, rows, p.fw, foreign)
 		},
 	}

@@ -5,16 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
 	"github.com/edgefleet/edgefleet/deploy"
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/edgefleet/edgefleet/internal/testbed/stack"
+	"github.com/edgefleet/edgefleet/origin"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 )
 
@@ -117,4 +122,150 @@ func TestStatusFirewallUnreadable(t *testing.T) {
 	if !errors.As(err, &ee) || ee.Code != 1 || err.Error() != "the firewall rules cannot be read: iptables -S EDGEFLEET: exit status 4: Permission denied (you must be root)" {
 		t.Fatalf("printStatus: %v", err)
 	}
+}
+
+// TestStatusRefusedFromOrigin runs fleet status with origin.metrics
+// against three endpoints: a real registry holding the real front's
+// families and the per-edge refusal counter, served by the handler the
+// origin serves (cli.Metrics), whose count for e1's address rises by 30
+// at every read; the real origin binary's /metrics (it has refused
+// nothing: 0); and a port nobody listens on ("?" and one warning line,
+// exit status unchanged). Without the key the column is "-".
+func TestStatusRefusedFromOrigin(t *testing.T) {
+	testbed.Need(t, "slapd", "nsupdate")
+	o := stack.Start(t)
+	port, err := testbed.LowPort("127.0.0.2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := strconv.Itoa(port)
+	o.EdgeAt(t, "e1", "127.0.0.2:"+p)
+	dir := t.TempDir()
+	server := lowAddr(t)
+	testbed.WriteFile(t, dir, "fleet.key", testbed.WrongKeySecret+"\n")
+	yaml := func(originKeys string) string {
+		return testbed.WriteFile(t, dir, "fleet.yaml", fmt.Sprintf(`name: ldap.example.test
+zone: example.test
+ttl: 1
+dns: {server: "%s", tsig: {name: fleet-key, algorithm: hmac-sha256, secret_file: fleet.key}}
+probe: {ca: %s, cert: %s, key: %s, server_name: %s, port: %s}
+origin: {%s}
+edges:
+  - {name: e1, ipv4: 127.0.0.2}
+`, server, o.PKI.Path("ca.pem"), o.PKI.Path("agent.pem"), o.PKI.Path("agent.key"), testbed.ServerName, p, originKeys))
+	}
+	inv := yaml("")
+	testbed.Start(t, fleetBin(t), "--config", inv, "dns", "serve")
+	waitDNS(t, server)
+	if r := fleetRun(t, nil, "--config", inv, "apply", "--no-firewall", "--allow-loopback"); r.code != 0 {
+		t.Fatalf("apply: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	refused := func(r run) string {
+		t.Helper()
+		for _, line := range strings.Split(r.stdout, "\n") {
+			if f := strings.Fields(line); len(f) > 3 && f[0] == "e1" {
+				return f[len(f)-3] // REFUSED, ACTIVE, STATE
+			}
+		}
+		t.Fatalf("no row for e1:\n%s%s", r.stdout, r.stderr)
+		return ""
+	}
+	status := func(what, originKeys string, args ...string) run {
+		t.Helper()
+		r := fleetRun(t, nil, append([]string{"--config", yaml(originKeys), "status", "--no-firewall"}, args...)...)
+		t.Logf("%s:\n%s%s", what, r.stdout, r.stderr)
+		if r.code != 0 {
+			t.Fatalf("%s: exit %d", what, r.code)
+		}
+		return r
+	}
+
+	if r := status("without origin.metrics", ""); refused(r) != "-" || !strings.Contains(r.stdout, "REFUSED") || r.stderr != "" {
+		t.Fatalf("without origin.metrics: REFUSED %q, stderr %q", refused(r), r.stderr)
+	}
+
+	flooded := registryOrigin(t, "127.0.0.2", 30)
+	r := status("a registry counting 30 more refusals of 127.0.0.2 at every read", `metrics: "`+flooded+`"`)
+	v, err := strconv.ParseFloat(strings.TrimSuffix(refused(r), "/s"), 64)
+	// 30 between two reads at least a second apart.
+	if err != nil || !strings.HasSuffix(refused(r), "/s") || v <= 0 || v > 30 || r.stderr != "" {
+		t.Fatalf("REFUSED %q (%v), stderr %q; want a rate in (0, 30]/s", refused(r), err, r.stderr)
+	}
+	r = status("the same, as JSON", `metrics: "`+flooded+`"`, "--output", "json")
+	var js struct {
+		Edges []struct {
+			Edge    string
+			Refused *float64
+		}
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &js); err != nil || len(js.Edges) != 1 || js.Edges[0].Refused == nil ||
+		*js.Edges[0].Refused <= 0 || *js.Edges[0].Refused > 30 {
+		t.Fatalf("json: %v %+v", err, js)
+	}
+
+	real := originBinaryMetrics(t)
+	if r := status("the real origin's metrics", `metrics: "`+real+`"`); refused(r) != "0.0/s" || r.stderr != "" {
+		t.Fatalf("real origin: REFUSED %q, stderr %q; want 0.0/s and no warning", refused(r), r.stderr)
+	}
+
+	gone := testbed.FreeAddr(t, "127.0.0.1")
+	r = status("origin.metrics where nothing listens", `metrics: "`+gone+`"`)
+	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+	if refused(r) != "?" || len(lines) != 1 || !strings.HasPrefix(lines[0], "warning: origin.metrics: metrics http://"+gone+"/metrics: ") {
+		t.Fatalf("unreadable: REFUSED %q, stderr %q; want ? and one warning line", refused(r), r.stderr)
+	}
+	r = status("the same, as JSON", `metrics: "`+gone+`"`, "--output", "json")
+	if !strings.Contains(r.stdout, `"refused": null,`) {
+		t.Fatalf("json without a rate:\n%s", r.stdout)
+	}
+}
+
+// registryOrigin serves on a loopback port, with the origin's handler
+// (cli.Metrics), a registry holding the real front's families (origin.New)
+// and edgefleet_front_edge_refused_total, whose count for edge rises by
+// step at every read.
+func registryOrigin(t *testing.T, edge string, step float64) string {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	fc := origin.DefaultConfig()
+	fc.Inner = testbed.FreeAddr(t, "127.0.0.1")
+	if _, err := origin.New(fc, origin.NewPeerTable(), slog.New(slog.DiscardHandler), reg); err != nil {
+		t.Fatal(err)
+	}
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: deploy.RefusedMetric, Help: "connections refused per edge"}, []string{"edge", "reason"})
+	reg.MustRegister(c)
+	c.WithLabelValues("untrusted", "rate").Add(5000)
+	metrics := cli.Metrics(reg)
+	srv := cli.HTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.WithLabelValues(edge, "rate").Add(step)
+		c.WithLabelValues("untrusted", "rate").Add(1000) // not an edge
+		metrics.ServeHTTP(w, r)
+	}), slog.New(slog.DiscardHandler), "metrics")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}
+
+// originBinaryMetrics starts the origin binary (front only) and returns
+// its metrics address.
+func originBinaryMetrics(t *testing.T) string {
+	t.Helper()
+	bin := testbed.Build(t, "github.com/edgefleet/edgefleet/cmd/origin")
+	front, inner, metrics := testbed.FreeAddr(t, "127.0.0.1"), testbed.FreeAddr(t, "127.0.0.1"), testbed.FreeAddr(t, "127.0.0.1")
+	cfg := testbed.WriteFile(t, t.TempDir(), "origin.yaml", fmt.Sprintf(`front:
+  listen: [%q]
+  inner: %q
+  trusted_edges: ["127.0.0.1/32"]
+peers_api: ""
+metrics: %q
+core:
+  enabled: false
+`, front, inner, metrics))
+	testbed.Start(t, bin, "--config", cfg)
+	testbed.WaitTCP(t, metrics, 10*time.Second)
+	return metrics
 }

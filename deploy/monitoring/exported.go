@@ -41,6 +41,7 @@ var Exported = map[string]map[string]string{
 		"edgefleet_core_backend_up":              "gauge",
 		"edgefleet_core_backend_saturation":      "gauge",
 		"edgefleet_core_connections_active":      "gauge",
+		"edgefleet_core_handshakes_total":        "counter", // by kind and result, every pair from the start
 	},
 	"fleet": { // fleet dns serve --metrics, the embedded DNS server
 		"edgefleet_fleet_dns_updates_total": "counter",
@@ -90,7 +91,13 @@ type PendingMetric struct {
 
 // Pending lists the families the rules and the dashboard use before their
 // exporter exists.
-var Pending = map[string]PendingMetric{}
+var Pending = map[string]PendingMetric{
+	// The front's per-edge refusals (being built).
+	"edgefleet_front_edge_refused_total": {Binary: "origin", Type: "counter", Issue: 22},
+	// Exported by the core, but only while a full handshake waits for a
+	// slot: an idle origin's /metrics has no sample of it to assert.
+	"edgefleet_core_handshakes_queued": {Binary: "origin", Type: "gauge", Issue: 22},
+}
 
 // PrometheusSeries are the series Prometheus itself makes for every scrape
 // target; rules may use them though no binary exports them.

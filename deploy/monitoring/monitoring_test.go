@@ -350,7 +350,7 @@ func TestMetricNames(t *testing.T) {
 // TestExportedAndPending: a family is either exported or pending, spelled
 // as Prometheus names are, with a known type.
 func TestExportedAndPending(t *testing.T) {
-	name := regexp.MustCompile(`^edgefleet_(edge|origin|core|probe|fleet)_[a-z0-9_]+$`)
+	name := regexp.MustCompile(`^edgefleet_(edge|origin|front|core|probe|fleet)_[a-z0-9_]+$`)
 	types := []string{"counter", "gauge", "histogram"}
 	exported, _ := known()
 	for n, p := range monitoring.Pending {
