@@ -92,7 +92,7 @@ func (b *base) check(part, lines string) error {
 	} else {
 		bin = *originBin
 		var err error
-		if cfg, err = b.originConfig("127.0.0.1:1", map[string]string{part: lines}); err != nil {
+		if cfg, _, err = b.originConfig("127.0.0.1:1", map[string]string{part: lines}); err != nil {
 			return err
 		}
 	}

@@ -47,7 +47,7 @@ var (
 	floodedAgents = flag.Int("flooded-agents", 1, "agents through edge-a, the flooded edge (127.0.1.201, …)")
 	agentRate     = flag.Float64("agent-rate", 10, "operations per second of each agent (a new connection each)")
 	floodRate     = flag.Int("flood-rate", 0, "flood connections per second in all (0: as fast as the flooder's CPU allows)")
-	floodWorkers  = flag.Int("flood-workers", 64, "concurrent flood connections at most")
+	floodWorkers  = flag.Int("flood-workers", 256, "concurrent flood connections at most")
 	floodMax      = flag.Int("flood-max", 200000, "flood connections per phase, at most")
 	floodSources  = flag.Int("flood-sources", 64, "flood source addresses 127.0.2.1, .2, …")
 	originCPU     = flag.String("origin-cpu", "0", "taskset CPU list of the origin")

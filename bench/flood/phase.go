@@ -16,6 +16,12 @@ type phaseResult struct {
 	flooded   agentStats
 	fl        floodStats
 	originCPU float64 // the origin's user+system time over the phase, in CPUs
+
+	// Where the connections went, from the counters over the phase:
+	// edge-a's connections by result, the front's per-edge refusals by
+	// reason, the core's handshakes by kind and result.
+	edgeA, front, core string
+	listenDrops        int64 // machine-wide, over the phase
 }
 
 // name is the phase as the report names it.
@@ -80,6 +86,9 @@ func runPhase(st *stack, on bool, flood, hello string) (phaseResult, error) {
 		}
 		time.Sleep(time.Second)
 	}
+	e0, o0 := scrape(st.edgeMetrics["edge-a"]), scrape(st.originMetrics)
+	_, fd0 := benchkit.ProcStats(st.originPID())
+	drops0 := listenDrops()
 	cpu0, t0 := benchkit.CPUTime(st.originPID()), time.Now()
 	var wg sync.WaitGroup
 	wg.Go(func() { r.other = runAgents(other, *agentRate, *phaseTime) })
@@ -93,5 +102,11 @@ func runPhase(st *stack, on bool, flood, hello string) (phaseResult, error) {
 		}
 		r.fl = fs
 	}
+	benchkit.WaitFDs(st.originPID(), fd0+32) // the origin lets go of the flood before the next phase
+	r.listenDrops = listenDrops() - drops0
+	e1, o1 := scrape(st.edgeMetrics["edge-a"]), scrape(st.originMetrics)
+	r.edgeA = e1.since(e0, "edgefleet_edge_connections_total", "result")
+	r.front = o1.since(o0, "edgefleet_front_edge_refused_total", "reason")
+	r.core = o1.since(o0, "edgefleet_core_handshakes_total", "kind", "result")
 	return r, nil
 }

@@ -67,6 +67,10 @@ type stack struct {
 	origin *exec.Cmd
 	edges  map[string]string // name → listen address
 	procs  []*exec.Cmd
+
+	originMetrics string            // the origin's metrics address
+	edgeMetrics   map[string]string // by edge name
+
 }
 
 func (s *stack) stop() { benchkit.Stop(s.procs) }
@@ -78,12 +82,12 @@ func (s *stack) originPID() int { return s.origin.Process.Pid }
 // defences on or off, and waits for every one to listen.
 func (b *base) start(avail defences, on bool) (*stack, error) {
 	name := map[bool]string{false: "off", true: "on"}[on]
-	st := &stack{base: b, edges: map[string]string{}}
+	st := &stack{base: b, edges: map[string]string{}, edgeMetrics: map[string]string{}}
 	front, err := benchkit.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	ocfg, err := b.originConfig(front, avail.originYAML(on))
+	ocfg, metrics, err := b.originConfig(front, avail.originYAML(on))
 	if err != nil {
 		return nil, err
 	}
@@ -96,6 +100,7 @@ func (b *base) start(avail defences, on bool) (*stack, error) {
 		return nil, fmt.Errorf("origin: %w", err)
 	}
 	st.procs = append(st.procs, st.origin)
+	st.originMetrics = metrics
 	if err := benchkit.WaitTCP(front, 10*time.Second); err != nil {
 		st.stop()
 		return nil, fmt.Errorf("origin: %w (see %s)", err, b.dir)
@@ -131,6 +136,7 @@ func (b *base) startEdge(st *stack, e, name, front, defences string) (string, er
 		return "", fmt.Errorf("%s: %w", e, err)
 	}
 	st.procs = append(st.procs, cmd)
+	st.edgeMetrics[e] = metrics
 	if err := benchkit.WaitTCP(addr, 10*time.Second); err != nil {
 		return "", fmt.Errorf("%s: %w (see %s)", e, err, b.dir)
 	}
@@ -148,17 +154,16 @@ func edgeConfig(e, addr, front, metrics, defences string) string {
 // front trusting PROXY headers from 127.0.0.0/8, the core in mtls mode
 // with the pinned agent), with sections, the defences' keys, merged in:
 // a map of "front" and "core" and "core.tls" to their extra YAML lines.
-func (b *base) originConfig(front string, extra map[string]string) (string, error) {
+// metrics is the address of its metrics endpoint.
+func (b *base) originConfig(front string, extra map[string]string) (cfg, metrics string, err error) {
 	var addrs [3]string
 	for i := range addrs {
-		a, err := benchkit.FreeAddr()
-		if err != nil {
-			return "", err
+		if addrs[i], err = benchkit.FreeAddr(); err != nil {
+			return "", "", err
 		}
-		addrs[i] = a
 	}
 	core, peers, metrics := addrs[0], addrs[1], addrs[2]
-	return fmt.Sprintf(`front:
+	cfg = fmt.Sprintf(`front:
   listen: ['%s']
   inner: '%s'
   trusted_edges: ['127.0.0.0/8']
@@ -174,7 +179,8 @@ core:
     key: '%s'
     pins: '%s'
 %s`, front, core, indent(extra["front"], 2), peers, metrics, core, b.dlp, indent(extra["core"], 2),
-		b.pki.Path("server.pem"), b.pki.Path("server.key"), b.pins, indent(extra["core.tls"], 4)), nil
+		b.pki.Path("server.pem"), b.pki.Path("server.key"), b.pins, indent(extra["core.tls"], 4))
+	return cfg, metrics, nil
 }
 
 // indent prefixes every line of s with n spaces.
