@@ -34,6 +34,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/edgefleet/edgefleet/bench/internal/benchkit"
@@ -52,6 +53,7 @@ var (
 	floodSources  = flag.Int("flood-sources", 64, "flood source addresses 127.0.2.1, .2, …")
 	originCPU     = flag.String("origin-cpu", "0", "taskset CPU list of the origin")
 	floodCPU      = flag.String("flood-cpu", "1", "taskset CPU list of the flooder")
+	floodList     = flag.String("floods", "none,hello,tls", "the phases of each configuration: none (no flood), hello, tls")
 	keep          = flag.Bool("keep", false, "keep the temporary directory (configs, logs)")
 	out           = flag.String("out", "bench/results/flood.md", "also write the table here (empty: stdout only)")
 )
@@ -107,7 +109,12 @@ func runConfig(base *base, avail defences, on bool, hello string) ([]phaseResult
 	}
 	defer st.stop()
 	var rs []phaseResult
-	for _, flood := range []string{"", floodHello, floodTLS} {
+	for _, flood := range strings.Split(*floodList, ",") {
+		if flood = strings.TrimSpace(flood); flood == "none" {
+			flood = ""
+		} else if flood != floodHello && flood != floodTLS {
+			return rs, fmt.Errorf("-floods: %q is not none, hello or tls", flood)
+		}
 		r, err := runPhase(st, on, flood, hello)
 		if err != nil {
 			return rs, err

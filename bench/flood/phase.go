@@ -53,8 +53,8 @@ func (r phaseResult) floodRate() (attempts, completed float64) {
 
 func (r phaseResult) summary() string {
 	a, _ := r.floodRate()
-	return fmt.Sprintf("defences %-3s %-27s flood %6.0f/s  origin CPU %.2f  edge-b agents %5.1f ops/s p99 %-8v failed %d  edge-a agent %5.1f ops/s p99 %-8v failed %d %s",
-		r.defences(), r.name(), a, r.originCPU, r.other.Rate, r.other.P99.Round(time.Millisecond), r.other.Failed,
+	return fmt.Sprintf("defences %-3s %-27s flood %6.0f/s  origin CPU %.2f  edge-b agents %5.1f ops/s p50 %-6v p99 %-8v failed %d  edge-a agent %5.1f ops/s p99 %-8v failed %d %s",
+		r.defences(), r.name(), a, r.originCPU, r.other.Rate, r.other.P50.Round(time.Millisecond), r.other.P99.Round(time.Millisecond), r.other.Failed,
 		r.flooded.Rate, r.flooded.P99.Round(time.Millisecond), r.flooded.Failed, firstErrs(r))
 }
 
