@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -185,7 +187,7 @@ edges:
 	}
 
 	flooded := registryOrigin(t, "127.0.0.2", 30)
-	r := status("a registry counting 30 more refusals of 127.0.0.2 at every read", `metrics: "`+flooded+`"`)
+	r := status("a real front refusing 30 more connections of 127.0.0.2 before every read", `metrics: "`+flooded+`"`)
 	v, err := strconv.ParseFloat(strings.TrimSuffix(refused(r), "/s"), 64)
 	// 30 between two reads at least a second apart.
 	if err != nil || !strings.HasSuffix(refused(r), "/s") || v <= 0 || v > 30 || r.stderr != "" {
@@ -220,25 +222,55 @@ edges:
 	}
 }
 
-// registryOrigin serves on a loopback port, with the origin's handler
-// (cli.Metrics), a registry holding the real front's families (origin.New)
-// and edgefleet_front_edge_refused_total, whose count for edge rises by
-// step at every read.
-func registryOrigin(t *testing.T, edge string, step float64) string {
+// registryOrigin serves, on a loopback port with the origin's handler
+// (cli.Metrics), the metrics of a real front (origin.New) whose
+// front.per_edge lets edge open one connection an hour: before every
+// read, edge opens step more connections to the front, which refuses and
+// counts them in edgefleet_front_edge_refused_total, and the read waits
+// until they are counted.
+func registryOrigin(t *testing.T, edge string, step int) string {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	fc := origin.DefaultConfig()
 	fc.Inner = testbed.FreeAddr(t, "127.0.0.1")
-	if _, err := origin.New(fc, origin.NewPeerTable(), slog.New(slog.DiscardHandler), reg); err != nil {
+	fc.TrustedEdges = []string{edge + "/32"}
+	fc.PerEdge = origin.PerEdge{Rate: "1/h", Burst: 1}
+	front, err := origin.New(fc, origin.NewPeerTable(), slog.New(slog.DiscardHandler), reg)
+	if err != nil {
 		t.Fatal(err)
 	}
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: deploy.RefusedMetric, Help: "connections refused per edge"}, []string{"edge", "reason"})
-	reg.MustRegister(c)
-	c.WithLabelValues("untrusted", "rate").Add(5000)
+	fln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go front.Serve(fln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		front.Shutdown(ctx)
+	})
+	var mu sync.Mutex
+	want := 0.0
+	dial := func() {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(edge)}, Timeout: 5 * time.Second}
+		if c, err := d.Dial("tcp", fln.Addr().String()); err == nil {
+			c.Close()
+		}
+	}
+	dial() // the one connection an hour: admitted, counted nowhere
 	metrics := cli.Metrics(reg)
 	srv := cli.HTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c.WithLabelValues(edge, "rate").Add(step)
-		c.WithLabelValues("untrusted", "rate").Add(1000) // not an edge
+		mu.Lock()
+		defer mu.Unlock()
+		for range step {
+			dial()
+		}
+		want += float64(step)
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if v, _ := testbed.Metric(t, reg, deploy.RefusedMetric, map[string]string{"edge": edge, "reason": "rate"}); v >= want {
+				break
+			}
+		}
 		metrics.ServeHTTP(w, r)
 	}), slog.New(slog.DiscardHandler), "metrics")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
