@@ -333,6 +333,7 @@ func (h *handler) Dialed(c *evloop.Conn, err error) {
 		Header:    fc.Header,
 		Since:     fc.start,
 		Inner:     local.String(),
+		Share:     shareLabel(c.Peer().Addr(), fc.trusted),
 	})
 	f.m.ok(fc.Header).Inc()
 	c.Relay(nil, nil)

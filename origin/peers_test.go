@@ -183,7 +183,10 @@ func TestTLSClientWithoutHeader(t *testing.T) {
 
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(inner.caPEM)
-	for _, from := range []string{"127.0.0.7", "127.0.0.2"} { // untrusted and trusted: neither sends a header
+	// untrusted and trusted: neither sends a header; the untrusted one
+	// counts in the one share of every untrusted source, the core's
+	// handshake queue "untrusted" (front.per_edge).
+	for from, share := range map[string]string{"127.0.0.7": UntrustedShare, "127.0.0.2": "127.0.0.2"} {
 		t.Run("go crypto/tls from "+from, func(t *testing.T) {
 			d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
 			c, err := tls.DialWithDialer(d, "tcp", h.addr, &tls.Config{RootCAs: pool, ServerName: "origin.test"})
@@ -200,7 +203,7 @@ func TestTLSClientWithoutHeader(t *testing.T) {
 			}
 			r := <-inner.result
 			want := Peer{InnerPort: r.peer.InnerPort, Measured: c.LocalAddr().String(), Header: HeaderNone, Since: r.peer.Since,
-				Inner: r.peer.Inner}
+				Inner: r.peer.Inner, Share: share}
 			if r.err != nil || !r.found || r.peer != want {
 				t.Fatalf("inner: %+v, want peer %+v", r, want)
 			}

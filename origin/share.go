@@ -140,3 +140,12 @@ func (s *shares) edges() int {
 	defer s.mu.Unlock()
 	return len(s.byEdge)
 }
+
+// shareLabel is the share a connection from ip counts in: its own when
+// it is a trusted edge, UntrustedShare otherwise.
+func shareLabel(ip netip.Addr, trusted bool) string {
+	if trusted {
+		return ip.Unmap().String()
+	}
+	return UntrustedShare
+}

@@ -38,6 +38,12 @@ type Peer struct {
 	// It is not served over HTTP (docs/origin.md fixes the keys): the inner
 	// service compares it with its client's remote address (LookupAddr).
 	Inner string `json:"-"`
+	// Share is the front's name for the connection's share of it: the
+	// measured IP of a trusted edge, UntrustedShare for every other
+	// source. The core queues handshakes by it, so that untrusted sources
+	// together take one turn, as they take one share at the front. Not
+	// served over HTTP.
+	Share string `json:"-"`
 }
 
 // PeerTable maps the local port of each inner connection to its Peer. It

@@ -121,7 +121,7 @@ func buildCore(cfg coreSection, peers peerTable, log *slog.Logger, reg prometheu
 	if peers != nil {
 		lookup = func(port int) (core.Peer, bool) {
 			p, ok := peers.Lookup(port)
-			return core.Peer{Claimed: p.Claimed, Measured: p.Measured, Edge: p.Edge, ID: p.ID, Inner: p.Inner}, ok
+			return core.Peer{Claimed: p.Claimed, Measured: p.Measured, Edge: p.Edge, ID: p.ID, Inner: p.Inner, Share: p.Share}, ok
 		}
 	}
 	srv, err := core.New(ccfg, file, lookup, log, reg)

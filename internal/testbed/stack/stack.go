@@ -110,7 +110,7 @@ func NewOn(dir string, frontLn net.Listener, trusted ...string) (o *Origin, err 
 	cc.TLS = &tls.Config{Certificates: []tls.Certificate{o.PKI.Server}, ClientCAs: o.PKI.Pool}
 	lookup := func(port int) (core.Peer, bool) {
 		p, ok := table.Lookup(port)
-		return core.Peer{Claimed: p.Claimed, Measured: p.Measured, Edge: p.Edge, ID: p.ID, Inner: p.Inner}, ok
+		return core.Peer{Claimed: p.Claimed, Measured: p.Measured, Edge: p.Edge, ID: p.ID, Inner: p.Inner, Share: p.Share}, ok
 	}
 	srv, err := core.New(cc, file, lookup, log.With("part", "core"), nil)
 	if err != nil {

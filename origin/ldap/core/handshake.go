@@ -162,10 +162,14 @@ func (g *gate) event(event, edge string) {
 	}
 }
 
-// edgeKey is the queue of a connection: the host the front measured (the
-// edge's address, or the client's for a connection without a trusted
-// header), without its port.
+// edgeKey is the queue of a connection: the front's share of it (the
+// trusted edge's address, or one queue, "untrusted", for every other
+// source: N direct clients take one turn, not N), else the host the
+// front measured, without its port.
 func edgeKey(p Peer) string {
+	if p.Share != "" {
+		return p.Share
+	}
 	if a, err := netip.ParseAddrPort(p.Measured); err == nil {
 		return a.Addr().Unmap().String()
 	}

@@ -134,7 +134,7 @@ func (h *harness) lookup(port int) (core.Peer, bool) {
 		return core.Peer{}, false
 	}
 	p, ok := table.Lookup(port)
-	return core.Peer{Claimed: p.Claimed, Measured: p.Measured, Edge: p.Edge, ID: p.ID, Inner: p.Inner}, ok
+	return core.Peer{Claimed: p.Claimed, Measured: p.Measured, Edge: p.Edge, ID: p.ID, Inner: p.Inner, Share: p.Share}, ok
 }
 
 // front starts the real origin front before the core, trusting headers

@@ -29,6 +29,9 @@ import (
 // connection to the core.
 type Peer struct {
 	Claimed, Measured, Edge, ID, Inner string
+	// Share is the front's share of the connection (origin.Peer.Share):
+	// the handshake queue it waits in; "" queues it by Measured's host.
+	Share string
 }
 
 // PeerLookup finds the Peer behind the core's client whose remote port is
