@@ -149,7 +149,9 @@ func newAdmission(l Limits) *admission {
 
 // admit counts a new connection from src at now, most specific limit
 // first so that a source over its own limit spends nothing of its
-// prefix's or of the edge's: ok, or the refusal.
+// prefix's or of the edge's; a level that refuses gives back what the
+// levels before it took (tokens included), so a refusal by the prefix or
+// by the edge costs the source nothing either: ok, or the refusal.
 func (a *admission) admit(src netip.Addr, now time.Time) (ticket, *refusal) {
 	t := ticket{noSlot, noSlot}
 	src = src.Unmap()
@@ -158,7 +160,7 @@ func (a *admission) admit(src netip.Addr, now time.Time) (ticket, *refusal) {
 		return t, r
 	}
 	if t.prefix, r = a.prefix.take(src, now, "per_prefix"); r != nil {
-		a.release(t)
+		a.source.refund(t.source)
 		return ticket{noSlot, noSlot}, r
 	}
 	if !a.accept.Unlimited() {
@@ -166,7 +168,8 @@ func (a *admission) admit(src netip.Addr, now time.Time) (ticket, *refusal) {
 		ok := a.acceptBucket.Allow(now, a.accept)
 		a.mu.Unlock()
 		if !ok {
-			a.release(t)
+			a.source.refund(t.source)
+			a.prefix.refund(t.prefix)
 			return ticket{noSlot, noSlot}, &refusal{"accept_rate", ResultRateLimited}
 		}
 	}

@@ -204,7 +204,7 @@ func TestPerSourceLimitsExact(t *testing.T) {
 		PerPrefix: KeyLimit{V4: 24, V6: 48, Conns: 6},
 		TableSize: minTableSize,
 	}
-	e := startEdge(t, Config{Origins: OriginList(o.addr), Limits: lim}, func(e *Edge) { e.Now = clk.now })
+	e := startEdge(t, Config{Origins: OriginList(o.addr), Limits: lim, MaxConns: minTableSize}, func(e *Edge) { e.Now = clk.now })
 
 	var open []net.Conn
 	for i := range 3 {
@@ -266,7 +266,7 @@ func TestAcceptRate(t *testing.T) {
 	o, _ := countingOrigin(t)
 	clk := &fixedClock{t: time.Unix(1_000_000, 0)}
 	lim := Limits{PerSource: KeyLimit{V4: 32, V6: 64, Rate: "10/s"}, AcceptRate: "3/h", AcceptBurst: 3, TableSize: minTableSize}
-	e := startEdge(t, Config{Origins: OriginList(o.addr), Limits: lim}, func(e *Edge) { e.Now = clk.now })
+	e := startEdge(t, Config{Origins: OriginList(o.addr), Limits: lim, MaxConns: minTableSize}, func(e *Edge) { e.Now = clk.now })
 	admitted := 0
 	for i := range 6 {
 		if relayed(dialFrom(t, fmt.Sprintf("127.0.5.%d", i+1), e.addr)) {
@@ -279,6 +279,27 @@ func TestAcceptRate(t *testing.T) {
 	e.waitValue(t, 3, "edgefleet_edge_connections_total", "result", ResultRateLimited)
 	if strings.Count(e.logs.String(), `"limit":"accept_rate"`) == 0 {
 		t.Errorf("no refusal line names accept_rate:\n%s", e.logs.String())
+	}
+}
+
+// TestLaterRefusalCostsNothing checks that a connection refused by the
+// edge's ceiling gives its prefix back the token it took: the prefix's
+// next source, once the ceiling has room, is admitted.
+func TestLaterRefusalCostsNothing(t *testing.T) {
+	a := newAdmission(Limits{PerPrefix: KeyLimit{V4: 24, V6: 48, Rate: "1/h", Burst: 2}, AcceptRate: "1/s", AcceptBurst: 1,
+		TableSize: minTableSize})
+	now := time.Unix(1000, 0)
+	if _, r := a.admit(addr("192.0.2.1"), now); r != nil {
+		t.Fatal(r)
+	}
+	if _, r := a.admit(addr("192.0.2.2"), now); r == nil || r.limit != "accept_rate" {
+		t.Fatalf("second in the same instant: %v, want refused by accept_rate", r)
+	}
+	if _, r := a.admit(addr("192.0.2.3"), now.Add(time.Second)); r != nil {
+		t.Fatalf("a second later the /24 has spent one of its 2 tokens only: %v", r)
+	}
+	if _, r := a.admit(addr("192.0.2.4"), now.Add(2*time.Second)); r == nil || r.limit != "per_prefix.rate" {
+		t.Fatalf("the third of the /24: %v, want per_prefix.rate", r)
 	}
 }
 
@@ -305,6 +326,11 @@ func TestLimitsValidate(t *testing.T) {
 	}
 	if err := (Limits{}).Validate(); err != nil {
 		t.Errorf("no limits at all: %v", err)
+	}
+	c := DefaultConfig()
+	c.Origins, c.MaxConns, c.Limits.TableSize = OriginList("192.0.2.9:636"), 200000, 131072
+	if err := c.Validate(); err == nil || !strings.HasPrefix(err.Error(), "limits.table_size: 131072 is below max_conns 200000") {
+		t.Errorf("table_size below max_conns: %v", err)
 	}
 }
 

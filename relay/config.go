@@ -216,6 +216,11 @@ func (c Config) Validate() error {
 	if err := c.Limits.Validate(); err != nil {
 		return err
 	}
+	if (c.Limits.PerSource.on() || c.Limits.PerPrefix.on()) && c.Limits.TableSize < c.MaxConns {
+		// Every source holding one connection would pin every key: the
+		// next new source would be refused while max_conns has room.
+		return fmt.Errorf("limits.table_size: %d is below max_conns %d: a table full of open sources would refuse new ones", c.Limits.TableSize, c.MaxConns)
+	}
 	return c.TLSGate.validate()
 }
 

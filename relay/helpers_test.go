@@ -71,6 +71,7 @@ func serveEdge(t *testing.T, cfg Config, ln net.Listener) *testEdge {
 	t.Helper()
 	def := DefaultConfig()
 	def.Name, def.Listen, def.Origins, def.Limits = "edge-test", []string{ln.Addr().String()}, cfg.Origins, cfg.Limits
+	def.MaxConns = cfg.Limits.TableSize
 	logs := &testbed.Buffer{}
 	reg := prometheus.NewRegistry()
 	e, err := New(def, slog.New(slog.NewJSONHandler(logs, nil)), reg)

@@ -99,6 +99,19 @@ func (t *keyTable) take(a netip.Addr, now time.Time, limit string) (int32, *refu
 	return i, nil
 }
 
+// refund releases a connection counted in slot i that a later level
+// refused, with the token it took: a refusal elsewhere costs this key
+// nothing.
+func (t *keyTable) refund(i int32) {
+	if t == nil || i == noSlot {
+		return
+	}
+	t.mu.Lock()
+	t.slots[i].bucket.Refund(t.rate)
+	t.mu.Unlock()
+	t.put(i)
+}
+
 // put releases a connection counted in slot i.
 func (t *keyTable) put(i int32) {
 	if t == nil || i == noSlot {

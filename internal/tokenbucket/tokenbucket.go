@@ -85,6 +85,15 @@ func (b *Bucket) Allow(now time.Time, r Rate) bool {
 	return true
 }
 
+// Refund gives back a token Allow took, for an event a later check
+// refused (never past the burst).
+func (b *Bucket) Refund(r Rate) {
+	if r.Unlimited() || b.last == 0 {
+		return
+	}
+	b.tokens = min(b.tokens+1, r.burst())
+}
+
 // Full reports whether the bucket at now under r holds its whole burst,
 // so that its owner may forget it (a forgotten bucket comes back full).
 func (b *Bucket) Full(now time.Time, r Rate) bool {

@@ -83,6 +83,27 @@ func TestParseRate(t *testing.T) {
 	}
 }
 
+func TestRefund(t *testing.T) {
+	r := Rate{PerSec: 1.0 / 3600, Burst: 2}
+	var b Bucket
+	now := time.Unix(1000, 0)
+	b.Allow(now, r)
+	b.Allow(now, r)
+	if b.Allow(now, r) {
+		t.Fatal("a third token from a burst of 2")
+	}
+	b.Refund(r)
+	if !b.Allow(now, r) {
+		t.Fatal("the refunded token was not there")
+	}
+	b.Refund(r)
+	b.Refund(r)
+	b.Refund(r)
+	if !b.Full(now, r) || !b.Allow(now, r) || !b.Allow(now, r) || b.Allow(now, r) {
+		t.Fatal("refunds went past the burst")
+	}
+}
+
 func TestStringParsesBack(t *testing.T) {
 	for _, r := range []Rate{{}, {PerSec: 20}, {PerSec: 0.5}, {PerSec: 1000, Burst: 2000}} {
 		got, err := ParseRate(r.String())
