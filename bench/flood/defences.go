@@ -27,7 +27,7 @@ type defence struct {
 // defences are every defence in the order the report lists them.
 type defences []*defence
 
-// allDefences are the defence keys of DESIGN.md §2a and §3a. The
+// allDefences are the defence keys of docs/edge.md and docs/origin.md. The
 // defences-off values are written out (generous enough to refuse
 // nothing) rather than left out, so that a build whose defaults are on
 // still runs the defences-off phases without them.
