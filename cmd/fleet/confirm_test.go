@@ -8,12 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
-	"github.com/edgefleet/edgefleet/internal/testbed/stack"
 )
 
 // onPty runs the fleet binary with args on a pseudo-terminal (script(1)),
@@ -50,13 +48,7 @@ func onPty(t *testing.T, ns *testbed.Netns, answer string, args ...string) (stri
 // our edges and the embedded DNS server, on a pseudo-terminal.
 func TestConfirmOnTerminal(t *testing.T) {
 	testbed.Need(t, "slapd", "dig", "script")
-	o := stack.Start(t)
-	port, err := testbed.LowPort("127.0.0.2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := strconv.Itoa(port)
-	o.EdgeAt(t, "e1", "127.0.0.2:"+p)
+	o, p := oneEdge(t)
 	o.EdgeAt(t, "e3", "127.0.0.4:"+p)
 	dir := t.TempDir()
 	server := lowAddr(t)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -21,13 +20,7 @@ import (
 // in the object and exits 1; a bad --output is exit 2.
 func TestOutputJSON(t *testing.T) {
 	testbed.Need(t, "slapd", "dig")
-	o := stack.Start(t)
-	port, err := testbed.LowPort("127.0.0.2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := strconv.Itoa(port)
-	o.EdgeAt(t, "e1", "127.0.0.2:"+p)
+	o, p := oneEdge(t)
 	dir := t.TempDir()
 	server := lowAddr(t)
 	testbed.WriteFile(t, dir, "fleet.key", testbed.WrongKeySecret+"\n")

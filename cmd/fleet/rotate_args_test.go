@@ -2,12 +2,10 @@ package main
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
-	"github.com/edgefleet/edgefleet/internal/testbed/stack"
 )
 
 // TestRotateArguments: fleet rotate against our edges and the embedded DNS
@@ -17,13 +15,7 @@ import (
 // instead of "resuming".
 func TestRotateArguments(t *testing.T) {
 	testbed.Need(t, "slapd", "dig")
-	o := stack.Start(t)
-	port, err := testbed.LowPort("127.0.0.2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := strconv.Itoa(port)
-	o.EdgeAt(t, "e1", "127.0.0.2:"+p)
+	o, p := oneEdge(t)
 	o.EdgeAt(t, "e2", "127.0.0.3:"+p)
 	dir := t.TempDir()
 	server := lowAddr(t)

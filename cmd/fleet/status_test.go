@@ -33,13 +33,7 @@ import (
 // carries the same rows.
 func TestStatusExitCodes(t *testing.T) {
 	testbed.Need(t, "slapd", "nsupdate")
-	o := stack.Start(t)
-	port, err := testbed.LowPort("127.0.0.2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := strconv.Itoa(port)
-	o.EdgeAt(t, "e1", "127.0.0.2:"+p)
+	o, p := oneEdge(t)
 	dir := t.TempDir()
 	server := lowAddr(t)
 	testbed.WriteFile(t, dir, "fleet.key", testbed.WrongKeySecret+"\n")
@@ -127,21 +121,14 @@ func TestStatusFirewallUnreadable(t *testing.T) {
 }
 
 // TestStatusRefusedFromOrigin runs fleet status with origin.metrics
-// against three endpoints: a real registry holding the real front's
-// families and the per-edge refusal counter, served by the handler the
-// origin serves (cli.Metrics), whose count for e1's address rises by 30
-// at every read; the real origin binary's /metrics (it has refused
+// against three endpoints: the metrics of a real front, served by the
+// handler the origin serves (cli.Metrics), refusing 30 more connections
+// from e1's address before every read; the real origin binary's /metrics (it has refused
 // nothing: 0); and a port nobody listens on ("?" and one warning line,
 // exit status unchanged). Without the key the column is "-".
 func TestStatusRefusedFromOrigin(t *testing.T) {
 	testbed.Need(t, "slapd", "nsupdate")
-	o := stack.Start(t)
-	port, err := testbed.LowPort("127.0.0.2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := strconv.Itoa(port)
-	o.EdgeAt(t, "e1", "127.0.0.2:"+p)
+	o, p := oneEdge(t)
 	dir := t.TempDir()
 	server := lowAddr(t)
 	testbed.WriteFile(t, dir, "fleet.key", testbed.WrongKeySecret+"\n")
@@ -300,4 +287,18 @@ core:
 	testbed.Start(t, bin, "--config", cfg)
 	testbed.WaitTCP(t, metrics, 10*time.Second)
 	return metrics
+}
+
+// oneEdge starts the stack (stack.Start) with an edge e1 on 127.0.0.2 at
+// a low port, and returns the stack and that port.
+func oneEdge(t *testing.T) (*stack.Origin, string) {
+	t.Helper()
+	o := stack.Start(t)
+	port, err := testbed.LowPort("127.0.0.2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := strconv.Itoa(port)
+	o.EdgeAt(t, "e1", "127.0.0.2:"+p)
+	return o, p
 }
