@@ -146,7 +146,10 @@ func TestGateRealClients(t *testing.T) {
 	}
 	t.Run("openssl", func(t *testing.T) {
 		out, err := testbed.SClient(t, te.addr, pki.Path("ca.pem"), pki.Path("agent.pem"), pki.Path("agent.key"), "-servername", served)
-		if err != nil || !strings.Contains(out, "Verify return code: 0 (ok)") {
+		// "Verification: OK" follows the handshake at once; "Verify return
+		// code" comes with the session's details, which s_client may not
+		// print when the origin closes first (seen under load).
+		if err != nil || !strings.Contains(out, "Verification: OK") && !strings.Contains(out, "Verify return code: 0 (ok)") {
 			t.Fatalf("%v:\n%s", err, out)
 		}
 		if h := <-o.hellos; clienthello.Check(h, []string{served}) != nil {
