@@ -56,3 +56,6 @@ func TraceHandshakes(s *Server) (events func() []string) {
 		return slices.Clone(ev)
 	}
 }
+
+// ClientHello is the first record a Go client sends (clientHello).
+var ClientHello = clientHello

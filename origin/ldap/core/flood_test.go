@@ -3,9 +3,12 @@ package core_test
 import (
 	"crypto/tls"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -431,4 +434,83 @@ func TestHandshakeFailureLinesRateLimited(t *testing.T) {
 	if len(lines) != 11 || lines[10]["suppressed"] != float64(20) {
 		t.Errorf("want an 11th line with suppressed 20: %v", lines[len(lines)-1])
 	}
+}
+
+// closeWaits counts the TCP sockets on this host whose local port is
+// port and whose peer has half-closed (CLOSE_WAIT, state 08 in
+// /proc/net/tcp): what the kernel knows, not what the core has read.
+func closeWaits(t *testing.T, port string) int {
+	t.Helper()
+	raw, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(raw), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) > 3 && strings.HasSuffix(f[1], fmt.Sprintf(":%04X", p)) && f[3] == "08" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestReplayedHelloCostsNoHandshake: the only slot held, replayed
+// ClientHellos through the flooded edge queue; then each client closes
+// its write side, as the hello flood of docs/benchmarks.md does (connect,
+// write a captured hello, close), and the FINs reach the core behind the
+// hellos. When the slot is free, none costs a server handshake: every one
+// is counted full/abandoned, none gets a byte of a ServerHello, and an
+// agent's handshake is served after them.
+func TestReplayedHelloCostsNoHandshake(t *testing.T) {
+	st := newTLSStack(t, func(c *core.Config) { c.HandshakeSlots = 1 })
+	hello := core.ClientHello(t, nil, 0)
+	release := core.HoldHandshakeSlots(st.h.srv, 1)
+	const replays = 8
+	var conns []*net.TCPConn
+	for i := range replays {
+		c, err := net.DialTimeout("tcp", st.edges[floodEdge], time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Write(hello); err != nil {
+			t.Fatal(err)
+		}
+		st.waitQueued(t, floodEdge, i+1)
+		conns = append(conns, c.(*net.TCPConn))
+	}
+	got := make(chan int, replays)
+	for _, c := range conns {
+		c.CloseWrite()
+		go func() {
+			c.SetReadDeadline(time.Now().Add(5 * time.Minute)) // a hang guard
+			b, _ := io.ReadAll(c)
+			got <- len(b)
+		}()
+	}
+	_, port, _ := net.SplitHostPort(st.h.addr)
+	waitWithin(t, 5*time.Minute, fmt.Sprintf("%d half-closed connections at the core", replays), func() bool {
+		return closeWaits(t, port) >= replays
+	})
+	release()
+	for range replays {
+		if n := <-got; n != 0 {
+			t.Errorf("a replayed hello got %d bytes back; want none (no ServerHello)", n)
+		}
+	}
+	st.waitHandshakes(t, "full", "abandoned", replays)
+	for _, r := range []string{"ok", "failed", "queue_timeout"} {
+		if n := st.handshakes(t, "full", r); n != 0 {
+			t.Errorf("full handshakes %s = %d, want 0: a replayed hello cost a handshake", r, n)
+		}
+	}
+	if _, err := st.dial(agentEdge, &st.pki.agent, nil, true); err != nil {
+		t.Fatalf("the agent after the replays: %v", err)
+	}
+	st.waitHandshakes(t, "full", "ok", 1)
 }

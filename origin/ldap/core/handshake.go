@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"net"
 	"net/netip"
 	"runtime"
 	"sync"
@@ -182,6 +183,7 @@ const (
 	hsFailed       = "failed"        // it failed: a bad hello, an unverifiable certificate, a timeout, a close
 	hsUnpinned     = "unpinned"      // the client certificate is not pinned (a fresh or a resumed session)
 	hsQueueTimeout = "queue_timeout" // it waited for a slot past handshake_queue_timeout and was closed
+	hsAbandoned    = "abandoned"     // its client half-closed after the ClientHello: closed before any signature
 )
 
 type handshakeMetrics struct {
@@ -201,8 +203,8 @@ func newHandshakeMetrics(reg prometheus.Registerer) (*handshakeMetrics, error) {
 		}, []string{"edge"}),
 	}
 	for _, kind := range []string{"full", "resumed"} {
-		for _, r := range []string{hsOK, hsFailed, hsUnpinned, hsQueueTimeout} {
-			if kind == "resumed" && r == hsQueueTimeout {
+		for _, r := range []string{hsOK, hsFailed, hsUnpinned, hsQueueTimeout, hsAbandoned} {
+			if kind == "resumed" && (r == hsQueueTimeout || r == hsAbandoned) {
 				continue // a resumed handshake never waits
 			}
 			m.total.WithLabelValues(kind, r)
@@ -224,27 +226,46 @@ const (
 	refusalWindow = 10 * time.Second
 )
 
-var errQueueTimeout = errors.New("no handshake slot within core.handshake_queue_timeout: closed")
+var (
+	errQueueTimeout = errors.New("no handshake slot within core.handshake_queue_timeout: closed")
+	errAbandoned    = errors.New("the client half-closed after its ClientHello: closed before the handshake")
+)
 
-// admitHandshake is the gate before a server handshake whose ClientHello
-// offered tickets: kind is "resumed" when one of them is a ticket the
-// core's keys decrypt — that handshake costs no signature and goes ahead at
-// once — and "full" otherwise, and then it waits for a slot in its edge's
-// turn. ok false: it waited past the deadline, and was counted and logged.
-func (s *Server) admitHandshake(p Peer, tickets [][]byte) (kind string, release func(), ok bool) {
+// admitHandshake is the gate before a server handshake on c whose
+// ClientHello offered tickets: kind is "resumed" when one of them is a
+// ticket the core's keys decrypt — that handshake costs no signature and
+// goes ahead at once — and "full" otherwise, and then it waits for a slot
+// in its edge's turn. A full handshake whose client has already
+// half-closed (a replayed hello: connect, write, close) is dropped before
+// it queues and again when its slot comes, so a slot is never spent
+// signing for nobody. ok false: it was dropped, counted and logged.
+func (s *Server) admitHandshake(c net.Conn, p Peer, tickets [][]byte) (kind string, release func(), ok bool) {
 	s.tickets.rotate()
 	for _, t := range tickets {
 		if s.tickets.decrypts(t) {
 			return "resumed", func() {}, true
 		}
 	}
+	if peerGone(c) {
+		return s.dropHandshake(p, hsAbandoned, errAbandoned)
+	}
 	release, ok = s.gate.acquire(edgeKey(p))
 	if !ok {
-		s.refusal("tls handshake", p, "err", errQueueTimeout)
-		s.hsm.total.WithLabelValues("full", hsQueueTimeout).Inc()
-		return "full", nil, false
+		return s.dropHandshake(p, hsQueueTimeout, errQueueTimeout)
+	}
+	if peerGone(c) {
+		release()
+		return s.dropHandshake(p, hsAbandoned, errAbandoned)
 	}
 	return "full", release, true
+}
+
+// dropHandshake logs (rate-limited) and counts a full handshake closed
+// before it started.
+func (s *Server) dropHandshake(p Peer, result string, err error) (string, func(), bool) {
+	s.refusal("tls handshake", p, "err", err)
+	s.hsm.total.WithLabelValues("full", result).Inc()
+	return "full", nil, false
 }
 
 // handshakeFailed logs (rate-limited) and counts a failed handshake; the

@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/edgefleet/edgefleet/internal/rawio"
+	"golang.org/x/sys/unix"
 )
 
 // rawSock is a plain TCP connection whose reads and writes are read(2)
@@ -132,4 +133,33 @@ func (s *rawSock) writeFD(fd uintptr) bool {
 // opError is err as net.Conn reports it.
 func (s *rawSock) opError(op string, err error) error {
 	return &net.OpError{Op: op, Net: "tcp", Source: s.LocalAddr(), Addr: s.RemoteAddr(), Err: err}
+}
+
+// peerGone reports whether the peer of c has half-closed (the socket is in
+// CLOSE_WAIT: its FIN came in), read from TCP_INFO without consuming a
+// byte. A TLS client that closes its side after its ClientHello cannot
+// read a ServerHello any more: it is a replayed hello, and its handshake
+// would be a signature for nobody. Anything that is not a TCP socket, or
+// whose state cannot be read, is not gone.
+func peerGone(c net.Conn) bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var state uint8
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		var info *unix.TCPInfo
+		info, serr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+		if serr == nil {
+			state = info.State
+		}
+	}); err != nil || serr != nil {
+		return false
+	}
+	return state == unix.BPF_TCP_CLOSE_WAIT
 }

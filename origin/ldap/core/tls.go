@@ -130,7 +130,7 @@ func (ss *session) accept() bool {
 // tickets: a full handshake waits its edge's turn for a slot (handshake.go),
 // one resuming a session from a ticket the core's keys decrypt does not.
 func (ss *session) handshake(tc *tls.Conn, tickets [][]byte) bool {
-	kind, release, ok := ss.srv.admitHandshake(ss.peer, tickets)
+	kind, release, ok := ss.srv.admitHandshake(ss.client, ss.peer, tickets)
 	if !ok {
 		return false
 	}
