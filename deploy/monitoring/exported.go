@@ -81,18 +81,22 @@ var Exported = map[string]map[string]string{
 	},
 }
 
-// A PendingMetric is a family the docs name (or one proposed) whose
-// exporter is not built yet.
+// A PendingMetric is a family the docs name whose exporter is not built
+// yet, or that a binary exports only once something happened (a refusal,
+// a queued handshake), so an idle binary's /metrics cannot show it.
 type PendingMetric struct {
 	Binary string // the binary that will export it
 	Type   string // its Prometheus type
 	Issue  int    // the issue that builds it
 }
 
-// Pending lists the families the rules and the dashboard use before their
-// exporter exists.
+// Pending lists the families the rules and the dashboard use that an idle
+// binary's /metrics does not show.
 var Pending = map[string]PendingMetric{
-	// The front's per-edge refusals (being built).
+	// Exported by the front (origin/share.go), but only once an edge has
+	// been refused: an idle origin's /metrics has no sample of it to
+	// assert. cmd/fleet TestStatusRefusedFromOrigin reads it from a real
+	// front that refused a real edge.
 	"edgefleet_front_edge_refused_total": {Binary: "origin", Type: "counter", Issue: 22},
 	// Exported by the core, but only while a full handshake waits for a
 	// slot: an idle origin's /metrics has no sample of it to assert.

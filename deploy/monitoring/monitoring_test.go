@@ -343,7 +343,7 @@ func TestMetricNames(t *testing.T) {
 	}
 	for n := range usedPending {
 		p := monitoring.Pending[n]
-		t.Logf("pending: %s (%s, issue %d) is used before its exporter exists", n, p.Binary, p.Issue)
+		t.Logf("pending: %s (%s, issue %d) is used; an idle binary does not export it", n, p.Binary, p.Issue)
 	}
 }
 
