@@ -32,6 +32,7 @@ import (
 	"github.com/edgefleet/edgefleet/internal/loopguard"
 	"github.com/edgefleet/edgefleet/internal/proxyheader"
 	"github.com/edgefleet/edgefleet/internal/relayshell"
+	"github.com/edgefleet/edgefleet/internal/sockopt"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -141,10 +142,24 @@ func (e *Edge) SetOrigins(origins []Origin) {
 //
 // Accepted sockets inherit TCP_NODELAY and keepalive from the listening
 // one: no setsockopt per connection. (A connection the kernel completed
-// before Serve set the options keeps the kernel's defaults.)
+// before Serve set the options keeps the kernel's defaults.) With the TLS
+// gate on, the listening socket has TCP_DEFER_ACCEPT (deferAccept): the
+// loop is woken once a client's first bytes are there.
 func (e *Edge) Serve(ln net.Listener) error {
+	if e.gate {
+		if err := sockopt.DeferAccept(ln, deferAccept); err != nil {
+			e.log.Warn("TCP_DEFER_ACCEPT not set: the loop wakes for the handshake, then for the ClientHello", "err", err)
+		}
+	}
 	return e.shell.Serve(ln, relayshell.Keepalive(e.cfg.Keepalive))
 }
+
+// deferAccept is the gate's TCP_DEFER_ACCEPT: one second, the shortest,
+// one SYN-ACK retransmission. A client whose ClientHello follows its
+// handshake (every TLS client) is accepted with it; a silent one is
+// accepted a second later without data, and hello_timeout runs from
+// then (docs/edge.md).
+const deferAccept = time.Second
 
 // looped counts a connection that came from one of the edge's own origin
 // connections (its origin is itself) and was closed; the line is
