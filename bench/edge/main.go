@@ -1,19 +1,28 @@
 // Command edge benchmarks the edge relay side by side with HAProxy 2.6
 // (mode tcp, option splice-auto, send-proxy-v2), nginx stream
 // (proxy_protocol on) and a direct connection, in one run, on loopback,
-// against the same in-process backend, and prints a Markdown table with
-// ratios against HAProxy and the targets of docs/architecture.md. The targets take
-// turns in each round, in reverse order every other round. It is run by
-// `make bench` (scripts/bench.sh):
+// against the same in-process backend, and prints a Markdown table per
+// shape with ratios against HAProxy and the targets of
+// docs/benchmarks.md. The targets take turns in each round, in reverse
+// order every other round. It is run by `make bench` (scripts/bench.sh):
 //
 //	go run ./bench/edge -edge bin/edge
-//	go run ./bench/edge -rounds 1 -bytes 2147483648 -idle 5000
+//	go run ./bench/edge -shapes cheap-vm -cap 50 -rounds 3 -idle 5000
+//
+// It measures in each shape of -shapes (benchkit.Shape): shared, where
+// relays, clients and backend float over every CPU, then cheap-vm, where
+// each relay runs alone on -relay-cpu with one thread (our edge
+// GOMAXPROCS=1, so one loop; HAProxy nbthread 1; nginx one worker),
+// capped at -cap percent of that CPU by a cgroup, and this process (the
+// clients and the backend) on -load-cpu.
 //
 // Three measurements, each bounded in count and time:
-//   - single-stream throughput: one connection sends -bytes to a sink that
-//     answers with the count it received;
+//   - single-stream throughput: one connection sends -bytes, or what
+//     -stream-time allows, to a sink that answers with the count it
+//     received;
 //   - short-connection rate: -clients goroutines each connect, echo one
 //     byte, close, until -conns connections or -conn-time have passed;
+//     p50/p99 of that, and the relay's CPU time per connection;
 //   - idle cost: -idle relayed connections are opened (each echoes one
 //     byte) and held; the relay's RSS and open file descriptors are read
 //     from /proc before and after.

@@ -2,12 +2,18 @@
 // disabled) side by side with a direct connection to the inner service and
 // with HAProxy 2.6 doing the same job (`bind … accept-proxy`, mode tcp,
 // option splice-auto), in one run, on loopback, against the same
-// in-process inner service, and prints a Markdown table with ratios
-// against HAProxy and the targets of docs/architecture.md. It is run by `make bench`
-// (scripts/bench.sh):
+// in-process inner service, and prints a Markdown table per shape with
+// ratios against HAProxy and the targets of docs/benchmarks.md. It is run
+// by `make bench` (scripts/bench.sh):
 //
 //	go run ./bench/front -bin bin/origin
-//	go run ./bench/front -rounds 5 -bytes 2147483648
+//	go run ./bench/front -shapes cheap-vm -cap 50 -rounds 5
+//
+// It measures in each shape of -shapes (benchkit.Shape): shared, then
+// cheap-vm, where each proxy runs alone on -relay-cpu with one thread (the
+// origin GOMAXPROCS=1, HAProxy nbthread 1), capped at -cap percent of that
+// CPU by a cgroup, and this process (clients and inner service) on
+// -load-cpu.
 //
 // Clients play the edge: they connect from 127.0.0.2 (the front's only
 // trusted edge) and open every connection with a PROXY v2 header carrying
@@ -22,8 +28,9 @@
 //   - short-connection rate: -clients goroutines each connect, send the
 //     header and one byte, read the echo, close, until -conns connections
 //     or -conn-time have passed;
-//   - single-stream throughput: one connection sends -bytes to a sink
-//     that answers with the count it received;
+//   - single-stream throughput: one connection sends -bytes, or what
+//     -stream-time allows, to a sink that answers with the count it
+//     received;
 //   - idle cost: -idle forwarded connections (each echoes one byte) are
 //     held; the proxy's RSS and open file descriptors are read from /proc
 //     before and after.
@@ -75,6 +82,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	benchkit.RaiseNofile() // the origin and HAProxy inherit it
 	dir, cleanup, err := benchkit.TempDir("front", *keep)
 	if err != nil {
 		return err
@@ -166,6 +174,8 @@ func startInner() (string, error) {
 // per connection to a file, as in production. front.per_edge is off: the
 // clients are one edge at many times its default rate, and the benchmark
 // measures what a forwarded connection costs (HAProxy has no limit either).
+// front.max_conns is HAProxy's maxconn (the default, from RLIMIT_NOFILE,
+// is below the idle measurement's 5,000 here).
 func startOrigin(s *benchkit.Shape, dir, inner string) (string, *exec.Cmd, error) {
 	addr, err := benchkit.FreeAddr()
 	if err != nil {
@@ -176,6 +186,7 @@ func startOrigin(s *benchkit.Shape, dir, inner string) (string, *exec.Cmd, error
   inner: %q
   trusted_edges: [%s]
   per_edge: {conns: 0, rate: "0"}
+  max_conns: 7000
 peers_api: ""
 metrics: ""
 log:

@@ -14,8 +14,8 @@ import (
 	"time"
 )
 
-// cgroup is a CPU-capped control group the benchmark made for one relay
-// process: cgroup v2 (cpu.max) when a v2 hierarchy offers the cpu
+// cgroup is a CPU-capped control group of the highest CPU weight the
+// benchmark made for one relay process: cgroup v2 (cpu.max) when a v2 hierarchy offers the cpu
 // controller, else the v1 cpu hierarchy (cpu.cfs_quota_us), which is what
 // hybrid hosts such as the development VM have.
 type cgroup struct {
@@ -85,11 +85,18 @@ func newCgroup(name string, pct int) (*cgroup, error) {
 	if err := os.Mkdir(g.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("making the relay's cgroup: %w (needs root or a delegated cgroup)", err)
 	}
+	// The quota, and the highest weight: other work on a shared machine
+	// then does not take the relay's CPU from it below the quota, as on a
+	// VM of its own.
 	quota := strconv.Itoa(pct * cgroupPeriod / 100)
 	if v2 {
-		err = g.write("cpu.max", quota+" "+strconv.Itoa(cgroupPeriod))
+		if err = g.write("cpu.max", quota+" "+strconv.Itoa(cgroupPeriod)); err == nil {
+			err = g.write("cpu.weight", "10000")
+		}
 	} else if err = g.write("cpu.cfs_period_us", strconv.Itoa(cgroupPeriod)); err == nil {
-		err = g.write("cpu.cfs_quota_us", quota)
+		if err = g.write("cpu.cfs_quota_us", quota); err == nil {
+			err = g.write("cpu.shares", "262144")
+		}
 	}
 	if err != nil {
 		g.remove()
@@ -112,11 +119,13 @@ func (g *cgroup) add(pid int) error { return g.write("cgroup.procs", strconv.Ito
 func (g *cgroup) quota() string {
 	if g.v2 {
 		b, _ := os.ReadFile(filepath.Join(g.dir, "cpu.max"))
-		return "cgroup v2 cpu.max " + strings.TrimSpace(string(b))
+		w, _ := os.ReadFile(filepath.Join(g.dir, "cpu.weight"))
+		return "cgroup v2 cpu.max " + strings.TrimSpace(string(b)) + ", cpu.weight " + strings.TrimSpace(string(w))
 	}
 	q, _ := os.ReadFile(filepath.Join(g.dir, "cpu.cfs_quota_us"))
 	p, _ := os.ReadFile(filepath.Join(g.dir, "cpu.cfs_period_us"))
-	return fmt.Sprintf("cgroup v1 cpu.cfs_quota_us %s per cpu.cfs_period_us %s", strings.TrimSpace(string(q)), strings.TrimSpace(string(p)))
+	w, _ := os.ReadFile(filepath.Join(g.dir, "cpu.shares"))
+	return fmt.Sprintf("cgroup v1 cpu.cfs_quota_us %s per cpu.cfs_period_us %s, cpu.shares %s", strings.TrimSpace(string(q)), strings.TrimSpace(string(p)), strings.TrimSpace(string(w)))
 }
 
 // periods reads cpu.stat: the quota periods that elapsed and those in
