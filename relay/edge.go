@@ -1,7 +1,8 @@
 // Package relay is the edge: a stateless TCP relay that accepts a client,
-// connects to the first selectable origin, writes a PROXY protocol header
-// (v2 with the client's address, a connection id and the edge name) and
-// splices the still-encrypted bytes both ways until both sides are done.
+// connects to a selectable origin (balance: failover, round-robin or
+// least-conn), writes a PROXY protocol header (v2 with the client's
+// address, a connection id and the edge name) and splices the
+// still-encrypted bytes both ways until both sides are done.
 //
 //	e, err := relay.New(cfg, log, prometheus.DefaultRegisterer)
 //	go e.Serve(ln)                  // or e.HandleConn(c) for one connection
@@ -66,6 +67,7 @@ type conn struct {
 	claim   uint64
 	next    int            // plan[next] is the origin to try next
 	origin  *origin        // the one being dialled, then the one connected
+	busy    *origin        // the origin whose active count holds this connection
 	counted bool           // admitted by the shell: released when done
 	upLocal netip.AddrPort // the origin socket's local address while it is recorded in own
 	local   error          // an origin of the plan was not reached for want of a local port (EADDRNOTAVAIL)
@@ -99,7 +101,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Edge, error)
 		cfg:  cfg,
 		log:  log,
 		m:    m,
-		orig: newOriginSet(cfg.Origins, cfg.OfflineRetry),
+		orig: newOriginSet(cfg.Origins, cfg.OfflineRetry, cfg.Balance),
 		own:  loopguard.NewOwn(),
 	}
 	if cfg.Limits.on() {
@@ -231,6 +233,8 @@ func (e *Edge) dialNext(c *evloop.Conn, rc *conn) {
 	o := rc.plan[rc.next]
 	rc.next++
 	rc.origin = o
+	rc.busy = o
+	o.active.Add(1)
 	if o.ap.IsValid() {
 		c.Dial(o.ap, &e.dial)
 		return
@@ -311,6 +315,7 @@ func (h *handler) failed(c *evloop.Conn, rc *conn, took time.Duration, err error
 	e := (*Edge)(h)
 	o := rc.origin
 	e.forgetOrigin(rc)
+	e.leaveOrigin(rc)
 	e.m.dial.Observe(took.Seconds())
 	err = fmt.Errorf("dial origin %s: %w", o.name, err)
 	if e.shell.Context().Err() != nil {
@@ -411,6 +416,7 @@ func (h *handler) Closed(c *evloop.Conn, res evloop.Result) {
 func (e *Edge) done(c *evloop.Conn, rc *conn) {
 	e.own.Forget(c.Peer(), c.Local(), relayshell.Killer{C: c})
 	e.forgetOrigin(rc)
+	e.leaveOrigin(rc)
 	if rc.held {
 		e.adm.release(rc.ticket)
 		rc.held = false
@@ -430,6 +436,14 @@ func (e *Edge) forgetOrigin(rc *conn) {
 	if rc.upLocal.IsValid() {
 		e.own.Closed(rc.upLocal)
 		rc.upLocal = netip.AddrPort{}
+	}
+}
+
+// leaveOrigin takes rc out of its origin's active count (least-conn).
+func (e *Edge) leaveOrigin(rc *conn) {
+	if rc.busy != nil {
+		rc.busy.active.Add(-1)
+		rc.busy = nil
 	}
 }
 
