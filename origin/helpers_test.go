@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/evloop"
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -68,7 +69,7 @@ func newHarness(t *testing.T, mod func(*Config)) *harness {
 // startInner starts on the front's table (nil: an echoInner).
 func newHarnessWith(t *testing.T, ip string, startInner func(*PeerTable) string, mod func(*Config)) *harness {
 	t.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	ln, err := evloop.Listen(net.JoinHostPort(ip, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,8 @@ import (
 type Config struct {
 	Name           string        `mapstructure:"name"`            // sent in TLV 0xE0; default: hostname
 	Listen         []string      `mapstructure:"listen"`          // used by cmd/edge; Serve takes any listener
-	Origins        []Origin      `mapstructure:"origins"`         // tried in order
+	Origins        []Origin      `mapstructure:"origins"`         // tried in the order Balance gives
+	Balance        string        `mapstructure:"balance"`         // failover, round-robin or least-conn
 	ConnectTimeout time.Duration `mapstructure:"connect_timeout"` // per origin attempt
 	OfflineRetry   time.Duration `mapstructure:"offline_retry"`   // how long a failed origin stays OFFLINE
 	ProxyProtocol  string        `mapstructure:"proxy_protocol"`  // v2, v1 or off
@@ -100,6 +101,14 @@ func checkOriginName(n string) error {
 	return nil
 }
 
+// Values of Config.Balance: how each new connection picks among the
+// selectable origins.
+const (
+	BalanceFailover   = "failover"    // the first in configured order
+	BalanceRoundRobin = "round-robin" // each in turn
+	BalanceLeastConn  = "least-conn"  // the one with the fewest connections, each in turn among equals
+)
+
 // Values of Config.ProxyProtocol.
 const (
 	ProxyV2  = "v2"
@@ -140,6 +149,7 @@ func DefaultConfig() Config {
 	return Config{
 		Name:           name,
 		Listen:         []string{":636"},
+		Balance:        BalanceFailover,
 		ConnectTimeout: 3 * time.Second,
 		OfflineRetry:   60 * time.Second,
 		ProxyProtocol:  ProxyV2,
@@ -197,6 +207,8 @@ func (c Config) Validate() error {
 		names[o.Name] = true
 	}
 	switch {
+	case c.Balance != "" && c.Balance != BalanceFailover && c.Balance != BalanceRoundRobin && c.Balance != BalanceLeastConn:
+		return fmt.Errorf("balance: %q is not failover, round-robin or least-conn", c.Balance)
 	case c.ConnectTimeout <= 0:
 		return fmt.Errorf("connect_timeout: %v must be positive", c.ConnectTimeout)
 	case c.OfflineRetry < 0:

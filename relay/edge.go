@@ -1,7 +1,8 @@
 // Package relay is the edge: a stateless TCP relay that accepts a client,
-// connects to the first selectable origin, writes a PROXY protocol header
-// (v2 with the client's address, a connection id and the edge name) and
-// splices the still-encrypted bytes both ways until both sides are done.
+// connects to a selectable origin (balance: failover, round-robin or
+// least-conn), writes a PROXY protocol header (v2 with the client's
+// address, a connection id and the edge name) and splices the
+// still-encrypted bytes both ways until both sides are done.
 //
 //	e, err := relay.New(cfg, log, prometheus.DefaultRegisterer)
 //	go e.Serve(ln)                  // or e.HandleConn(c) for one connection
@@ -32,6 +33,7 @@ import (
 	"github.com/edgefleet/edgefleet/internal/loopguard"
 	"github.com/edgefleet/edgefleet/internal/proxyheader"
 	"github.com/edgefleet/edgefleet/internal/relayshell"
+	"github.com/edgefleet/edgefleet/internal/sockopt"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -66,6 +68,7 @@ type conn struct {
 	claim   uint64
 	next    int            // plan[next] is the origin to try next
 	origin  *origin        // the one being dialled, then the one connected
+	busy    *origin        // the origin whose active count holds this connection
 	counted bool           // admitted by the shell: released when done
 	upLocal netip.AddrPort // the origin socket's local address while it is recorded in own
 	local   error          // an origin of the plan was not reached for want of a local port (EADDRNOTAVAIL)
@@ -99,7 +102,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Edge, error)
 		cfg:  cfg,
 		log:  log,
 		m:    m,
-		orig: newOriginSet(cfg.Origins, cfg.OfflineRetry),
+		orig: newOriginSet(cfg.Origins, cfg.OfflineRetry, cfg.Balance),
 		own:  loopguard.NewOwn(),
 	}
 	if cfg.Limits.on() {
@@ -141,10 +144,24 @@ func (e *Edge) SetOrigins(origins []Origin) {
 //
 // Accepted sockets inherit TCP_NODELAY and keepalive from the listening
 // one: no setsockopt per connection. (A connection the kernel completed
-// before Serve set the options keeps the kernel's defaults.)
+// before Serve set the options keeps the kernel's defaults.) With the TLS
+// gate on, the listening socket has TCP_DEFER_ACCEPT (deferAccept): the
+// loop is woken once a client's first bytes are there.
 func (e *Edge) Serve(ln net.Listener) error {
+	if e.gate {
+		if err := sockopt.DeferAccept(ln, deferAccept); err != nil {
+			e.log.Warn("TCP_DEFER_ACCEPT not set: the loop wakes for the handshake, then for the ClientHello", "err", err)
+		}
+	}
 	return e.shell.Serve(ln, relayshell.Keepalive(e.cfg.Keepalive))
 }
+
+// deferAccept is the gate's TCP_DEFER_ACCEPT: one second, the shortest,
+// one SYN-ACK retransmission. A client whose ClientHello follows its
+// handshake (every TLS client) is accepted with it; a silent one is
+// accepted a second later without data, and hello_timeout runs from
+// then (docs/edge.md).
+const deferAccept = time.Second
 
 // looped counts a connection that came from one of the edge's own origin
 // connections (its origin is itself) and was closed; the line is
@@ -231,6 +248,8 @@ func (e *Edge) dialNext(c *evloop.Conn, rc *conn) {
 	o := rc.plan[rc.next]
 	rc.next++
 	rc.origin = o
+	rc.busy = o
+	o.active.Add(1)
 	if o.ap.IsValid() {
 		c.Dial(o.ap, &e.dial)
 		return
@@ -311,6 +330,7 @@ func (h *handler) failed(c *evloop.Conn, rc *conn, took time.Duration, err error
 	e := (*Edge)(h)
 	o := rc.origin
 	e.forgetOrigin(rc)
+	e.leaveOrigin(rc)
 	e.m.dial.Observe(took.Seconds())
 	err = fmt.Errorf("dial origin %s: %w", o.name, err)
 	if e.shell.Context().Err() != nil {
@@ -411,6 +431,7 @@ func (h *handler) Closed(c *evloop.Conn, res evloop.Result) {
 func (e *Edge) done(c *evloop.Conn, rc *conn) {
 	e.own.Forget(c.Peer(), c.Local(), relayshell.Killer{C: c})
 	e.forgetOrigin(rc)
+	e.leaveOrigin(rc)
 	if rc.held {
 		e.adm.release(rc.ticket)
 		rc.held = false
@@ -430,6 +451,14 @@ func (e *Edge) forgetOrigin(rc *conn) {
 	if rc.upLocal.IsValid() {
 		e.own.Closed(rc.upLocal)
 		rc.upLocal = netip.AddrPort{}
+	}
+}
+
+// leaveOrigin takes rc out of its origin's active count (least-conn).
+func (e *Edge) leaveOrigin(rc *conn) {
+	if rc.busy != nil {
+		rc.busy.active.Add(-1)
+		rc.busy = nil
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/tls"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -13,8 +14,10 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/clienthello"
+	"github.com/edgefleet/edgefleet/internal/evloop"
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/pires/go-proxyproto"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 )
 
@@ -189,7 +192,9 @@ func TestGateRealClients(t *testing.T) {
 // the gate decides before the client-proxy screen would), an SSLv2-style
 // hello, an LDAP PDU, a hello cut by the client's close and one over 4352
 // bytes are not-tls; a silent client (or one that stops mid-hello) is
-// hello-timeout, past a 300 ms hello_timeout; a zero-byte
+// hello-timeout, past a 300 ms hello_timeout (for a silent one counted
+// from when the kernel completes it without data, a second after its
+// handshake under TCP_DEFER_ACCEPT: TestGateDefersAccept); a zero-byte
 // connection is empty. None reaches the origin.
 func TestGateRefusesWhatIsNoHello(t *testing.T) {
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
@@ -440,5 +445,67 @@ func TestGateHeaderAndHelloOneSegment(t *testing.T) {
 	c.Write(hello)
 	if g := <-arrived; string(g.hello) != string(hello) || g.segs != 1 {
 		t.Fatalf("the origin got %d bytes (want the %d of the hello) in %d data segments, want 1", len(g.hello), len(hello), g.segs)
+	}
+}
+
+// TestGateDefersAccept: with the gate on, the edge's listening socket
+// has TCP_DEFER_ACCEPT (the loop is woken when the ClientHello is there;
+// TestGateRefusesWhatIsNoHello runs under it: garbage and not-tls are
+// refused, and a silent client, completed by the kernel without data
+// once the deferral is over, is still hello-timeout); with the gate off
+// it has none. A hello sent only after the handshake still passes.
+func TestGateDefersAccept(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := &countingListener{Listener: raw}
+	serveOrigin(t, origin, true, echo)
+	for _, tc := range []struct {
+		mode string
+		want int
+	}{{GateOn, 1}, {GateOff, 0}} {
+		t.Run(tc.mode, func(t *testing.T) {
+			ln, err := evloop.Listen("127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := ln.(*net.TCPListener).File() // the same socket, to read its options after Serve
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			cfg := DefaultConfig()
+			cfg.Name, cfg.Listen, cfg.Origins = "edge-test", []string{ln.Addr().String()}, OriginList(origin.Addr().String())
+			cfg.TLSGate = TLSGate{Mode: tc.mode, HelloTimeout: 30 * time.Second}
+			logs := &testbed.Buffer{}
+			reg := prometheus.NewRegistry()
+			e, err := New(cfg, slog.New(slog.NewJSONHandler(logs, nil)), reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			te := serveEdgeOn(t, e, reg, logs, ln)
+			c, err := net.Dial("tcp", te.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(30 * time.Second))
+			hello := goHello(t, served)
+			c.Write(hello)
+			got := make([]byte, len(hello))
+			if _, err := io.ReadFull(c, got); err != nil || string(got) != string(hello) {
+				t.Fatalf("echoed %d bytes: %v", len(got), err)
+			}
+			// Serve set its options before this connection was relayed.
+			v, err := unix.GetsockoptInt(int(f.Fd()), unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v != tc.want {
+				t.Fatalf("TCP_DEFER_ACCEPT %d, want %d", v, tc.want)
+			}
+			f.Close() // the edge's Shutdown must close the last descriptor of the socket
+		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/evloop"
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/pires/go-proxyproto"
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,7 +59,7 @@ func startEdge(t *testing.T, cfg Config, tweak ...func(*Edge)) *testEdge {
 	for _, f := range tweak {
 		f(e)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := evloop.Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,11 @@
 package relay
 
 import (
+	"cmp"
 	"net/netip"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,13 +20,22 @@ type origin struct {
 	// One retry at a time: while it is in flight, other connections take
 	// the next selectable origin instead of paying connect_timeout too.
 	claim uint64
+	// active counts the connections dialling or relayed to this origin
+	// (least-conn's measure). Shared with the value that replaces this one
+	// when the origin is renamed, so the connections under way leave it
+	// even counted.
+	active *atomic.Int64
 }
 
-// originSet orders the origins for each new connection: configured order,
-// OFFLINE ones skipped until offline_retry has passed since their failure,
-// and when every origin is OFFLINE the least recently failed one.
+// originSet orders the origins for each new connection by the balance:
+// failover in configured order, round-robin from a start that turns by
+// one each connection, least-conn by fewest connections (round robin among
+// equals). OFFLINE ones are skipped until offline_retry has passed since
+// their failure, and when every origin is OFFLINE the least recently
+// failed one is tried.
 type originSet struct {
-	retry time.Duration
+	retry   time.Duration
+	balance string
 	// gauge, when set, records an origin's state (up 1 or 0) or its
 	// removal (gone), by name; it is called under mu, so that a state
 	// change made by a dial that was under way when set removed its
@@ -33,10 +45,14 @@ type originSet struct {
 	mu    sync.Mutex
 	list  []*origin
 	plans uint64 // the last plan's claim number
+	turn  int    // round-robin's next start among the selectable origins
 }
 
-func newOriginSet(origins []Origin, retry time.Duration) *originSet {
-	s := &originSet{retry: retry}
+func newOriginSet(origins []Origin, retry time.Duration, balance string) *originSet {
+	if balance == "" {
+		balance = BalanceFailover
+	}
+	s := &originSet{retry: retry, balance: balance}
 	s.set(origins)
 	return s
 }
@@ -59,12 +75,12 @@ func (s *originSet) set(origins []Origin) {
 			// A new origin, or a new name for one: a fresh value, since
 			// the loops read addr and name without the lock. A renamed
 			// origin keeps its OFFLINE state.
-			n := &origin{addr: c.Address, name: c.Name}
+			n := &origin{addr: c.Address, name: c.Name, active: new(atomic.Int64)}
 			if ap, err := netip.ParseAddrPort(c.Address); err == nil {
 				n.ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 			}
 			if o != nil {
-				n.offline, n.failedAt = o.offline, o.failedAt
+				n.offline, n.failedAt, n.active = o.offline, o.failedAt, o.active
 			}
 			o = n
 		}
@@ -84,32 +100,55 @@ func (s *originSet) set(origins []Origin) {
 
 // plan returns the origins to try, in order, for a connection made at
 // now, and the plan's claim: every OFFLINE origin in it is retried by this
-// plan alone until release. Selectable origins come in configured order
-// with the OFFLINE ones whose offline_retry has passed, unless another
-// plan retries them already; when that leaves nothing, the least recently
-// failed OFFLINE origin nobody retries, or else the one being retried
-// (there is no other way to reach anything).
+// plan alone until release. Selectable origins come in the balance's
+// order; an OFFLINE origin whose offline_retry has passed is retried
+// unless another plan retries it already — under failover in its
+// configured place, under round-robin and least-conn first (the next
+// connection finds out whether it is back, as it would under failover
+// where the first origin is the one that matters). When that leaves
+// nothing, the least recently failed OFFLINE origin nobody retries, or
+// else the one being retried (there is no other way to reach anything).
 func (s *originSet) plan(now time.Time) ([]*origin, uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.plans++
 	claim := s.plans
-	var out []*origin
+	var up, due []*origin
 	var oldest, oldestClaimed *origin
 	for _, o := range s.list {
 		switch {
 		case !o.offline:
-			out = append(out, o)
+			up = append(up, o)
 		case o.claim != 0:
 			if oldestClaimed == nil || o.failedAt.Before(oldestClaimed.failedAt) {
 				oldestClaimed = o
 			}
 		case now.Sub(o.failedAt) >= s.retry:
 			o.claim = claim
-			out = append(out, o)
+			due = append(due, o)
+			if s.balance == BalanceFailover {
+				up = append(up, o) // in its configured place
+			}
 		case oldest == nil || o.failedAt.Before(oldest.failedAt):
 			oldest = o
 		}
+	}
+	var out []*origin
+	switch s.balance {
+	case BalanceFailover:
+		out = up
+	default:
+		if len(up) > 1 {
+			k := s.turn % len(up)
+			s.turn = k + 1
+			up = slices.Concat(up[k:], up[:k])
+			if s.balance == BalanceLeastConn {
+				slices.SortStableFunc(up, func(a, b *origin) int {
+					return cmp.Compare(a.active.Load(), b.active.Load())
+				})
+			}
+		}
+		out = append(due, up...)
 	}
 	if len(out) == 0 {
 		switch {

@@ -1,19 +1,28 @@
 // Command edge benchmarks the edge relay side by side with HAProxy 2.6
 // (mode tcp, option splice-auto, send-proxy-v2), nginx stream
 // (proxy_protocol on) and a direct connection, in one run, on loopback,
-// against the same in-process backend, and prints a Markdown table with
-// ratios against HAProxy and the targets of docs/architecture.md. The targets take
-// turns in each round, in reverse order every other round. It is run by
-// `make bench` (scripts/bench.sh):
+// against the same in-process backend, and prints a Markdown table per
+// shape with ratios against HAProxy and the targets of
+// docs/benchmarks.md. The targets take turns in each round, in reverse
+// order every other round. It is run by `make bench` (scripts/bench.sh):
 //
 //	go run ./bench/edge -edge bin/edge
-//	go run ./bench/edge -rounds 1 -bytes 2147483648 -idle 5000
+//	go run ./bench/edge -shapes cheap-vm -cap 50 -rounds 3 -idle 5000
+//
+// It measures in each shape of -shapes (benchkit.Shape): shared, where
+// relays, clients and backend float over every CPU, then cheap-vm, where
+// each relay runs alone on -relay-cpu with one thread (our edge
+// GOMAXPROCS=1, so one loop; HAProxy nbthread 1; nginx one worker),
+// capped at -cap percent of that CPU by a cgroup, and this process (the
+// clients and the backend) on -load-cpu.
 //
 // Three measurements, each bounded in count and time:
-//   - single-stream throughput: one connection sends -bytes to a sink that
-//     answers with the count it received;
+//   - single-stream throughput: one connection sends -bytes, or what
+//     -stream-time allows, to a sink that answers with the count it
+//     received;
 //   - short-connection rate: -clients goroutines each connect, echo one
 //     byte, close, until -conns connections or -conn-time have passed;
+//     p50/p99 of that, and the relay's CPU time per connection;
 //   - idle cost: -idle relayed connections are opened (each echoes one
 //     byte) and held; the relay's RSS and open file descriptors are read
 //     from /proc before and after.
@@ -46,15 +55,17 @@ var (
 	nginxBin   = flag.String("nginx", "nginx", "nginx binary")
 	nginxMods  = flag.String("nginx-modules", "/usr/lib/nginx/modules", "directory of ngx_stream_module.so (empty: stream is built in)")
 	targetList = flag.String("targets", "direct,edge,haproxy,nginx", "comma-separated targets to measure")
-	streamSize = flag.Int64("bytes", 2<<30, "bytes sent per single-stream run")
+	streamSize = flag.Int64("bytes", 2<<30, "bytes sent per single-stream run, at most")
+	streamTime = flag.Duration("stream-time", 2*time.Second, "time per single-stream run, at most")
 	rounds     = flag.Int("rounds", 3, "rounds of the throughput and connection-rate measurements (median reported)")
 	clients    = flag.Int("clients", 32, "concurrent clients in the connection-rate measurement")
 	maxConns   = flag.Int("conns", 15000, "short connections per target and round, at most")
-	connTime   = flag.Duration("conn-time", 3*time.Second, "time per target and round of the connection-rate measurement, at most")
+	connTime   = flag.Duration("conn-time", 2*time.Second, "time per target and round of the connection-rate measurement, at most")
 	idleConns  = flag.Int("idle", 5000, "idle relayed connections in the idle-cost measurement")
 	edgeLog    = flag.String("edge-log-level", "info", "the edge's log.level (info writes one line per connection, as in production)")
 	keep       = flag.Bool("keep", false, "keep the temporary directory (configs, relay logs)")
 	out        = flag.String("out", "bench/results/edge.md", "also write the table here (empty: stdout only)")
+	shapeList  = benchkit.ShapeFlags()
 )
 
 // edgeMetrics is the edge's metrics endpoint, for the Go runtime's view
@@ -64,6 +75,10 @@ var edgeMetrics string
 func main() { benchkit.Main("edge", run) }
 
 func run() error {
+	shapes, err := shapeList()
+	if err != nil {
+		return err
+	}
 	nofile := benchkit.RaiseNofile()
 	dir, cleanup, err := benchkit.TempDir("edge", *keep)
 	if err != nil {
@@ -75,48 +90,58 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	targets, procs, err := benchkit.StartTargets(*targetList, dir, map[string]benchkit.Starter{
-		"direct": func() (string, *exec.Cmd, error) { return backend, nil, nil },
-		"edge": func() (addr string, cmd *exec.Cmd, err error) {
-			addr, edgeMetrics, cmd, err = startEdge(dir, backend)
-			return addr, cmd, err
-		},
-		"haproxy": func() (string, *exec.Cmd, error) { return startHAProxy(dir, backend) },
-		"nginx":   func() (string, *exec.Cmd, error) { return startNginx(dir, backend) },
+	report, err := benchkit.RunShapes(shapes, dir, *targetList, func(s *benchkit.Shape, dir string) map[string]benchkit.Starter {
+		return map[string]benchkit.Starter{
+			"direct": func() (string, *exec.Cmd, error) { return backend, nil, nil },
+			"edge": func() (addr string, cmd *exec.Cmd, err error) {
+				addr, edgeMetrics, cmd, err = startEdge(s, dir, backend)
+				return addr, cmd, err
+			},
+			"haproxy": func() (string, *exec.Cmd, error) { return startHAProxy(s, dir, backend) },
+			"nginx":   func() (string, *exec.Cmd, error) { return startNginx(s, dir, backend) },
+		}
+	}, func(s *benchkit.Shape, targets []*benchkit.Target) (string, error) {
+		res, err := measure(s, targets)
+		if err != nil {
+			return "", err
+		}
+		return table(s, targets, res, nofile), nil
 	})
-	defer func() { benchkit.Stop(procs) }()
 	if err != nil {
 		return err
 	}
+	benchkit.Publish(*out, report)
+	return nil
+}
 
+// measure runs the rounds and the idle cost through the targets in shape s.
+func measure(s *benchkit.Shape, targets []*benchkit.Target) (map[string]*benchkit.Result, error) {
 	res := benchkit.Results(targets)
 	for r := range *rounds {
 		for _, t := range benchkit.Turn(targets, r) {
-			tp, _, err := res[t.Name].MeasureThroughput(t.PID, dial(t), nil, *streamSize)
+			tp, _, err := res[t.Name].MeasureThroughput(t.PID, dial(t), nil, *streamSize, *streamTime)
 			if err != nil {
-				return fmt.Errorf("%s: throughput: %w", t.Name, err)
+				return nil, fmt.Errorf("%s: throughput: %w", t.Name, err)
 			}
-			progress("round %d %-8s throughput %8.0f MiB/s", r+1, t.Name, tp/(1<<20))
+			progress("%s round %d %-8s throughput %8.0f MiB/s", s.Name, r+1, t.Name, tp/(1<<20))
 		}
 		for _, t := range benchkit.Turn(targets, r) {
 			x := res[t.Name]
 			cr, _ := x.MeasureRate(t.PID, *clients, *maxConns, *connTime, func() error { return benchkit.EchoOnce(dial(t), []byte{'E'}) })
-			progress("round %d %-8s %6.0f conn/s  p50 %v  p99 %v  failed %d  relay CPU %.0f µs/conn", r+1, t.Name, cr.Rate, cr.P50, cr.P99, cr.Failed, lastOr0(x.CPUPerConn))
+			progress("%s round %d %-8s %6.0f conn/s  p50 %v  p99 %v  failed %d  relay CPU %.0f µs/conn  throttled %.0f %%",
+				s.Name, r+1, t.Name, cr.Rate, cr.P50, cr.P99, cr.Failed, benchkit.Last(x.CPUPerConn), 100*benchkit.Last(x.Throttled))
 			time.Sleep(500 * time.Millisecond) // let closes settle
 		}
 	}
 	for _, t := range targets {
-		if t.PID == 0 {
+		if t.PID == 0 || *idleConns == 0 {
 			continue
 		}
 		x := res[t.Name]
 		idleCost(t, x, *idleConns)
-		progress("idle     %-8s %d conns  %.2f KiB RSS/conn  %.2f fds/conn %s", t.Name, x.IdleOK, x.RSSPerConn, x.FDsPerConn, idleNote(x))
+		progress("%s idle %-8s %d conns  %.2f KiB RSS/conn  %.2f fds/conn %s", s.Name, t.Name, x.IdleOK, x.RSSPerConn, x.FDsPerConn, idleNote(x))
 	}
-
-	report := table(targets, res, nofile)
-	benchkit.Publish(*out, report)
-	return nil
+	return res, nil
 }
 
 func progress(format string, args ...any) { benchkit.Progress("edge", format, args...) }
@@ -142,7 +167,7 @@ func startBackend() (string, error) {
 // limits (off: the load comes from one address at rates no agent has, and
 // HAProxy and nginx run without any); it logs one line per connection to
 // a file, as in production.
-func startEdge(dir, backend string) (addr, metrics string, cmd *exec.Cmd, err error) {
+func startEdge(s *benchkit.Shape, dir, backend string) (addr, metrics string, cmd *exec.Cmd, err error) {
 	if addr, err = benchkit.FreeAddr(); err != nil {
 		return
 	}
@@ -156,7 +181,7 @@ func startEdge(dir, backend string) (addr, metrics string, cmd *exec.Cmd, err er
 	if err != nil {
 		return
 	}
-	cmd, err = benchkit.Start(dir, "edge", *edgeBin, "--config", path)
+	cmd, err = s.Start(dir, "edge", *edgeBin, "--config", path)
 	return
 }
 
@@ -186,8 +211,8 @@ func goStats(url string) map[string]float64 {
 	return m
 }
 
-func startHAProxy(dir, backend string) (string, *exec.Cmd, error) {
-	return benchkit.StartHAProxy(dir, *haproxyBin, false, func(addr string) string {
+func startHAProxy(s *benchkit.Shape, dir, backend string) (string, *exec.Cmd, error) {
+	return benchkit.StartHAProxy(s, dir, *haproxyBin, false, func(addr string) string {
 		return fmt.Sprintf(`frontend fe
     bind %s
     default_backend be
@@ -197,7 +222,7 @@ backend be
 	})
 }
 
-func startNginx(dir, backend string) (string, *exec.Cmd, error) {
+func startNginx(s *benchkit.Shape, dir, backend string) (string, *exec.Cmd, error) {
 	addr, err := benchkit.FreeAddr()
 	if err != nil {
 		return "", nil, err
@@ -226,7 +251,7 @@ stream {
 	if err != nil {
 		return "", nil, err
 	}
-	cmd, err := benchkit.Start(dir, "nginx", *nginxBin, "-p", dir, "-e", "stderr", "-c", path)
+	cmd, err := s.Start(dir, "nginx", *nginxBin, "-p", dir, "-e", "stderr", "-c", path)
 	return addr, cmd, err
 }
 
@@ -272,46 +297,19 @@ func idleNote(x *benchkit.Result) string {
 
 // --- the report ---------------------------------------------------------
 
-func table(targets []*benchkit.Target, res map[string]*benchkit.Result, nofile uint64) string {
+func table(s *benchkit.Shape, targets []*benchkit.Target, res map[string]*benchkit.Result, nofile uint64) string {
 	var b strings.Builder
-	b.WriteString(benchkit.Heading("Edge benchmark"))
-	fmt.Fprintf(&b, "Single stream %d MiB; short connections: %d clients, ≤ %d conns or %v per target and round; "+
-		"median of %d rounds; idle: %d connections; RLIMIT_NOFILE %d.\n\n",
-		*streamSize>>20, *clients, *maxConns, *connTime, *rounds, *idleConns, nofile)
-	b.WriteString("| target | throughput MiB/s | conn/s | p50 | p99 | failed | relay CPU µs/conn | idle RSS/conn KiB | idle fds/conn |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, t := range targets {
-		x := res[t.Name]
-		idle := "— | —"
-		if t.PID != 0 {
-			idle = fmt.Sprintf("%.2f | %.3f", x.RSSPerConn, x.FDsPerConn)
-			if note := idleNote(x); note != "" {
-				idle = fmt.Sprintf("%.2f %s | %.3f", x.RSSPerConn, note, x.FDsPerConn)
-			}
-		}
-		failed := 0
-		for _, f := range x.Failed {
-			failed += f
-		}
-		cpu := "—"
-		if t.PID != 0 {
-			cpu = fmt.Sprintf("%.0f", benchkit.Median(x.CPUPerConn))
-		}
-		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %v | %v | %d | %s | %s |\n", t.Name,
-			benchkit.Median(x.Tput)/(1<<20), benchkit.Median(x.Rate),
-			benchkit.Median(x.P50).Round(time.Microsecond), benchkit.Median(x.P99).Round(time.Microsecond), failed, cpu, idle)
-	}
+	b.WriteString(benchkit.Heading("Edge benchmark, " + s.Name))
+	b.WriteString(s.Describe())
+	fmt.Fprintf(&b, "Single stream ≤ %d MiB or %v; short connections (connect, 1-byte echo, close; p50/p99 of that): %d clients, ≤ %d conns or %v per target and round; "+
+		"median of %d rounds, the targets in reverse order every other round; idle: %d connections; relay CPU is user+system time of the relay process; RLIMIT_NOFILE %d.\n\n",
+		*streamSize>>20, *streamTime, *clients, *maxConns, *connTime, *rounds, *idleConns, nofile)
+	b.WriteString(benchkit.Table(targets, res, *idleConns))
+	b.WriteString(benchkit.ThrottleNote(targets, res))
 	e, h := res["edge"], res["haproxy"]
 	if e == nil || h == nil {
 		return b.String()
 	}
-	b.WriteString(benchkit.Verdicts("edge", e.Relay(), h.Relay()))
+	b.WriteString(benchkit.Verdicts("edge", s, e.Relay(), h.Relay()))
 	return b.String()
-}
-
-func lastOr0(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	return xs[len(xs)-1]
 }

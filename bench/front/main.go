@@ -2,12 +2,18 @@
 // disabled) side by side with a direct connection to the inner service and
 // with HAProxy 2.6 doing the same job (`bind … accept-proxy`, mode tcp,
 // option splice-auto), in one run, on loopback, against the same
-// in-process inner service, and prints a Markdown table with ratios
-// against HAProxy and the targets of docs/architecture.md. It is run by `make bench`
-// (scripts/bench.sh):
+// in-process inner service, and prints a Markdown table per shape with
+// ratios against HAProxy and the targets of docs/benchmarks.md. It is run
+// by `make bench` (scripts/bench.sh):
 //
 //	go run ./bench/front -bin bin/origin
-//	go run ./bench/front -rounds 5 -bytes 2147483648
+//	go run ./bench/front -shapes cheap-vm -cap 50 -rounds 5
+//
+// It measures in each shape of -shapes (benchkit.Shape): shared, then
+// cheap-vm, where each proxy runs alone on -relay-cpu with one thread (the
+// origin GOMAXPROCS=1, HAProxy nbthread 1), capped at -cap percent of that
+// CPU by a cgroup, and this process (clients and inner service) on
+// -load-cpu.
 //
 // Clients play the edge: they connect from 127.0.0.2 (the front's only
 // trusted edge) and open every connection with a PROXY v2 header carrying
@@ -22,8 +28,9 @@
 //   - short-connection rate: -clients goroutines each connect, send the
 //     header and one byte, read the echo, close, until -conns connections
 //     or -conn-time have passed;
-//   - single-stream throughput: one connection sends -bytes to a sink
-//     that answers with the count it received;
+//   - single-stream throughput: one connection sends -bytes, or what
+//     -stream-time allows, to a sink that answers with the count it
+//     received;
 //   - idle cost: -idle forwarded connections (each echoes one byte) are
 //     held; the proxy's RSS and open file descriptors are read from /proc
 //     before and after.
@@ -38,7 +45,6 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -55,14 +61,16 @@ var (
 	originBin  = flag.String("bin", "bin/origin", "origin binary (make build)")
 	haproxyBin = flag.String("haproxy", "haproxy", "haproxy binary")
 	targetList = flag.String("targets", "direct,front,front-noheader,haproxy", "comma-separated targets to measure")
-	streamSize = flag.Int64("bytes", 1<<30, "bytes sent per single-stream run")
+	streamSize = flag.Int64("bytes", 1<<30, "bytes sent per single-stream run, at most")
+	streamTime = flag.Duration("stream-time", 2*time.Second, "time per single-stream run, at most")
 	rounds     = flag.Int("rounds", 3, "rounds of each measurement (median reported)")
 	clients    = flag.Int("clients", 32, "concurrent clients in the connection-rate measurement")
 	maxConns   = flag.Int("conns", 15000, "short connections per target and round, at most")
-	connTime   = flag.Duration("conn-time", 3*time.Second, "time per target and round of the connection-rate measurement, at most")
+	connTime   = flag.Duration("conn-time", 2*time.Second, "time per target and round of the connection-rate measurement, at most")
 	idleConns  = flag.Int("idle", 5000, "idle forwarded connections in the idle-cost measurement (0 skips it)")
 	keep       = flag.Bool("keep", false, "keep the temporary directory (configs, logs)")
 	out        = flag.String("out", "bench/results/front.md", "also write the table here (empty: stdout only)")
+	shapeList  = benchkit.ShapeFlags()
 )
 
 const edgeIP = "127.0.0.2" // the clients' source address, trusted by the front
@@ -70,6 +78,11 @@ const edgeIP = "127.0.0.2" // the clients' source address, trusted by the front
 func main() { benchkit.Main("front", run) }
 
 func run() error {
+	shapes, err := shapeList()
+	if err != nil {
+		return err
+	}
+	benchkit.RaiseNofile() // the origin and HAProxy inherit it
 	dir, cleanup, err := benchkit.TempDir("front", *keep)
 	if err != nil {
 		return err
@@ -79,42 +92,56 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	var originAddr string
-	var originCmd *exec.Cmd
-	origin := func() (string, *exec.Cmd, error) { // one process serves "front" and "front-noheader"
-		if originCmd == nil {
-			addr, cmd, err := startOrigin(dir, inner)
-			if err != nil {
-				return "", cmd, err
+	report, err := benchkit.RunShapes(shapes, dir, *targetList, func(s *benchkit.Shape, dir string) map[string]benchkit.Starter {
+		var originAddr string
+		var originCmd *exec.Cmd
+		origin := func() (string, *exec.Cmd, error) { // one process serves "front" and "front-noheader"
+			if originCmd == nil {
+				addr, cmd, err := startOrigin(s, dir, inner)
+				if err != nil {
+					return "", cmd, err
+				}
+				originAddr, originCmd = addr, cmd
 			}
-			originAddr, originCmd = addr, cmd
+			return originAddr, originCmd, nil
 		}
-		return originAddr, originCmd, nil
-	}
-	targets, procs, err := benchkit.StartTargets(*targetList, dir, map[string]benchkit.Starter{
-		"direct":         func() (string, *exec.Cmd, error) { return inner, nil, nil },
-		"front":          origin,
-		"front-noheader": origin,
-		"haproxy":        func() (string, *exec.Cmd, error) { return startHAProxy(dir, inner) },
+		return map[string]benchkit.Starter{
+			"direct":         func() (string, *exec.Cmd, error) { return inner, nil, nil },
+			"front":          origin,
+			"front-noheader": origin,
+			"haproxy":        func() (string, *exec.Cmd, error) { return startHAProxy(s, dir, inner) },
+		}
+	}, func(s *benchkit.Shape, targets []*benchkit.Target) (string, error) {
+		res, err := measure(s, targets)
+		if err != nil {
+			return "", err
+		}
+		return table(s, targets, res), nil
 	})
-	defer func() { benchkit.Stop(procs) }()
 	if err != nil {
 		return err
 	}
+	benchkit.Publish(*out, report)
+	return nil
+}
 
+// measure runs the rounds and the idle cost through the targets in shape s.
+func measure(s *benchkit.Shape, targets []*benchkit.Target) (map[string]*benchkit.Result, error) {
 	res := benchkit.Results(targets)
 	for r := range *rounds {
 		for _, t := range benchkit.Turn(targets, r) {
-			cr, cpu := res[t.Name].MeasureRate(t.PID, *clients, *maxConns, *connTime, func() error { return benchkit.EchoOnce(dial(t), msg(t, 'E')) })
-			progress("round %d %-15s %6.0f conn/s  p50 %v  p99 %v  failed %d  cpu %v", r+1, t.Name, cr.Rate, cr.P50, cr.P99, cr.Failed, cpu)
+			x := res[t.Name]
+			cr, cpu := x.MeasureRate(t.PID, *clients, *maxConns, *connTime, func() error { return benchkit.EchoOnce(dial(t), msg(t, 'E')) })
+			progress("%s round %d %-15s %6.0f conn/s  p50 %v  p99 %v  failed %d  cpu %v  throttled %.0f %%",
+				s.Name, r+1, t.Name, cr.Rate, cr.P50, cr.P99, cr.Failed, cpu, 100*benchkit.Last(x.Throttled))
 			time.Sleep(500 * time.Millisecond) // let closes settle
 		}
 		for _, t := range benchkit.Turn(targets, r) {
-			tp, cpu, err := res[t.Name].MeasureThroughput(t.PID, dial(t), msg(t), *streamSize)
+			tp, cpu, err := res[t.Name].MeasureThroughput(t.PID, dial(t), msg(t), *streamSize, *streamTime)
 			if err != nil {
-				return fmt.Errorf("%s: throughput: %w", t.Name, err)
+				return nil, fmt.Errorf("%s: throughput: %w", t.Name, err)
 			}
-			progress("round %d %-15s throughput %8.0f MiB/s  cpu %v", r+1, t.Name, tp/(1<<20), cpu)
+			progress("%s round %d %-15s throughput %8.0f MiB/s  cpu %v", s.Name, r+1, t.Name, tp/(1<<20), cpu)
 		}
 	}
 
@@ -126,12 +153,9 @@ func run() error {
 		measured[t.PID] = true
 		x := res[t.Name]
 		x.IdleCost(t.PID, *idleConns, dial(t), func() []byte { return msg(t, 'E') }, nil, nil)
-		progress("idle    %-15s %d conns  %.2f KiB RSS/conn  %.2f fds/conn", t.Name, x.IdleOK, x.RSSPerConn, x.FDsPerConn)
+		progress("%s idle %-15s %d conns  %.2f KiB RSS/conn  %.2f fds/conn", s.Name, t.Name, x.IdleOK, x.RSSPerConn, x.FDsPerConn)
 	}
-
-	report := table(targets, res)
-	benchkit.Publish(*out, report)
-	return nil
+	return res, nil
 }
 
 func progress(format string, args ...any) { benchkit.Progress("front", format, args...) }
@@ -150,7 +174,9 @@ func startInner() (string, error) {
 // per connection to a file, as in production. front.per_edge is off: the
 // clients are one edge at many times its default rate, and the benchmark
 // measures what a forwarded connection costs (HAProxy has no limit either).
-func startOrigin(dir, inner string) (string, *exec.Cmd, error) {
+// front.max_conns is HAProxy's maxconn (the default, from RLIMIT_NOFILE,
+// is below the idle measurement's 5,000 here).
+func startOrigin(s *benchkit.Shape, dir, inner string) (string, *exec.Cmd, error) {
 	addr, err := benchkit.FreeAddr()
 	if err != nil {
 		return "", nil, err
@@ -160,6 +186,7 @@ func startOrigin(dir, inner string) (string, *exec.Cmd, error) {
   inner: %q
   trusted_edges: [%s]
   per_edge: {conns: 0, rate: "0"}
+  max_conns: 7000
 peers_api: ""
 metrics: ""
 log:
@@ -171,15 +198,15 @@ core:
 	if err != nil {
 		return "", nil, err
 	}
-	cmd, err := benchkit.Start(dir, "origin", *originBin, "--config", path)
+	cmd, err := s.Start(dir, "origin", *originBin, "--config", path)
 	return addr, cmd, err
 }
 
 // startHAProxy runs HAProxy receiving the PROXY header (accept-proxy),
 // splicing, and logging one line per connection (option tcplog) to a file,
 // like the front.
-func startHAProxy(dir, inner string) (string, *exec.Cmd, error) {
-	return benchkit.StartHAProxy(dir, *haproxyBin, true, func(addr string) string {
+func startHAProxy(s *benchkit.Shape, dir, inner string) (string, *exec.Cmd, error) {
+	return benchkit.StartHAProxy(s, dir, *haproxyBin, true, func(addr string) string {
 		return fmt.Sprintf(`listen front
     bind %s accept-proxy
     server inner %s
@@ -246,45 +273,18 @@ func msg(t *benchkit.Target, b ...byte) []byte {
 
 // --- the report ---------------------------------------------------------
 
-func table(targets []*benchkit.Target, res map[string]*benchkit.Result) string {
+func table(s *benchkit.Shape, targets []*benchkit.Target, res map[string]*benchkit.Result) string {
 	var b strings.Builder
-	b.WriteString(benchkit.Heading("Origin front benchmark"))
-	fmt.Fprintf(&b, "Short connections: %d clients, ≤ %d conns or %v per target and round; single stream %d MiB; median of %d rounds; idle: %d connections held. "+
+	b.WriteString(benchkit.Heading("Origin front benchmark, " + s.Name))
+	b.WriteString(s.Describe())
+	fmt.Fprintf(&b, "Short connections (connect, header + 1-byte echo, close; p50/p99 of that): %d clients, ≤ %d conns or %v per target and round; single stream ≤ %d MiB or %v; "+
+		"median of %d rounds, the targets in reverse order every other round; idle: %d connections held. "+
 		"Proxy CPU is user+system time of the proxy process. Both proxies log one line per connection to a file.\n\n",
-		*clients, *maxConns, *connTime, *streamSize>>20, *rounds, *idleConns)
-	b.WriteString("| target | conn/s | × HAProxy | p50 | p99 | failed | CPU µs/conn | throughput MiB/s | × HAProxy | CPU s/GiB | idle RSS KiB/conn | idle fds/conn |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	ref := res["haproxy"]
-	ratio := func(x, r []float64) string {
-		if r == nil || benchkit.Median(r) == 0 {
-			return "–"
-		}
-		return fmt.Sprintf("%.2f", benchkit.Median(x)/benchkit.Median(r))
-	}
-	for _, t := range targets {
-		x := res[t.Name]
-		var refRate, refTput []float64
-		if ref != nil {
-			refRate, refTput = ref.Rate, ref.Tput
-		}
-		cpuConn, cpuGiB := "–", "–"
-		if t.PID != 0 {
-			cpuConn = fmt.Sprintf("%.0f", benchkit.Median(x.CPUPerConn))
-			cpuGiB = fmt.Sprintf("%.2f", benchkit.Median(x.CPUPerGiB))
-		}
-		idleRSS, idleFDs := "–", "–"
-		if x.IdleOK > 0 {
-			idleRSS, idleFDs = fmt.Sprintf("%.1f", x.RSSPerConn), fmt.Sprintf("%.2f", x.FDsPerConn)
-			if x.IdleOK < *idleConns {
-				idleRSS += fmt.Sprintf(" (%d held)", x.IdleOK)
-			}
-		}
-		fmt.Fprintf(&b, "| %s | %.0f | %s | %v | %v | %d | %s | %.0f | %s | %s | %s | %s |\n",
-			t.Name, benchkit.Median(x.Rate), ratio(x.Rate, refRate), benchkit.Median(x.P50).Round(time.Microsecond), benchkit.Median(x.P99).Round(time.Microsecond),
-			slices.Max(append(x.Failed, 0)), cpuConn, benchkit.Median(x.Tput)/(1<<20), ratio(x.Tput, refTput), cpuGiB, idleRSS, idleFDs)
-	}
+		*clients, *maxConns, *connTime, *streamSize>>20, *streamTime, *rounds, *idleConns)
+	b.WriteString(benchkit.Table(targets, res, *idleConns))
+	b.WriteString(benchkit.ThrottleNote(targets, res))
 	if f, h := res["front"], res["haproxy"]; f != nil && h != nil {
-		b.WriteString(benchkit.Verdicts("front", f.Relay(), h.Relay()))
+		b.WriteString(benchkit.Verdicts("front", s, f.Relay(), h.Relay()))
 	}
 	b.WriteString("\n")
 	return b.String()

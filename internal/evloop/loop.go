@@ -220,10 +220,17 @@ func (ln *listener) finish(err error) {
 }
 
 // Serve accepts connections on ln in every loop until Close (it then
-// returns nil) or until the listening socket fails for good (it returns
+// returns nil) or until a listening socket fails for good (it returns
 // the accept error, naming the address). Serve takes ln over: it is
 // closed at once (the loops accept on descriptors of their own), so only
 // Close stops serving. ln must be a *net.TCPListener.
+//
+// When ln has SO_REUSEPORT (Listen makes it so), the first loop accepts
+// on ln's socket and every other loop on a socket of its own bound to
+// the same address and port (a shard, with ln's options): the kernel
+// queues each new connection on one shard, and only that loop wakes.
+// Without it every loop watches ln's one socket, and a connection may
+// wake them all.
 func (s *Server) Serve(ln net.Listener) error {
 	if err := s.start(); err != nil {
 		ln.Close()
@@ -247,10 +254,19 @@ func (s *Server) Serve(ln net.Listener) error {
 	fds := make([]int, 0, len(s.loops))
 	var derr error
 	raw.Control(func(fd uintptr) {
-		for range s.loops {
-			nfd, err := unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+		shards := hasReusePort(int(fd))
+		for i := range s.loops {
+			var nfd int
+			var err error
+			if i == 0 || !shards {
+				if nfd, err = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0); err != nil {
+					err = os.NewSyscallError("dup", err)
+				}
+			} else if nfd, err = newShard(int(fd)); err != nil {
+				err = fmt.Errorf("evloop: a listening socket per loop on %s: %w", lst.name, err)
+			}
 			if err != nil {
-				derr = os.NewSyscallError("dup", err)
+				derr = err
 				return
 			}
 			fds = append(fds, nfd)
@@ -418,6 +434,10 @@ type loop struct {
 	conns     map[*Conn]struct{}
 	done      bool
 	undrained bool // a listener has more to accept: do not park
+	accepted  int  // connections accepted on the loop's listeners
+	polls     int  // wait's calls in the current raw.Read: the first, then one per wake-up
+	wakes     int  // wake-ups from Go's poller
+	empty     int  // of them, wake-ups that found no event (another loop took it)
 
 	mu      sync.Mutex
 	ended   bool // the loop has ended and closed evfd: post drops what comes
@@ -531,8 +551,11 @@ func (l *loop) run() {
 				l.file.SetReadDeadline(next)
 				armed = next
 			}
-			l.waitN = 0
-			l.raw.Read(l.waitFn) // returns at once if ready, or with the deadline's error
+			l.waitN, l.polls = 0, 0
+			if l.raw.Read(l.waitFn) != nil { // returns at once if ready, or with the deadline's error
+				l.wakes++
+			}
+			l.wakes += max(0, l.polls-1)
 			n = l.waitN
 		}
 		l.now = l.s.now()
@@ -578,10 +601,17 @@ func (l *loop) run() {
 // wait is the Go poller's callback: it reports true (stop waiting) once
 // epoll has events, or when a timeout is due.
 func (l *loop) wait(uintptr) bool {
+	l.polls++
 	n, err := epollWaitNow(l.epfd, l.events)
 	if err == nil && n > 0 {
 		l.waitN = n
 		return true
+	}
+	if l.polls > 1 {
+		// Woken, and epoll reports nothing: the socket that made the set
+		// readable was ready for another loop too, which took its event
+		// (epoll checks readiness again as it reports).
+		l.empty++
 	}
 	next := l.nextDeadline()
 	return !next.IsZero() && !next.After(time.Now())
@@ -713,6 +743,7 @@ func (l *loop) accept(ls *lslot) {
 			return
 		}
 		ls.backoff = 0
+		l.accepted++
 		local := ls.lst.addr
 		if !local.IsValid() {
 			var la sockaddr

@@ -118,3 +118,28 @@ func rawConn(s any) (syscall.RawConn, error) {
 	}
 	return sc.SyscallConn()
 }
+
+// DeferAccept sets TCP_DEFER_ACCEPT on a listening socket: the kernel
+// completes a connection only once its first data arrive, so accept and
+// the first read come in one wake-up. A client that sends nothing is
+// held in the kernel (no descriptor, no accept) for d, whole seconds at
+// least 1 rounded up to the SYN-ACK retransmissions (1, 3, 7, 15 s…);
+// its acknowledgement of the last retransmitted SYN-ACK then completes
+// it without data. d 0 turns it off.
+func DeferAccept(ln any, d time.Duration) error {
+	raw, err := rawConn(ln)
+	if err != nil {
+		return err
+	}
+	v := 0
+	if d > 0 {
+		v = secs(d)
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT, v)
+	}); err != nil {
+		return err
+	}
+	return serr
+}

@@ -96,37 +96,39 @@ func SinkOrEcho(c net.Conn, r io.Reader) {
 }
 
 // Throughput dials, sends header, the sink's 'S' and then n-1 bytes more,
-// and returns n bytes per second, from the dial to the sink's answer.
-func Throughput(dial func() (net.Conn, error), header []byte, n int64) (float64, error) {
+// or as many as d allows, and returns the bytes per second from the dial
+// to the sink's answer, and how many bytes that was.
+func Throughput(dial func() (net.Conn, error), header []byte, n int64, d time.Duration) (float64, int64, error) {
 	buf := make([]byte, 1<<20)
 	rng := rand.NewChaCha8([32]byte{7})
 	rng.Read(buf)
 	t0 := time.Now()
 	c, err := dial()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(5 * time.Minute))
 	if _, err := c.Write(append(slices.Clip(header), 'S')); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	for sent := int64(1); sent < n; {
+	sent := int64(1)
+	for sent < n && time.Since(t0) < d {
 		m, err := c.Write(buf[:min(int64(len(buf)), n-sent)])
 		sent += int64(m)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
 	c.(*net.TCPConn).CloseWrite()
 	var b [8]byte
 	if _, err := io.ReadFull(c, b[:]); err != nil {
-		return 0, fmt.Errorf("sink answer: %w", err)
+		return 0, 0, fmt.Errorf("sink answer: %w", err)
 	}
-	if got := int64(binary.BigEndian.Uint64(b[:])); got != n-1 {
-		return 0, fmt.Errorf("sink received %d bytes, want %d", got, n-1)
+	if got := int64(binary.BigEndian.Uint64(b[:])); got != sent-1 {
+		return 0, 0, fmt.Errorf("sink received %d bytes, want %d", got, sent-1)
 	}
-	return float64(n) / time.Since(t0).Seconds(), nil
+	return float64(sent) / time.Since(t0).Seconds(), sent, nil
 }
 
 // EchoOnce dials, sends msg and waits for the one-byte echo.

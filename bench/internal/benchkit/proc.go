@@ -35,6 +35,11 @@ func WriteConfig(dir, name, body string) (string, error) {
 // Start runs bin with args, its stdout and stderr going to dir/name.log;
 // the process dies with this one.
 func Start(dir, name, bin string, args ...string) (*exec.Cmd, error) {
+	return start(dir, name, nil, bin, args...)
+}
+
+// start is Start with env added to this process's environment.
+func start(dir, name string, env []string, bin string, args ...string) (*exec.Cmd, error) {
 	path, err := LookPath(bin)
 	if err != nil {
 		return nil, err
@@ -44,6 +49,9 @@ func Start(dir, name, bin string, args ...string) (*exec.Cmd, error) {
 		return nil, err
 	}
 	cmd := exec.Command(path, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd, cmd.Start()

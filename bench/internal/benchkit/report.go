@@ -22,6 +22,14 @@ func Median[T int | float64 | time.Duration](xs []T) T {
 	return s[len(s)/2]
 }
 
+// Last of xs, 0 for none: the round just measured.
+func Last(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	return xs[len(xs)-1]
+}
+
 // Heading is the report's title line, with when, where and how loaded
 // the machine was.
 func Heading(title string) string {
@@ -62,9 +70,10 @@ type Relay struct {
 	IdleOK           bool // the idle measurement ran
 }
 
-// Verdicts is the table of the relay targets (docs/architecture.md) for ours against
-// HAProxy's figures from the same run.
-func Verdicts(name string, ours, hap Relay) string {
+// Verdicts is the table of the relay targets for ours against HAProxy's
+// figures from the same run in shape s: architecture.md's, with issue 24's
+// rate for the shape (Shape.MinRate) and its idle bound of 1 KiB.
+func Verdicts(name string, s *Shape, ours, hap Relay) string {
 	var b strings.Builder
 	ratio := func(x, y float64) float64 {
 		if y == 0 {
@@ -79,15 +88,74 @@ func Verdicts(name string, ours, hap Relay) string {
 		return "**no**"
 	}
 	tp, cr, cpu := ratio(ours.Throughput, hap.Throughput), ratio(ours.Rate, hap.Rate), ratio(ours.CPUPerConn, hap.CPUPerConn)
-	fmt.Fprintf(&b, "\n| %s vs HAProxy | ours | HAProxy | ratio | target ([architecture](architecture.md#performance-targets)) | met |\n|---|---:|---:|---:|---|---|\n", name)
+	fmt.Fprintf(&b, "\n| %s vs HAProxy, %s | ours | HAProxy | ratio | target ([benchmarks](benchmarks.md#two-shapes)) | met |\n|---|---:|---:|---:|---|---|\n", name, s.Name)
 	fmt.Fprintf(&b, "| throughput MiB/s | %.0f | %.0f | %.2f× | ≥ 1.5× | %s |\n", ours.Throughput/(1<<20), hap.Throughput/(1<<20), tp, yes(tp >= 1.5))
-	fmt.Fprintf(&b, "| short connections/s | %.0f | %.0f | %.2f× | ≥ 1.2× | %s |\n", ours.Rate, hap.Rate, cr, yes(cr >= 1.2))
+	fmt.Fprintf(&b, "| short connections/s | %.0f | %.0f | %.2f× | ≥ %.1f× | %s |\n", ours.Rate, hap.Rate, cr, s.MinRate(), yes(cr >= s.MinRate()))
 	fmt.Fprintf(&b, "| CPU µs per short connection | %.0f | %.0f | %.2f× | ≤ 1.0× | %s |\n", ours.CPUPerConn, hap.CPUPerConn, cpu, yes(cpu > 0 && cpu <= 1))
 	fmt.Fprintf(&b, "| p99 of a short connection | %v | %v | %.2f× | ≤ 1.0× | %s |\n", ours.P99.Round(time.Microsecond), hap.P99.Round(time.Microsecond),
 		ratio(float64(ours.P99), float64(hap.P99)), yes(ours.P99 <= hap.P99))
 	if ours.IdleOK {
-		fmt.Fprintf(&b, "| idle RSS KiB per connection | %.2f | %.2f | | ≤ 3 KiB | %s |\n", ours.RSSPerConn, hap.RSSPerConn, yes(ours.RSSPerConn <= 3))
+		fmt.Fprintf(&b, "| idle RSS KiB per connection | %.2f | %.2f | | ≤ 1 KiB | %s |\n", ours.RSSPerConn, hap.RSSPerConn, yes(ours.RSSPerConn <= 1))
 		fmt.Fprintf(&b, "| idle fds per connection | %.3f | %.3f | | ≤ 2 | %s |\n", ours.FDsPerConn, hap.FDsPerConn, yes(ours.FDsPerConn <= 2))
+	}
+	return b.String()
+}
+
+// ThrottleNote is the report's line on how often the CPU cap held each
+// capped target back during the rate rounds ("" when none was capped):
+// near 100 % means the relay, not the load side, set the rate.
+func ThrottleNote(targets []*Target, res map[string]*Result) string {
+	var parts []string
+	for _, t := range targets {
+		if th := res[t.Name].Throttled; len(th) > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.0f %%", t.Name, 100*Median(th)))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "\nThe cap throttled the relay in " + strings.Join(parts, ", ") + " of its 100 ms periods during the rate rounds (median).\n"
+}
+
+// Table is the Markdown table of what the rounds measured through each
+// target, with ratios against the target named "haproxy" when there is
+// one; idle is the number of idle connections asked for.
+func Table(targets []*Target, res map[string]*Result, idle int) string {
+	var b strings.Builder
+	b.WriteString("| target | conn/s | × HAProxy | p50 | p99 | failed | CPU µs/conn | throughput MiB/s | × HAProxy | CPU s/GiB | idle RSS KiB/conn | idle fds/conn |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	ref := res["haproxy"]
+	ratio := func(x, r []float64) string {
+		if r == nil || Median(r) == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f", Median(x)/Median(r))
+	}
+	for _, t := range targets {
+		x := res[t.Name]
+		var refRate, refTput []float64
+		if ref != nil {
+			refRate, refTput = ref.Rate, ref.Tput
+		}
+		cpuConn, cpuGiB := "–", "–"
+		if t.PID != 0 {
+			cpuConn = fmt.Sprintf("%.0f", Median(x.CPUPerConn))
+			cpuGiB = fmt.Sprintf("%.2f", Median(x.CPUPerGiB))
+		}
+		idleRSS, idleFDs := "–", "–"
+		if x.IdleOK > 0 {
+			idleRSS, idleFDs = fmt.Sprintf("%.2f", x.RSSPerConn), fmt.Sprintf("%.3f", x.FDsPerConn)
+			if x.IdleOK < idle {
+				idleRSS += fmt.Sprintf(" (%d held)", x.IdleOK)
+			}
+		}
+		failed := 0
+		for _, f := range x.Failed {
+			failed += f
+		}
+		fmt.Fprintf(&b, "| %s | %.0f | %s | %v | %v | %d | %s | %.0f | %s | %s | %s | %s |\n",
+			t.Name, Median(x.Rate), ratio(x.Rate, refRate), Median(x.P50).Round(time.Microsecond), Median(x.P99).Round(time.Microsecond),
+			failed, cpuConn, Median(x.Tput)/(1<<20), ratio(x.Tput, refTput), cpuGiB, idleRSS, idleFDs)
 	}
 	return b.String()
 }

@@ -56,6 +56,7 @@ type Result struct {
 	P50, P99   []time.Duration
 	Failed     []int
 	CPUPerConn []float64 // µs of proxy CPU (user+system) per short connection
+	Throttled  []float64 // share of the CPU cap's periods in which the proxy was throttled, per rate round (capped shapes)
 	Tput       []float64 // single-stream bytes per second
 	CPUPerGiB  []float64 // s of proxy CPU per GiB of the single stream
 	IdleOK     int       // idle connections held
@@ -76,8 +77,12 @@ func Results(targets []*Target) map[string]*Result {
 // records it and returns it with the CPU time the proxy used.
 func (x *Result) MeasureRate(pid, clients, max int, d time.Duration, once func() error) (Rate, time.Duration) {
 	cpu0 := CPUTime(pid)
+	n0, th0 := throttledPeriods(pid)
 	cr := ConnRate(clients, max, d, once)
 	cpu := CPUTime(pid) - cpu0
+	if n1, th1 := throttledPeriods(pid); n1 > n0 {
+		x.Throttled = append(x.Throttled, float64(th1-th0)/float64(n1-n0))
+	}
 	x.Rate = append(x.Rate, cr.Rate)
 	x.P50 = append(x.P50, cr.P50)
 	x.P99 = append(x.P99, cr.P99)
@@ -88,18 +93,18 @@ func (x *Result) MeasureRate(pid, clients, max int, d time.Duration, once func()
 	return cr, cpu
 }
 
-// MeasureThroughput runs one single stream of n bytes (after header)
-// through the proxy pid, records it and returns it with the CPU time the
-// proxy used.
-func (x *Result) MeasureThroughput(pid int, dial func() (net.Conn, error), header []byte, n int64) (float64, time.Duration, error) {
+// MeasureThroughput runs one single stream of n bytes (after header), or
+// as many as d allows, through the proxy pid, records it and returns it
+// with the CPU time the proxy used.
+func (x *Result) MeasureThroughput(pid int, dial func() (net.Conn, error), header []byte, n int64, d time.Duration) (float64, time.Duration, error) {
 	cpu0 := CPUTime(pid)
-	tp, err := Throughput(dial, header, n)
+	tp, sent, err := Throughput(dial, header, n, d)
 	if err != nil {
 		return 0, 0, err
 	}
 	cpu := CPUTime(pid) - cpu0
 	x.Tput = append(x.Tput, tp)
-	x.CPUPerGiB = append(x.CPUPerGiB, cpu.Seconds()/(float64(n)/(1<<30)))
+	x.CPUPerGiB = append(x.CPUPerGiB, cpu.Seconds()/(float64(sent)/(1<<30)))
 	return tp, cpu, nil
 }
 
@@ -140,27 +145,31 @@ func (x *Result) IdleCost(pid, n int, dial func() (net.Conn, error), msg func() 
 // with: mode tcp, option splice-auto, maxconn 7000 (2 fds a connection
 // plus maxpipes, maxconn/4, pipes: about 17,500, inside the 20,000 a
 // process may hold here), then proxies. logged adds one line per
-// connection to stdout (option tcplog), as our relays log.
-func HAProxyConfig(logged bool, proxies string) string {
+// connection to stdout (option tcplog), as our relays log; threads > 0
+// sets nbthread (0: HAProxy's default, one per CPU it may run on).
+func HAProxyConfig(logged bool, threads int, proxies string) string {
 	global, defaults := "", ""
 	if logged {
 		global, defaults = "    log stdout format raw daemon\n", "    log global\n    option tcplog\n"
+	}
+	if threads > 0 {
+		global += fmt.Sprintf("    nbthread %d\n", threads)
 	}
 	return "global\n    maxconn 7000\n" + global + "defaults\n    mode tcp\n" + defaults +
 		"    option splice-auto\n    timeout connect 5s\n    timeout client 1h\n    timeout server 1h\n" + proxies
 }
 
 // StartHAProxy runs bin (HAProxy) on a free loopback address with
-// HAProxyConfig(logged, proxies(addr)).
-func StartHAProxy(dir, bin string, logged bool, proxies func(addr string) string) (string, *exec.Cmd, error) {
+// HAProxyConfig(logged, s.Threads(), proxies(addr)), placed as s says.
+func StartHAProxy(s *Shape, dir, bin string, logged bool, proxies func(addr string) string) (string, *exec.Cmd, error) {
 	addr, err := FreeAddr()
 	if err != nil {
 		return "", nil, err
 	}
-	path, err := WriteConfig(dir, "haproxy.cfg", HAProxyConfig(logged, proxies(addr)))
+	path, err := WriteConfig(dir, "haproxy.cfg", HAProxyConfig(logged, s.Threads(), proxies(addr)))
 	if err != nil {
 		return "", nil, err
 	}
-	cmd, err := Start(dir, "haproxy", bin, "-db", "-f", path)
+	cmd, err := s.Start(dir, "haproxy", bin, "-db", "-f", path)
 	return addr, cmd, err
 }

@@ -1,10 +1,11 @@
 package cli
 
 import (
-	"context"
 	"net"
 	"runtime"
 	"syscall"
+
+	"github.com/edgefleet/edgefleet/internal/evloop"
 )
 
 // No edgefleet process serves or writes a heap profile, so none samples
@@ -24,15 +25,15 @@ func NoFile() uint64 {
 }
 
 // Listen listens on every address in addrs, or fails on the first it
-// cannot bind (the caller exits then, so none is closed). Go's
-// per-connection keepalive is off: the edge and the front set keepalive
-// (and TCP_NODELAY) on the listening socket, which accepted sockets
-// inherit (relayshell.SetListener).
+// cannot bind (the caller exits then, so none is closed). The sockets
+// are evloop.Listen's: SO_REUSEPORT, for the event loops to accept on a
+// socket each, and Go's per-connection keepalive off (the edge and the
+// front set keepalive and TCP_NODELAY on the listening socket, which
+// accepted sockets inherit: relayshell.SetListener).
 func Listen(addrs []string) ([]net.Listener, error) {
-	lc := net.ListenConfig{KeepAlive: -1}
 	var lns []net.Listener
 	for _, addr := range addrs {
-		ln, err := lc.Listen(context.Background(), "tcp", addr)
+		ln, err := evloop.Listen(addr)
 		if err != nil {
 			return nil, err
 		}

@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/evloop"
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	"github.com/edgefleet/edgefleet/origin"
 	"github.com/edgefleet/edgefleet/origin/ldap/core"
@@ -131,7 +132,7 @@ func NewOn(dir string, frontLn net.Listener, trusted ...string) (o *Origin, err 
 		return nil, err
 	}
 	if frontLn == nil {
-		if frontLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		if frontLn, err = evloop.Listen("127.0.0.1:0"); err != nil {
 			return nil, err
 		}
 	}
@@ -228,7 +229,7 @@ func newEdge(name, listen, origin string) (*Edge, error) {
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", listen)
+	ln, err := evloop.Listen(listen)
 	if err != nil {
 		return nil, err
 	}
