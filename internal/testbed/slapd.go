@@ -85,6 +85,15 @@ type SlapdConfig struct {
 	// Limits are slapd "limits" clauses for the directory, e.g.
 	// "* size.pr=1000".
 	Limits []string
+	// Conf, when set, is the whole slapd.conf, written as it is (its
+	// directory must be Dir's "db"); the fields above but LDIF and Netns
+	// are then unused, and LDIF is loaded only when set (an empty one
+	// leaves the directory empty, for a replica that takes it from a
+	// provider).
+	Conf string
+	// Addr is the 127.0.0.1:port to serve; empty: a free port. Replicas
+	// that name each other pick their ports first.
+	Addr string
 }
 
 // ReplicaLDIF gives every entry of ldif the entryUUID and entryCSN a
@@ -120,21 +129,35 @@ type Slapd struct {
 // data and starts slapd on a free loopback port. It needs no test, so
 // benchmarks use it too; Close stops it.
 func NewSlapd(dir string, cfg SlapdConfig) (*Slapd, error) {
-	s := &Slapd{Dir: dir, out: &Buffer{}, ns: cfg.Netns}
-	port, err := LowPort("127.0.0.1")
-	if err != nil {
-		return nil, err
+	s := &Slapd{Dir: dir, out: &Buffer{}, ns: cfg.Netns, Addr: cfg.Addr}
+	if s.Addr == "" {
+		port, err := LowPort("127.0.0.1")
+		if err != nil {
+			return nil, err
+		}
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	}
-	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	s.URL = "ldap://" + s.Addr
 	if cfg.TLSCert != "" {
 		s.URL = "ldaps://" + s.Addr
 	}
-	conf := slapdConf(dir, cfg)
+	conf := cfg.Conf
+	if conf == "" {
+		conf = slapdConf(dir, cfg)
+	}
 	if err := os.WriteFile(filepath.Join(dir, "slapd.conf"), []byte(conf), 0o600); err != nil {
 		return nil, err
 	}
-	if len(cfg.Proxy) == 0 {
+	if cfg.Conf != "" {
+		if err := os.MkdirAll(filepath.Join(dir, "db"), 0o700); err != nil {
+			return nil, err
+		}
+		if cfg.LDIF != "" {
+			if err := slapadd(dir, cfg.LDIF); err != nil {
+				return nil, err
+			}
+		}
+	} else if len(cfg.Proxy) == 0 {
 		if err := os.MkdirAll(filepath.Join(dir, "db"), 0o700); err != nil {
 			return nil, err
 		}
