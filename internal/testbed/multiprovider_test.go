@@ -111,14 +111,18 @@ func TestOriginPoolSlapdConfig(t *testing.T) {
 	modify(a, "dn: uid=w1,ou=writes,dc=example,dc=com\nchangetype: add\nobjectClass: inetOrgPerson\nuid: w1\ncn: w1\nsn: from-a\n")
 	converge("ldap-b has the add made on ldap-a", func() bool { return strings.Contains(search(b, "ou=writes,"+testbed.Suffix, "sn"), "sn: from-a") })
 	modify(b, "dn: uid=w1,ou=writes,dc=example,dc=com\nchangetype: modify\nadd: description\ndescription: from-b\n")
-	converge("ldap-a has the modify made on ldap-b", func() bool { return strings.Contains(search(a, "ou=writes,"+testbed.Suffix, "description"), "description: from-b") })
+	converge("ldap-a has the modify made on ldap-b", func() bool {
+		return strings.Contains(search(a, "ou=writes,"+testbed.Suffix, "description"), "description: from-b")
+	})
 
 	a.Kill()
 	modify(b, "dn: uid=w1,ou=writes,dc=example,dc=com\nchangetype: modify\nadd: description\ndescription: while-a-was-down\n")
 	if err := a.Start(); err != nil {
 		t.Fatal(err)
 	}
-	entry := func(s *testbed.Slapd) string { return search(s, "uid=w1,ou=writes,"+testbed.Suffix, "description", "sn") }
+	entry := func(s *testbed.Slapd) string {
+		return search(s, "uid=w1,ou=writes,"+testbed.Suffix, "description", "sn")
+	}
 	converge("ldap-a, started again, has the write it missed", func() bool { return strings.Contains(entry(a), "description: while-a-was-down") })
 	converge("both providers hold the same entry", func() bool { return entry(a) == entry(b) })
 	if got := entry(a); strings.Count(got, "description: ") != 2 || strings.Count(got, "sn: ") != 1 {
