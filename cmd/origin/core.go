@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
+	"github.com/edgefleet/edgefleet/internal/ticketkeys"
 	"github.com/edgefleet/edgefleet/origin"
 	"github.com/edgefleet/edgefleet/origin/ldap/core"
 	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
@@ -56,6 +57,9 @@ type coreTLS struct {
 	// Session ticket keys: a new one every TicketRotation, TicketKeys kept.
 	TicketRotation time.Duration `mapstructure:"ticket_rotation"`
 	TicketKeys     int           `mapstructure:"ticket_keys"`
+	// TicketKeyFile, when set, holds an origin pool's shared keys
+	// (internal/ticketkeys), read at start and on SIGHUP.
+	TicketKeyFile string `mapstructure:"ticket_key_file"`
 }
 
 func defaultCore() coreSection {
@@ -191,6 +195,13 @@ func (cfg coreSection) coreConfig() (core.Config, error) {
 		return c, err
 	}
 	c.Pins = pins
+	if cfg.TLS.TicketKeyFile != "" {
+		keys, err := readTicketKeys(cfg.TLS.TicketKeyFile)
+		if err != nil {
+			return c, err
+		}
+		c.SharedTicketKeys = keys
+	}
 	if cfg.BackendCA != "" {
 		pool, err := loadPool(cfg.BackendCA)
 		if err != nil {
@@ -237,6 +248,20 @@ func reloadPins(srv *core.Server, path string, log *slog.Logger) (applied bool, 
 	}
 	log.Info("pins reloaded", "pins", len(pins), "was", len(was), "added", pinNames(pins, was), "removed", pinNames(was, pins))
 	return true, func() { srv.SetPins(was) }, nil
+}
+
+// readTicketKeys reads an origin pool's ticket key file, in the order the
+// core wants them (the key that encrypts first).
+func readTicketKeys(path string) ([][32]byte, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("core.tls.ticket_key_file: %w", err)
+	}
+	keys, err := ticketkeys.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("core.tls.ticket_key_file %s: %w", path, err)
+	}
+	return keys.ForTLS(), nil
 }
 
 // pinNames are the agent names of the pins of a that b does not hold (a

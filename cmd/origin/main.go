@@ -204,7 +204,8 @@ func run(cfg originFile, reload func() (originFile, error)) error {
 }
 
 // reloaded answers SIGHUP: it re-reads the configuration and applies
-// front.trusted_edges and the core's pins (core.tls.pins, the file read
+// front.trusted_edges, the core's pins (core.tls.pins, the file read
+// again) and an origin pool's ticket keys (core.tls.ticket_key_file, read
 // again) at once — open connections keep going, the next ones are judged
 // by the new values — names the other keys that changed (they need a
 // restart) and returns the configuration now in force. A file that fails a
@@ -217,6 +218,16 @@ func reloaded(cfg originFile, front *origin.Front, srv *core.Server, reload func
 	}
 	changed := cli.Changed(cfg, next)
 	applied := false
+	// An origin pool's ticket keys: the file the core started with, read
+	// again now and put in force last (a new path needs a restart, as any
+	// changed key).
+	var keys [][32]byte
+	if path := cfg.Core.TLS.TicketKeyFile; srv != nil && cfg.Core.Enabled && path != "" && cfg.Core.TLS.Mode != core.TLSOff {
+		if keys, err = readTicketKeys(path); err != nil {
+			log.Error("reload failed, keeping the running configuration", "err", err)
+			return cfg
+		}
+	}
 	undoPins := func() {}
 	if srv != nil && next.Core.Enabled {
 		ok, undo, err := reloadPins(srv, next.Core.TLS.Pins, log)
@@ -238,6 +249,14 @@ func reloaded(cfg originFile, front *origin.Front, srv *core.Server, reload func
 		cfg.Front.TrustedEdges = next.Front.TrustedEdges
 		changed = slices.DeleteFunc(changed, func(k string) bool { return k == "front.trusted_edges" })
 		applied = true
+	}
+	if keys != nil {
+		if ok, err := srv.SetTicketKeys(keys); err != nil {
+			log.Error("[unexpected] ticket keys not reloaded", "err", err)
+		} else if ok {
+			log.Info("ticket keys reloaded", "keys", len(keys), "file", cfg.Core.TLS.TicketKeyFile)
+			applied = true
+		}
 	}
 	switch {
 	case len(changed) > 0:

@@ -97,6 +97,14 @@ type Config struct {
 	// every handshake full). DefaultConfig: 1 h and 24.
 	TicketRotation time.Duration
 	TicketKeys     int
+	// SharedTicketKeys, when set, are the session ticket keys of an
+	// origin pool (core.tls.ticket_key_file, read by cmd/origin with
+	// internal/ticketkeys), in tls.Config.SetSessionTicketKeys order:
+	// the first encrypts, all decrypt. The core then makes no keys and
+	// rotates none (TicketRotation is unused); whoever writes the file
+	// rotates them, and SetTicketKeys swaps them in. TicketKeys 0 still
+	// turns tickets off.
+	SharedTicketKeys [][32]byte
 	// Now, if non-nil, is used instead of time.Now (internal/clock): the
 	// clock of OFFLINE expiry, the load's smoothing, the monitor, the
 	// session ticket keys' rotation, the handshake queue's deadline and the

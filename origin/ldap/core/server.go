@@ -139,7 +139,7 @@ func New(cfg Config, file *dlp.File, peers PeerLookup, log *slog.Logger, reg pro
 	}
 	if cfg.TLSMode != TLSOff {
 		s.tlsCfg = s.serverTLS()
-		s.tickets = newTicketKeys(s.tlsCfg, cfg.TicketRotation, cfg.TicketKeys, s.now)
+		s.tickets = newTicketKeys(s.tlsCfg, cfg.TicketRotation, cfg.TicketKeys, cfg.SharedTicketKeys, s.now)
 		s.gate = newGate(cfg.HandshakeSlots, cfg.HandshakeQueueTimeout, s.now, s.hsm.queued)
 	}
 	if s.file != nil {

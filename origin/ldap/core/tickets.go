@@ -3,6 +3,7 @@ package core
 import (
 	"crypto/rand"
 	"crypto/tls"
+	"slices"
 	"sync"
 	"time"
 )
@@ -21,34 +22,56 @@ const (
 // handshake and adds a key when the newest is rotation old, so no timer
 // runs and a test's clock decides. The newest key encrypts new tickets;
 // every key kept decrypts.
+//
+// With keys shared by an origin pool (Config.SharedTicketKeys) it holds
+// those and rotates nothing: set replaces them.
 type ticketKeys struct {
-	cfg   *tls.Config
-	every time.Duration
-	keep  int
-	now   func() time.Time
+	cfg    *tls.Config
+	every  time.Duration
+	keep   int
+	now    func() time.Time
+	shared bool
 
 	mu   sync.Mutex
 	last time.Time // when keys[0] was made
 	keys [][32]byte
 }
 
-func newTicketKeys(cfg *tls.Config, every time.Duration, keep int, now func() time.Time) *ticketKeys {
+func newTicketKeys(cfg *tls.Config, every time.Duration, keep int, shared [][32]byte, now func() time.Time) *ticketKeys {
 	if every <= 0 {
 		every = DefaultTicketRotation
 	}
-	t := &ticketKeys{cfg: cfg, every: every, keep: keep, now: now}
+	t := &ticketKeys{cfg: cfg, every: every, keep: keep, now: now, shared: shared != nil}
 	if keep <= 0 {
 		cfg.SessionTicketsDisabled = true
+		return t
+	}
+	if t.shared {
+		t.set(shared)
 		return t
 	}
 	t.rotate()
 	return t
 }
 
+// set puts shared keys in force (the first encrypts): the next handshakes
+// issue and resume with them. The same keys in the same order change
+// nothing (changed false).
+func (t *ticketKeys) set(keys [][32]byte) (changed bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if slices.Equal(keys, t.keys) {
+		return false
+	}
+	t.keys = slices.Clone(keys)
+	t.cfg.SetSessionTicketKeys(t.keys)
+	return true
+}
+
 // rotate adds a new key when the newest is due, dropping the oldest beyond
 // keep.
 func (t *ticketKeys) rotate() {
-	if t.keep <= 0 {
+	if t.keep <= 0 || t.shared {
 		return
 	}
 	t.mu.Lock()

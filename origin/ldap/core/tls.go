@@ -58,6 +58,24 @@ func (s *Server) serverTLS() *tls.Config {
 // caller must not change it.
 func (s *Server) Pins() map[string]string { return *s.pins.Load() }
 
+// SetTicketKeys puts an origin pool's session ticket keys in force (the
+// first encrypts, all decrypt; SetSessionTicketKeys order): tickets
+// issued from now on use them, and a ticket no key of keys decrypts gets
+// a full handshake. changed is false when they are the keys in force. It
+// is refused when the core was not started with shared keys (its own
+// rotation would undo them) or keys is empty.
+func (s *Server) SetTicketKeys(keys [][32]byte) (changed bool, err error) {
+	switch {
+	case s.tickets == nil || !s.tickets.shared:
+		return false, errors.New("not set at start: the core rotates its own keys (restart it to share a pool's)")
+	case len(keys) == 0:
+		return false, errors.New("no ticket key")
+	case s.tickets.keep <= 0:
+		return false, nil // tickets are off (core.tls.ticket_keys 0)
+	}
+	return s.tickets.set(keys), nil
+}
+
 // SetPins replaces the pins the next handshakes are checked against (a
 // resumed session's too); sessions already open go on. A set the
 // configuration's check refuses — mtls with neither pins nor client_ca —
