@@ -24,12 +24,14 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/edgefleet/edgefleet/firewall"
+	"github.com/edgefleet/edgefleet/relay"
 )
 
 // Config is fleet.yaml (docs/dns-deploy.md).
@@ -38,10 +40,14 @@ type Config struct {
 	Zone   string `mapstructure:"zone"`
 	TTL    int    `mapstructure:"ttl"` // seconds
 	DNS    DNS    `mapstructure:"dns"`
-	Origin Origin `mapstructure:"origin"`
-	Probe  Probe  `mapstructure:"probe"`
-	Edges  []Edge `mapstructure:"edges"`
-	Deploy Deploy `mapstructure:"deploy"` // how fleet deploy installs an edge (render.go)
+	Origin Origin `mapstructure:"origin"` // one origin host (a pool of one)
+	// Origins is the origin pool: several hosts, each with its own
+	// firewall that convergence keeps in step (pool.go). Give origin or
+	// origins, not both; Hosts is the pool either way.
+	Origins []Origin `mapstructure:"origins"`
+	Probe   Probe    `mapstructure:"probe"`
+	Edges   []Edge   `mapstructure:"edges"`
+	Deploy  Deploy   `mapstructure:"deploy"` // how fleet deploy installs an edge (render.go)
 	// DrainTimeout bounds how long a removed edge stays allowed by the
 	// firewall waiting for its active connections to reach zero (after its
 	// TTL wait).
@@ -76,9 +82,14 @@ type TSIG struct {
 	SecretFile string `mapstructure:"secret_file"`
 }
 
-// Origin is what the firewall protects: the published ports, the external
-// interface they arrive on and the address they are published on.
+// Origin is one origin host, what its firewall protects: the published
+// ports, the external interface they arrive on and the address they are
+// published on; in the pool form (origins) also its name and how fleet
+// reaches its firewall.
 type Origin struct {
+	// Name names the host in fleet's output and in the edges' origins
+	// (origins only; letters, digits, '-' and '_', never an address).
+	Name      string `mapstructure:"name"`
 	Ports     []int  `mapstructure:"ports"`
 	Interface string `mapstructure:"interface"`
 	Address   string `mapstructure:"address"`
@@ -90,6 +101,53 @@ type Origin struct {
 	// (host:port or a URL; optional): where `fleet status` reads each
 	// edge's refused connections per second.
 	Metrics string `mapstructure:"metrics"`
+	// SSH is user@host[:port] where fleet reaches this host's firewall,
+	// with the pinned HostKey (authorized_keys format) as deploy push
+	// reaches an edge; empty: the firewall is the one of the host fleet
+	// runs on (origins only).
+	SSH     string `mapstructure:"ssh"`
+	HostKey string `mapstructure:"host_key"`
+}
+
+// Local reports whether fleet reaches the host's firewall on the host it
+// runs on (no ssh).
+func (o Origin) Local() bool { return o.SSH == "" }
+
+// Hosts are the origin hosts: origins, or the one origin (named
+// "origin"). A pool entry without ports has the default 8636.
+func (c Config) Hosts() []Origin {
+	if len(c.Origins) == 0 {
+		o := c.Origin
+		if o.Name == "" {
+			o.Name = "origin"
+		}
+		return []Origin{o}
+	}
+	out := make([]Origin, len(c.Origins))
+	for i, o := range c.Origins {
+		if len(o.Ports) == 0 {
+			o.Ports = DefaultConfig().Origin.Ports
+		}
+		out[i] = o
+	}
+	return out
+}
+
+// Pool reports whether the inventory uses the pool form (origins).
+func (c Config) Pool() bool { return len(c.Origins) > 0 }
+
+// Ports are every origin host's ports, sorted, each once.
+func (c Config) Ports() []int {
+	var ports []int
+	for _, o := range c.Hosts() {
+		for _, p := range o.Ports {
+			if !slices.Contains(ports, p) {
+				ports = append(ports, p)
+			}
+		}
+	}
+	slices.Sort(ports)
+	return ports
 }
 
 // Edge is one relay of the fleet.
@@ -169,7 +227,12 @@ func (c Config) Validate() error {
 		p.bad("drain_timeout", "%v is not a positive duration", c.DrainTimeout)
 	}
 	p.add(c.Watch.Validate())
-	c.Origin.check(&p)
+	c.checkOrigins(&p)
+	switch c.Deploy.Balance {
+	case "", relay.BalanceFailover, relay.BalanceRoundRobin, relay.BalanceLeastConn:
+	default:
+		p.bad("deploy.balance", "%q is not failover, round-robin or least-conn", c.Deploy.Balance)
+	}
 	checkEdges(&p, c.Edges)
 	return errors.Join(p...)
 }
@@ -252,33 +315,97 @@ func (pr Probe) check(p *problems) {
 	}
 }
 
-// check checks origin: at least one port, each once, the interface and
-// address the firewall pins, and its metrics endpoint.
-func (o Origin) check(p *problems) {
+// checkOrigins checks origin, or origins: one form, each host valid, the
+// pool's names and addresses each used once, one host at most reached
+// locally.
+func (c Config) checkOrigins(p *problems) {
+	if !c.Pool() {
+		c.Origin.check(p, "origin", false)
+		return
+	}
+	if !reflect.DeepEqual(c.Origin, DefaultConfig().Origin) {
+		p.bad("origin", "give origin (one host) or origins (a pool), not both")
+	}
+	names, addrs := map[string]int{}, map[netip.Addr]int{}
+	local := -1
+	for i, o := range c.Hosts() {
+		key := fmt.Sprintf("origins[%d]", i)
+		o.check(p, key, true)
+		if j, dup := names[o.Name]; dup && o.Name != "" {
+			p.bad(key+".name", "%q is the name of origins[%d]", o.Name, j)
+		}
+		names[o.Name] = i
+		if a, err := netip.ParseAddr(o.Address); err == nil {
+			if j, dup := addrs[a]; dup {
+				p.bad(key+".address", "%s is the address of origins[%d] too", a, j)
+			}
+			addrs[a] = i
+		}
+		if o.Local() {
+			if local >= 0 {
+				p.bad(key+".ssh", "origins[%d] is reached locally already: only the host fleet runs on can be (give ssh and host_key)", local)
+			}
+			local = i
+		}
+	}
+}
+
+// check checks one origin host at key: at least one port, each once, the
+// interface and address the firewall pins, its metrics endpoint; in the
+// pool also its name and how its firewall is reached.
+func (o Origin) check(p *problems, key string, pool bool) {
 	if len(o.Ports) == 0 {
-		p.bad("origin.ports", "at least one port is required")
+		p.bad(key+".ports", "at least one port is required")
 	}
 	seenPort := map[int]bool{}
 	for i, port := range o.Ports {
 		if port < 1 || port > 65535 {
-			p.bad(fmt.Sprintf("origin.ports[%d]", i), "%d is not a TCP port", port)
+			p.bad(fmt.Sprintf("%s.ports[%d]", key, i), "%d is not a TCP port", port)
 		} else if seenPort[port] {
-			p.bad(fmt.Sprintf("origin.ports[%d]", i), "%d is listed twice", port)
+			p.bad(fmt.Sprintf("%s.ports[%d]", key, i), "%d is listed twice", port)
 		}
 		seenPort[port] = true
 	}
 	if o.Interface != "" && !firewall.IsInterfaceName(o.Interface) {
-		p.bad("origin.interface", "%q is not an interface name", o.Interface)
+		p.bad(key+".interface", "%q is not an interface name", o.Interface)
 	}
 	if o.Address != "" {
 		if a, err := netip.ParseAddr(o.Address); err != nil || a.Zone() != "" {
-			p.bad("origin.address", "%q is not an IP address", o.Address)
+			p.bad(key+".address", "%q is not an IP address", o.Address)
 		}
 	}
 	if o.Metrics != "" && !validMetrics(o.Metrics) {
-		p.bad("origin.metrics", "%q is not host:port or an http(s) URL", o.Metrics)
+		p.bad(key+".metrics", "%q is not host:port or an http(s) URL", o.Metrics)
+	}
+	if !pool {
+		for k, v := range map[string]string{"name": o.Name, "ssh": o.SSH, "host_key": o.HostKey} {
+			if v != "" {
+				p.bad(key+"."+k, "only an origin host of origins has one (a pool: origins: [{name: …, ssh: …}])")
+			}
+		}
+		return
+	}
+	if !originName.MatchString(o.Name) {
+		p.bad(key+".name", "%q is not a name (letters, digits, - _; never an address)", o.Name)
+	}
+	switch {
+	case o.SSH == "" && o.HostKey != "":
+		p.bad(key+".host_key", "given without ssh")
+	case o.SSH != "" && o.HostKey == "":
+		p.bad(key+".host_key", "required with ssh: the host key is pinned, any other is refused")
+	case o.SSH != "":
+		if _, _, err := ParseSSHTarget(o.SSH); err != nil {
+			p.bad(key+".ssh", "%v", err)
+		}
+		if _, err := ParseHostKey(o.HostKey); err != nil {
+			p.bad(key+".host_key", "%v", err)
+		}
 	}
 }
+
+// originName is an origin host's name: what the edges call it in their
+// metrics and logs, so never an address (relay's origin names).
+var originName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,63}$`)
 
 // checkEdges checks edges: each one's name (used once), its addresses
 // (one host's each, no address shared with another edge) and its metrics
@@ -427,8 +554,10 @@ func (c Config) CheckEdgeAddrs(allowLoopback bool, own []netip.Addr) error {
 	for _, a := range own {
 		origin[a.Unmap()] = true
 	}
-	if a, err := netip.ParseAddr(c.Origin.Address); err == nil {
-		origin[a.Unmap()] = true
+	for _, o := range c.Hosts() {
+		if a, err := netip.ParseAddr(o.Address); err == nil {
+			origin[a.Unmap()] = true
+		}
 	}
 	for i, e := range c.Edges {
 		for fam, s := range map[string]string{"ipv4": e.IPv4, "ipv6": e.IPv6} {

@@ -79,7 +79,7 @@ func NewPush(c Config, name string) (PushConfig, error) {
 			return p, fmt.Errorf("deploy.binary_sha256: %w", err)
 		}
 	}
-	if err := c.Deploy.validate(c.Origin, false); err != nil {
+	if err := c.Deploy.validate(c, false); err != nil {
 		return p, err
 	}
 	// The push writes what cloud-init would; only the download is not

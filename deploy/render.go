@@ -55,7 +55,8 @@ type Deploy struct {
 	Identity       string        `mapstructure:"identity"`        // SSH private key file for push; empty: the ssh-agent at SSH_AUTH_SOCK
 	AuthorizedKeys []string      `mapstructure:"authorized_keys"` // public keys cloud-init authorises for root, for later pushes
 	Listen         []string      `mapstructure:"listen"`          // the edge's listen addresses
-	Origins        []string      `mapstructure:"origins"`         // what the edges dial; empty: origin.address with each of origin.ports
+	Origins        []string      `mapstructure:"origins"`         // what the edges dial; empty: each origin host's address with each of its ports
+	Balance        string        `mapstructure:"balance"`         // the edges' balance over their origins
 	Metrics        string        `mapstructure:"metrics"`         // the edge's metrics listen address; "" disables
 	DrainTimeout   time.Duration `mapstructure:"drain_timeout"`   // the edge's drain_timeout; the unit's stop timeout follows it
 
@@ -79,7 +80,8 @@ type Deploy struct {
 // where `make build` puts the binary.
 func DefaultDeploy() Deploy {
 	return Deploy{Binary: "bin/edge", Listen: []string{":636"}, Metrics: "127.0.0.1:9101", DrainTimeout: 30 * time.Second,
-		Limits: relay.DefaultLimits(), TLSGate: relay.DefaultConfig().TLSGate}
+		Balance: relay.BalanceFailover,
+		Limits:  relay.DefaultLimits(), TLSGate: relay.DefaultConfig().TLSGate}
 }
 
 // Rendering is everything an edge host needs, rendered from the inventory:
@@ -113,13 +115,15 @@ func Render(c Config, name string) (*Rendering, error) {
 		return nil, fmt.Errorf("edge %q is not in the inventory", name)
 	}
 	d := c.Deploy
-	if err := d.validate(c.Origin, true); err != nil {
+	if err := d.validate(c, true); err != nil {
 		return nil, err
 	}
 	d.BinarySHA256, _ = ParseSHA256(d.BinarySHA256)
-	origins := d.origins(c.Origin)
 	rc := relay.DefaultConfig()
-	rc.Name, rc.Listen, rc.Origins, rc.DrainTimeout = e.Name, d.Listen, relay.OriginList(origins...), d.DrainTimeout
+	rc.Name, rc.Listen, rc.Origins, rc.DrainTimeout = e.Name, d.Listen, d.origins(c), d.DrainTimeout
+	if d.Balance != "" {
+		rc.Balance = d.Balance
+	}
 	rc.Limits, rc.TLSGate = d.Limits, d.TLSGate
 	if len(rc.TLSGate.ServerNames) == 0 && rc.TLSGate.Mode != relay.GateOff {
 		rc.TLSGate.ServerNames = servedNames(c)
@@ -128,6 +132,9 @@ func Render(c Config, name string) (*Rendering, error) {
 		return nil, fmt.Errorf("deploy.%w", err)
 	}
 	if err := rc.Validate(); err != nil {
+		if strings.HasPrefix(err.Error(), "balance: ") {
+			return nil, fmt.Errorf("deploy.%w", err)
+		}
 		return nil, fmt.Errorf("edge %s configuration: %w", e.Name, err)
 	}
 	if err := listenaddr.Overlap(rc.Listen); err != nil {
@@ -241,21 +248,32 @@ func metricsAllow(d Deploy, metrics string) ([]string, error) {
 	return append(out, "ip6tables -I INPUT "+strconv.Itoa(len(v6)+1)+" -p tcp --dport "+port+" -j DROP"), nil
 }
 
-// origins is deploy.origins, or origin.address with each origin port.
-func (d Deploy) origins(o Origin) []string {
+// origins is what the edges dial: deploy.origins (named by position), or
+// each origin host's address with each of its ports — for a pool named
+// after the host (par-a, or par-a-8636 for a host with several ports).
+func (d Deploy) origins(c Config) []relay.Origin {
 	if len(d.Origins) > 0 {
-		return d.Origins
+		return relay.OriginList(d.Origins...)
 	}
-	var out []string
-	for _, p := range o.Ports {
-		out = append(out, net.JoinHostPort(o.Address, strconv.Itoa(p)))
+	var out []relay.Origin
+	for _, o := range c.Hosts() {
+		for _, p := range o.Ports {
+			ro := relay.Origin{Address: net.JoinHostPort(o.Address, strconv.Itoa(p))}
+			if c.Pool() {
+				ro.Name = o.Name
+				if len(o.Ports) > 1 {
+					ro.Name += "-" + strconv.Itoa(p)
+				}
+			}
+			out = append(out, ro)
+		}
 	}
 	return out
 }
 
 // validate checks the deploy section; forRender also requires the pinned
 // download that cloud-init needs.
-func (d Deploy) validate(o Origin, forRender bool) error {
+func (d Deploy) validate(c Config, forRender bool) error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("deploy.%s: %s", key, fmt.Sprintf(format, args...)))
@@ -284,8 +302,16 @@ func (d Deploy) validate(o Origin, forRender bool) error {
 			bad("metrics", "%q is not host:port", d.Metrics)
 		}
 	}
-	if len(d.Origins) == 0 && o.Address == "" {
-		bad("origins", "required when origin.address is empty (the edges must know what to dial)")
+	for i, o := range c.Hosts() {
+		if len(d.Origins) > 0 || o.Address != "" {
+			continue
+		}
+		if c.Pool() {
+			bad("origins", "required when origins[%d].address is empty (the edges must know what to dial)", i)
+		} else {
+			bad("origins", "required when origin.address is empty (the edges must know what to dial)")
+		}
+		break
 	}
 	return errors.Join(errs...)
 }

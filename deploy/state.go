@@ -54,8 +54,7 @@ type InventoryID struct {
 
 // IDOf is the inventory's identity as the state file records it.
 func IDOf(c Config) *InventoryID {
-	ports := slices.Clone(c.Origin.Ports)
-	slices.Sort(ports)
+	ports := c.Ports()
 	return &InventoryID{Name: canonical(c.Name), Zone: canonical(c.Zone), Ports: ports}
 }
 

@@ -4,6 +4,7 @@
 //
 //	go run ./bench/core                 # 1, 16 and 64 clients, 3 s per cell
 //	go run ./bench/core -d 5s -c 1,64
+//	go run ./bench/core -bare          # also a bare TCP relay: the floor of a hop in Go
 //
 // Every target serves the same slapd directory (three are started; the
 // core and back-ldap both list the first two in failover order, so all
@@ -47,9 +48,12 @@ func main() {
 	rounds := flag.Int("r", 3, "samples per cell; targets alternate, the median is reported")
 	clients := flag.String("c", "1,16,64", "comma-separated numbers of concurrent clients")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (core included) to this file")
+	blockprofile := flag.String("blockprofile", "", "write a profile of where goroutines blocked (channels, locks, conds; not the network) to this file at the end")
+	mutexprofile := flag.String("mutexprofile", "", "write a profile of contended mutexes to this file at the end")
 	out := flag.String("out", "bench/results/core.md", "also write the table here (empty: stdout only)")
 	serve := flag.Bool("serve", false, "only start a slapd and the core (forwardto(L1,L2)), print their addresses and the pid, and serve until interrupted: for strace -p or perf stat -p on the core alone")
 	load := flag.String("load", "", "only run the clients against this address (-c clients, -w workload) for -n operations in all, and print ops/s")
+	bare := flag.Bool("bare", false, "also measure a bare TCP relay in front of the first slapd (a goroutine per direction, no LDAP): the floor of a hop in Go")
 	workload := flag.String("w", "search", "with -load: search or bind+search")
 	nOps := flag.Int64("n", 10000, "with -load: operations in all")
 	flag.Parse()
@@ -61,6 +65,14 @@ func main() {
 		}
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
+	}
+	if *blockprofile != "" {
+		runtime.SetBlockProfileRate(1)
+		defer writeProfile("block", *blockprofile)
+	}
+	if *mutexprofile != "" {
+		runtime.SetMutexProfileFraction(1)
+		defer writeProfile("mutex", *mutexprofile)
 	}
 	switch {
 	case *serve:
@@ -81,7 +93,7 @@ func main() {
 	if *out != "" {
 		w = io.MultiWriter(os.Stdout, &buf)
 	}
-	if err := run(w, *dur, *rounds, *clients); err != nil {
+	if err := run(w, *dur, *rounds, *clients, *bare); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/core:", err)
 		os.Exit(1)
 	}
@@ -93,11 +105,26 @@ func main() {
 	}
 }
 
+// writeProfile writes the runtime profile name (block, mutex) to path.
+func writeProfile(name, path string) {
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.Lookup(name).WriteTo(f, 0)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench/core:", err)
+	}
+}
+
 type target struct{ name, addr string }
 
-// run measures the targets (startTargets) for each workload and client
-// count of clientList, and writes the table to w.
-func run(w io.Writer, dur time.Duration, rounds int, clientList string) error {
+// run measures the targets (startTargets, and with bare the bare relay)
+// for each workload and client count of clientList, and writes the table
+// to w.
+func run(w io.Writer, dur time.Duration, rounds int, clientList string, bare bool) error {
 	var counts []int
 	for _, s := range strings.Split(clientList, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -116,19 +143,35 @@ func run(w io.Writer, dur time.Duration, rounds int, clientList string) error {
 	if err != nil {
 		return err
 	}
+	if bare {
+		addr, stopRelay, err := bareRelay(targets[0].addr)
+		if err != nil {
+			return err
+		}
+		defer stopRelay()
+		targets = append(targets, target{"bare relay", addr})
+	}
 
 	fmt.Fprintf(w, "LDAP core benchmark, %s: %d samples of %v per target and cell, alternating targets, medians; %d CPUs\n\n",
 		time.Now().UTC().Format(time.RFC3339), rounds, dur, runtime.NumCPU())
-	fmt.Fprintln(w, "| workload | clients | direct slapd ops/s | core ops/s | back-ldap ops/s | core ÷ back-ldap | core ÷ direct | proportional ×3 ops/s | proportional ÷ core |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	head, rule := "", ""
+	if bare {
+		head, rule = " bare relay ops/s | bare ÷ direct |", "---:|---:|"
+	}
+	fmt.Fprintln(w, "| workload | clients | direct slapd ops/s | core ops/s | back-ldap ops/s | core ÷ back-ldap | core ÷ direct | proportional ×3 ops/s | proportional ÷ core |"+head)
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|"+rule)
 	for _, wl := range []string{"bind+search", "search"} {
 		for _, n := range counts {
 			rates, err := rates(targets, wl, n, dur, rounds)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(w, "| %s | %d | %.0f | %.0f | %.0f | %.2f× | %.2f× | %.0f | %.2f× |\n", wl, n, rates[0], rates[1], rates[2],
+			fmt.Fprintf(w, "| %s | %d | %.0f | %.0f | %.0f | %.2f× | %.2f× | %.0f | %.2f× |", wl, n, rates[0], rates[1], rates[2],
 				rates[1]/rates[2], rates[1]/rates[0], rates[3], rates[3]/rates[1])
+			if bare {
+				fmt.Fprintf(w, " %.0f | %.2f× |", rates[4], rates[4]/rates[0])
+			}
+			fmt.Fprintln(w)
 		}
 	}
 	fmt.Fprintln(w, "\nops/s: bind+search counts one bind and one search as one operation pair; search counts searches (bound once).")
@@ -307,6 +350,81 @@ func startCore(src string) (string, func(), error) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)
+	}, nil
+}
+
+// bareRelay relays every connection it accepts to addr and back, a
+// goroutine per direction copying with 8 KiB reads: what any hop written
+// in Go pays in system calls and scheduling, without the core's LDAP
+// work. A bench-only yardstick (-bare).
+func bareRelay(addr string) (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	var mu sync.Mutex
+	conns := map[net.Conn]struct{}{}
+	track := func(c net.Conn, add bool) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if conns == nil {
+			return false
+		}
+		if add {
+			conns[c] = struct{}{}
+		} else {
+			delete(conns, c)
+		}
+		return true
+	}
+	copyTo := func(dst, src net.Conn) {
+		buf := make([]byte, 8<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					err = werr
+				}
+			}
+			if err != nil {
+				dst.Close()
+				src.Close()
+				return
+			}
+		}
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				s, err := net.Dial("tcp", addr)
+				if err != nil {
+					c.Close()
+					return
+				}
+				if !track(c, true) || !track(s, true) {
+					c.Close()
+					s.Close()
+					return
+				}
+				go copyTo(s, c)
+				copyTo(c, s)
+				track(c, false)
+				track(s, false)
+			}()
+		}
+	}()
+	return ln.Addr().String(), func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for c := range conns {
+			c.Close()
+		}
+		conns = nil
 	}, nil
 }
 

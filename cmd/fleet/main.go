@@ -46,7 +46,11 @@ func (f *fleetFile) rel() {
 		return
 	}
 	dir := filepath.Dir(f.path)
-	for _, p := range []*string{&f.DNS.TSIG.SecretFile, &f.Probe.CA, &f.Probe.Cert, &f.Probe.Key, &f.Origin.Config} {
+	paths := []*string{&f.DNS.TSIG.SecretFile, &f.Probe.CA, &f.Probe.Cert, &f.Probe.Key, &f.Origin.Config}
+	for i := range f.Origins {
+		paths = append(paths, &f.Origins[i].Config)
+	}
+	for _, p := range paths {
 		if *p != "" && !filepath.IsAbs(*p) {
 			*p = filepath.Join(dir, *p)
 		}

@@ -105,16 +105,24 @@ func Verdicts(name string, s *Shape, ours, hap Relay) string {
 // capped target back during the rate rounds ("" when none was capped):
 // near 100 % means the relay, not the load side, set the rate.
 func ThrottleNote(targets []*Target, res map[string]*Result) string {
-	var parts []string
+	var parts, loose []string
 	for _, t := range targets {
 		if th := res[t.Name].Throttled; len(th) > 0 {
 			parts = append(parts, fmt.Sprintf("%s %.0f %%", t.Name, 100*Median(th)))
+			if Median(th) < 0.5 {
+				loose = append(loose, t.Name)
+			}
 		}
 	}
 	if len(parts) == 0 {
 		return ""
 	}
-	return "\nThe cap throttled the relay in " + strings.Join(parts, ", ") + " of its 100 ms periods during the rate rounds (median).\n"
+	note := "\nThe cap throttled the relay in " + strings.Join(parts, ", ") + " of its 100 ms periods during the rate rounds (median)."
+	if len(loose) > 0 {
+		note += " **Under 50 % for " + strings.Join(loose, ", ") + ": the cap was not what held them back (the load side or other work on the machine was), " +
+			"so their rate ratios do not measure the relays' efficiency; rerun on a quiet machine.**"
+	}
+	return note + "\n"
 }
 
 // Table is the Markdown table of what the rounds measured through each

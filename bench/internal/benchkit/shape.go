@@ -144,12 +144,14 @@ func (s *Shape) Start(dir, name, bin string, args ...string) (*exec.Cmd, error) 
 		return cmd, err
 	}
 	g, err := newCgroup(name, s.CapPct)
-	if err != nil {
-		return cmd, err
+	if err == nil {
+		s.groups = append(s.groups, g)
+		err = g.add(cmd.Process.Pid)
 	}
-	s.groups = append(s.groups, g)
-	if err := g.add(cmd.Process.Pid); err != nil {
-		return cmd, err
+	if err != nil { // no relay runs uncapped in a capped shape
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, err
 	}
 	s.quota = g.quota()
 	capped.Lock()

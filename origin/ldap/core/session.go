@@ -17,6 +17,7 @@ import (
 
 	"github.com/edgefleet/edgefleet/ldap/wire"
 	"github.com/edgefleet/edgefleet/origin/ldap/dlp"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // A session is one client connection. Its state is guarded by mu, which
@@ -71,6 +72,8 @@ type session struct {
 	chains     map[string]pagedChain // by the cookie last handed to the client
 	chainOrder []string
 
+	counters [4]opsCounter // opsCounter's, most recently added first
+
 	// lines are the backend connections, for abort: a write to a server
 	// that stopped reading holds mu, and only closing its connection
 	// frees it.
@@ -80,7 +83,8 @@ type session struct {
 }
 
 type op struct {
-	m     *wire.Message
+	m     *wire.Message // the request: msg
+	msg   wire.Message
 	name  string
 	start time.Time
 	seq   uint64
@@ -275,9 +279,10 @@ func (ss *session) readClient() {
 		if now := ss.max.Load(); err == nil && now < limit && int64(len(raw)) > now {
 			err = &wire.ProtocolError{Kind: wire.ErrTooLarge, Offset: 1, Detail: fmt.Sprintf("pdu of %d bytes exceeds %d", len(raw), now)}
 		}
-		var m *wire.Message
+		var o *op
 		if err == nil {
-			m, err = wire.Parse(bytes.Clone(raw))
+			o = new(op) // its Message too: one allocation for both
+			err = wire.ParseInto(&o.msg, bytes.Clone(raw))
 		}
 		if err != nil && !isProtocolError(err) {
 			ss.abort() // the client is gone: free a write that holds mu
@@ -293,8 +298,8 @@ func (ss *session) readClient() {
 			ss.mu.Unlock()
 			return
 		}
-		wait := m.Op == wire.TagExtendedRequest && m.ExtOID == wire.OIDStartTLS
-		ss.onClient(m)
+		wait := o.msg.Op == wire.TagExtendedRequest && o.msg.ExtOID == wire.OIDStartTLS
+		ss.onClient(o)
 		ss.settle()
 		ended := ss.ended
 		ss.mu.Unlock()
@@ -337,9 +342,11 @@ func (ss *session) onClientEnd(err error) {
 	}
 }
 
-func (ss *session) onClient(m *wire.Message) {
+// onClient handles o, a request just read: o.msg holds it.
+func (ss *session) onClient(o *op) {
 	ss.seq++
-	o := &op{m: m, name: wire.OpName(m.Op), start: ss.srv.now(), seq: ss.seq}
+	m := &o.msg
+	o.m, o.name, o.start, o.seq = m, wire.OpName(m.Op), ss.srv.now(), ss.seq
 	if m.Op == wire.TagSearchRequest {
 		if p, ok := wire.FindPaged(m.Raw); ok {
 			o.paged = new(p) // not &p: that would allocate for every search
@@ -594,7 +601,7 @@ func (ss *session) log(o *op, target, result string) {
 	if server == "" {
 		server = "none"
 	}
-	ss.srv.m.ops.WithLabelValues(server, o.name, result).Inc()
+	ss.opsCounter(server, o.name, result).Inc()
 	if !ss.srv.log.Enabled(context.Background(), slog.LevelInfo) {
 		return
 	}
@@ -604,6 +611,28 @@ func (ss *session) log(o *op, target, result string) {
 		kv = append(kv, "dn", o.m.BindName)
 	}
 	ss.srv.log.Info("ldap op", kv...)
+}
+
+// opsCounter is edgefleet_core_operations_total for the labels, from the
+// session's few last used: a session repeats the same few (one server,
+// an operation or two, success), and the vector's own lookup hashes the
+// three labels and takes a lock for every operation.
+func (ss *session) opsCounter(server, op, result string) prometheus.Counter {
+	for i := range ss.counters {
+		if c := &ss.counters[i]; c.c != nil && c.server == server && c.op == op && c.result == result {
+			return c.c
+		}
+	}
+	c := ss.srv.m.ops.WithLabelValues(server, op, result)
+	copy(ss.counters[1:], ss.counters[:len(ss.counters)-1])
+	ss.counters[0] = opsCounter{server, op, result, c}
+	return c
+}
+
+// opsCounter is one cached edgefleet_core_operations_total series.
+type opsCounter struct {
+	server, op, result string
+	c                  prometheus.Counter
 }
 
 // who prefixes log arguments with the connection's identity fields.
