@@ -92,7 +92,8 @@ func labelValues(k string, labels []string) string {
 }
 
 // listenDrops is the kernel's TcpExt ListenDrops counter (SYNs and
-// connections dropped because a listen queue was full), machine-wide: a
+// connections dropped because a listen queue was full) of the whole
+// network namespace (make bench gives each program one of its own): a
 // dropped SYN costs the client a retransmit, 1 s and more.
 func listenDrops() int64 {
 	b, err := os.ReadFile("/proc/net/netstat")

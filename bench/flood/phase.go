@@ -21,7 +21,7 @@ type phaseResult struct {
 	// edge-a's connections by result, the front's per-edge refusals by
 	// reason, the core's handshakes by kind and result.
 	edgeA, front, core string
-	listenDrops        int64 // machine-wide, over the phase
+	listenDrops        int64 // the network namespace's, over the phase
 }
 
 // name is the phase as the report names it.

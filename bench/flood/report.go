@@ -47,7 +47,7 @@ func report(rs []phaseResult, avail defences, nofile uint64) string {
 		"Origin CPU is its user+system time over the phase, in CPUs (it has one). " +
 		"A flood connection is done when its hello was written or its handshake finished on the flooder's side.\n")
 	b.WriteString("\nWhere the connections went (counters over each phase, the agents' included; — none counted or no such counter in this build):\n\n")
-	b.WriteString("| defences | flood | edge-a connections by `result` | front per-edge refusals by `reason` | core handshakes by `kind/result` | listen drops (machine-wide) |\n|---|---|---|---|---|---:|\n")
+	b.WriteString("| defences | flood | edge-a connections by `result` | front per-edge refusals by `reason` | core handshakes by `kind/result` | listen drops (the network namespace) |\n|---|---|---|---|---|---:|\n")
 	for _, r := range rs {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d |\n", r.defences(), r.name(), r.edgeA, r.front, r.core, r.listenDrops)
 	}
