@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -41,6 +42,9 @@ type agentConfig struct {
 	Every    time.Duration `json:"every"`    // one operation per Every, reads and writes in turn
 	Interval time.Duration `json:"interval"` // the watcher's
 	Max      time.Duration `json:"max"`      // the agent stops by itself after Max
+	// OpTimeout bounds one LDAP operation (0: 10 s): a session whose
+	// origin vanished without a RST ends after it.
+	OpTimeout time.Duration `json:"op_timeout"`
 }
 
 // record is one line of the agent: a session (the edge it dialed), an
@@ -129,7 +133,7 @@ func (a *agentSession) run(ctx context.Context) error {
 	}
 	edge := c.RemoteAddr().String()
 	l := ldap.NewConn(c, true)
-	l.SetTimeout(10 * time.Second)
+	l.SetTimeout(cmp.Or(a.cfg.OpTimeout, 10*time.Second))
 	l.Start()
 	defer l.Close()
 	if err := l.Bind(testbed.User("alice"), "alice-pw"); err != nil {

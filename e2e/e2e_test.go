@@ -370,6 +370,13 @@ func startAgent(t *testing.T, ctx context.Context, ns *testbed.Netns, cfg agentC
 	return a
 }
 
+// since is a copy of the records from index from on.
+func (a *agentProc) since(from int) []record {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.recs[from:])
+}
+
 func (a *agentProc) count() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -427,6 +434,12 @@ func (a *agentProc) stop(t *testing.T) []record {
 
 // writesIn lists the entries under ou=writes of the slapd at addr in ns.
 func writesIn(t *testing.T, ns *testbed.Netns, addr string) []string {
+	return entriesIn(t, ns, addr, "ou=writes,"+testbed.Suffix)
+}
+
+// entriesIn lists the DNs of the entries right under base on the slapd at
+// addr in ns, bound as its root.
+func entriesIn(t *testing.T, ns *testbed.Netns, addr, base string) []string {
 	t.Helper()
 	c, err := ns.Dial("", addr, 5*time.Second)
 	if err != nil {
@@ -438,8 +451,8 @@ func writesIn(t *testing.T, ns *testbed.Netns, addr string) []string {
 	if err := l.Bind(testbed.RootDN, testbed.RootPW); err != nil {
 		t.Fatalf("bind %s: %v", addr, err)
 	}
-	res, err := l.Search(ldap.NewSearchRequest("ou=writes,"+testbed.Suffix, ldap.ScopeSingleLevel, ldap.NeverDerefAliases,
-		0, 30, false, "(objectClass=organizationalRole)", []string{"cn"}, nil))
+	res, err := l.Search(ldap.NewSearchRequest(base, ldap.ScopeSingleLevel, ldap.NeverDerefAliases,
+		0, 30, false, "(objectClass=*)", []string{"1.1"}, nil))
 	if err != nil {
 		t.Fatalf("search %s: %v", addr, err)
 	}
@@ -447,6 +460,7 @@ func writesIn(t *testing.T, ns *testbed.Netns, addr string) []string {
 	for _, e := range res.Entries {
 		dns = append(dns, e.DN)
 	}
+	slices.Sort(dns)
 	return dns
 }
 

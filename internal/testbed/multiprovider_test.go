@@ -1,9 +1,7 @@
 package testbed_test
 
 import (
-	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -12,38 +10,6 @@ import (
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
 )
-
-// poolSlapdConf is the slapd.conf of docs/origin-pool.md, for the
-// provider with serverID id in dir, replicating from peer (an ldap://
-// URL): the page's block with only its paths, its peer and its serverID
-// changed.
-func poolSlapdConf(t *testing.T, dir string, id int, peer string) string {
-	t.Helper()
-	raw, err := os.ReadFile("../../docs/origin-pool.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, block, ok := strings.Cut(string(raw), "```slapd.conf\n")
-	block, _, ok2 := strings.Cut(block, "```")
-	if !ok || !ok2 {
-		t.Fatal("docs/origin-pool.md has no ```slapd.conf block")
-	}
-	for _, r := range [][2]string{
-		{"/run/slapd", dir},
-		{"/var/lib/ldap", dir + "/db"},
-		{"ldap://ldap-b.internal:389", peer},
-		{"serverID 1\n", fmt.Sprintf("serverID %d\n", id)},
-	} {
-		if !strings.Contains(block, r[0]) {
-			t.Fatalf("docs/origin-pool.md's slapd.conf has no %q", r[0])
-		}
-		block = strings.ReplaceAll(block, r[0], r[1])
-	}
-	return block
-}
-
-// replicatorLDIF is the entry docs/origin-pool.md says to load.
-const replicatorLDIF = "dn: cn=replicator,dc=example,dc=com\nobjectClass: simpleSecurityObject\nobjectClass: organizationalRole\ncn: replicator\nuserPassword: replicator-secret\n\n"
 
 // TestOriginPoolSlapdConfig runs the slapd configuration of
 // docs/origin-pool.md as two providers replicating each other: ldap-b
@@ -63,9 +29,9 @@ func TestOriginPoolSlapdConfig(t *testing.T) {
 	var sl [2]*testbed.Slapd
 	for i := range sl {
 		dir := t.TempDir()
-		cfg := testbed.SlapdConfig{Addr: addrs[i], Conf: poolSlapdConf(t, dir, i+1, "ldap://"+addrs[1-i])}
+		cfg := testbed.SlapdConfig{Addr: addrs[i], Conf: testbed.PoolSlapdConf(t, "../../docs/origin-pool.md", dir, i+1, "ldap://"+addrs[1-i])}
 		if i == 0 {
-			cfg.LDIF = testbed.DirectoryLDIF(3) + replicatorLDIF
+			cfg.LDIF = testbed.DirectoryLDIF(3) + testbed.ReplicatorLDIF
 		}
 		s, err := testbed.NewSlapd(dir, cfg)
 		if err != nil {

@@ -502,3 +502,37 @@ func SilentAt(t testing.TB, addr string) string {
 	ServeHeld(t, ln, nil)
 	return ln.Addr().String()
 }
+
+// PoolSlapdConf is the slapd.conf of docs/origin-pool.md (doc, the page's
+// path from the calling test's package) for the provider with serverID id
+// in dir, replicating from peer (an ldap:// URL): the page's block with
+// only its paths, its peer and its serverID changed, so that the tests
+// run the configuration operators copy.
+func PoolSlapdConf(t testing.TB, doc, dir string, id int, peer string) string {
+	t.Helper()
+	raw, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(raw), "```slapd.conf\n")
+	block, _, ok2 := strings.Cut(block, "```")
+	if !ok || !ok2 {
+		t.Fatalf("%s has no ```slapd.conf block", doc)
+	}
+	for _, r := range [][2]string{
+		{"/run/slapd", dir},
+		{"/var/lib/ldap", filepath.Join(dir, "db")},
+		{"ldap://ldap-b.internal:389", peer},
+		{"serverID 1\n", fmt.Sprintf("serverID %d\n", id)},
+	} {
+		if !strings.Contains(block, r[0]) {
+			t.Fatalf("%s's slapd.conf has no %q", doc, r[0])
+		}
+		block = strings.ReplaceAll(block, r[0], r[1])
+	}
+	return block
+}
+
+// ReplicatorLDIF is the replication account docs/origin-pool.md says to
+// load with the directory.
+const ReplicatorLDIF = "dn: cn=replicator,dc=example,dc=com\nobjectClass: simpleSecurityObject\nobjectClass: organizationalRole\ncn: replicator\nuserPassword: replicator-secret\n\n"
