@@ -258,7 +258,7 @@ edges:
 		return gone, took
 	}
 	killed, _ := failOver("SIGKILL of", func(o *poolOrigin) { o.p.Cmd.Process.Kill() })
-	killed.start(t, bin) // back, for the next failure to have somewhere to go
+	killed.start(t, bin)        // back, for the next failure to have somewhere to go
 	time.Sleep(3 * time.Second) // past the edges' offline_retry (2 s): the restarted host is selectable again
 	failOver("the link cut of", func(o *poolOrigin) { lan.Run("ip", "link", "set", "v-"+o.name, "down") })
 	recs := ag.stop(t)
