@@ -45,6 +45,13 @@ func (t IPTables) check(edges []Edge) (firewall.Config, firewall.Report, error) 
 	return c, rep, err
 }
 
+// Report is the drift from the plan for edges and the live generation
+// chains (fleet status).
+func (t IPTables) Report(edges []Edge) (firewall.Report, error) {
+	_, rep, err := t.check(edges)
+	return rep, err
+}
+
 // Allow applies a new generation when the live rules differ from the plan
 // for edges; undo restores the rules as they were.
 func (t IPTables) Allow(edges []Edge) (func() error, error) {
@@ -86,4 +93,7 @@ func (t IPTables) Allowed() (map[netip.Addr]bool, error) {
 // each rule's comment.
 func (t IPTables) Sources() (map[netip.Addr]string, error) { return t.FW.SourceNames(t.Base.Chain) }
 
-var _ Firewall = IPTables{}
+var (
+	_ Firewall = IPTables{}
+	_ Reporter = IPTables{}
+)

@@ -55,6 +55,37 @@ func (o Origin) Refused() RefusedFunc {
 	return RefusedSampler{Endpoint: o.Metrics}.Rates
 }
 
+// Refused is every origin host's refusals summed by edge address (the
+// hosts with metrics; nil when none has): an edge refused by one host of
+// the pool is refused for the agents that land there.
+func (c Config) Refused() RefusedFunc {
+	var fns []RefusedFunc
+	for _, h := range c.Hosts() {
+		if f := h.Refused(); f != nil {
+			fns = append(fns, f)
+		}
+	}
+	switch len(fns) {
+	case 0:
+		return nil
+	case 1:
+		return fns[0]
+	}
+	return func(ctx context.Context) (map[netip.Addr]float64, error) {
+		sum := map[netip.Addr]float64{}
+		for _, f := range fns {
+			m, err := f(ctx)
+			if err != nil {
+				return nil, err
+			}
+			for a, v := range m {
+				sum[a] += v
+			}
+		}
+		return sum, nil
+	}
+}
+
 // refusedKey is one series of RefusedMetric.
 type refusedKey struct {
 	edge   netip.Addr

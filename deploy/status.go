@@ -349,9 +349,9 @@ func PrintStatus(w io.Writer, rows []StatusRow) error {
 	return tw.Flush()
 }
 
-// PrintStatusJSON writes the rows as one JSON object, {"edges": [row…]}
-// (docs/dns-deploy.md).
-func PrintStatusJSON(w io.Writer, rows []StatusRow) error {
+// PrintStatusJSON writes the rows as one JSON object, {"edges": [row…]},
+// with "origins": [host…] in the pool form (docs/dns-deploy.md).
+func PrintStatusJSON(w io.Writer, rows []StatusRow, hosts ...HostStatus) error {
 	if rows == nil {
 		rows = []StatusRow{}
 	}
@@ -363,6 +363,55 @@ func PrintStatusJSON(w io.Writer, rows []StatusRow) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(struct {
-		Edges []StatusRow `json:"edges"`
-	}{rows})
+		Edges   []StatusRow  `json:"edges"`
+		Origins []HostStatus `json:"origins,omitempty"`
+	}{rows, hosts})
+}
+
+// PrintHosts writes the origin hosts' firewalls as a table: the live
+// generation chains and the drift from the allowed set's rules.
+func PrintHosts(w io.Writer, hosts []HostStatus) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ORIGIN\tFIREWALL\tDRIFT")
+	for _, h := range hosts {
+		chains, drift := strings.Join(h.Chains, ", "), "in sync"
+		if chains == "" {
+			chains = "-"
+		}
+		switch {
+		case h.Error != "":
+			chains, drift = "?", "? "+h.Error
+		case len(h.Drift) > 0:
+			drift = fmt.Sprintf("%d rule lines differ (fleet apply converges it)", driftLines(h.Drift))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", h.Name, chains, drift)
+	}
+	return tw.Flush()
+}
+
+// driftLines counts the rule lines of a diff that differ ("+" or "-",
+// not its headers).
+func driftLines(d []string) int {
+	n := 0
+	for _, l := range d {
+		if (strings.HasPrefix(l, "+") || strings.HasPrefix(l, "-")) && !strings.HasPrefix(l, "+++") && !strings.HasPrefix(l, "---") {
+			n++
+		}
+	}
+	return n
+}
+
+// HostProblems names each origin host whose firewall could not be read
+// or drifted from the allowed set (fleet status exits 1).
+func HostProblems(hosts []HostStatus) []string {
+	var out []string
+	for _, h := range hosts {
+		switch {
+		case h.Error != "":
+			out = append(out, fmt.Sprintf("origin %s: the firewall cannot be read: %s", h.Name, h.Error))
+		case len(h.Drift) > 0:
+			out = append(out, fmt.Sprintf("origin %s: the firewall drifted from the allowed set (fleet apply converges it)", h.Name))
+		}
+	}
+	return out
 }

@@ -101,20 +101,64 @@ func setupFleet(cmd *cobra.Command, fl convergeFlags) (fleetParts, error) {
 		return p, err
 	}
 	if !fl.noFW {
-		fc := firewallConfig(p.f.Config, fl.fw)
-		if err := fc.Validate(); err != nil {
+		if p.fw, err = poolFirewall(&p, fl.fw); err != nil {
 			return p, err
 		}
-		fw, err := openFirewall(fl.fw.backend, fc.Chain)
-		if err != nil {
-			return p, err
-		}
-		p.fw = deploy.IPTables{FW: fw, Base: fc}
-		p.iptables = fw
 	}
 	p.probe, err = probeFunc(p.f.Config)
 	return p, err
 }
+
+// poolFirewall opens every origin host's firewall: the single origin's,
+// or a Pool of each host of origins, the local one through iptables here
+// and each other one as its ssh says.
+func poolFirewall(p *fleetParts, fl firewallFlags) (deploy.Firewall, error) {
+	inv := p.f.Config
+	var pool deploy.Pool
+	for _, h := range inv.Hosts() {
+		if !h.Local() {
+			pool = append(pool, deploy.HostFirewall{Name: h.Name, Firewall: remoteFirewall{h}})
+			continue
+		}
+		fc := hostFirewallConfig(inv, h, fl)
+		if err := fc.Validate(); err != nil {
+			if inv.Pool() {
+				err = fmt.Errorf("origin %s: %w", h.Name, err)
+			}
+			return nil, err
+		}
+		fw, err := openFirewall(fl.backend, fc.Chain)
+		if err != nil {
+			return nil, err
+		}
+		p.iptables = fw
+		if !inv.Pool() {
+			return deploy.IPTables{FW: fw, Base: fc}, nil
+		}
+		pool = append(pool, deploy.HostFirewall{Name: h.Name, Firewall: deploy.IPTables{FW: fw, Base: fc}})
+	}
+	return pool, nil
+}
+
+// remoteFirewall is an origin host whose firewall fleet reaches over SSH.
+// This fleet cannot drive iptables over SSH yet: every call fails, so a
+// change that would touch the pool stops before anything moves (fail
+// closed) and says so; --no-firewall leaves the firewalls alone.
+type remoteFirewall struct{ h deploy.Origin }
+
+func (r remoteFirewall) err() error {
+	return fmt.Errorf("its firewall is reached over ssh (%s), which this fleet cannot do yet (--no-firewall leaves the firewalls alone)", r.h.SSH)
+}
+
+func (r remoteFirewall) Diff([]deploy.Edge) ([]string, error)      { return nil, r.err() }
+func (r remoteFirewall) Allow([]deploy.Edge) (func() error, error) { return nil, r.err() }
+func (r remoteFirewall) Allowed() (map[netip.Addr]bool, error)     { return nil, r.err() }
+func (r remoteFirewall) Sources() (map[netip.Addr]string, error)   { return nil, r.err() }
+func (r remoteFirewall) Report([]deploy.Edge) (firewall.Report, error) {
+	return firewall.Report{}, r.err()
+}
+
+var _ deploy.Reporter = remoteFirewall{}
 
 // probeFunc is the end-to-end probe through an edge, as the inventory's
 // probe section configures it.
@@ -140,7 +184,13 @@ func probeFunc(cfg deploy.Config) (deploy.ProbeFunc, error) {
 func converge(cmd *cobra.Command, p fleetParts, cfg deploy.Config, fl convergeFlags, locked bool, beforePublish func() error) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	trusted, err := trustedEdges(cfg.Origin.Config)
+	trustedFrom := ""
+	for _, h := range cfg.Hosts() { // the first origin host's that names one
+		if trustedFrom = h.Config; trustedFrom != "" {
+			break
+		}
+	}
+	trusted, err := trustedEdges(trustedFrom)
 	if err != nil {
 		return cli.Exit(cli.ExitConfig, err)
 	}
@@ -151,7 +201,7 @@ func converge(cmd *cobra.Command, p fleetParts, cfg deploy.Config, fl convergeFl
 		out = steps
 	}
 	c := &deploy.Converger{
-		Trusted: trusted, TrustedFrom: cfg.Origin.Config,
+		Trusted: trusted, TrustedFrom: trustedFrom,
 		Config: cfg, StatePath: statePath(p.f.path),
 		DNS: p.pub, Firewall: p.fw, Probe: p.probe, Conns: cfg.Deploy.Scrape(),
 		Slack: fl.slack, DryRun: fl.dryRun, Locked: locked, Out: out, Every: fl.every,
@@ -454,12 +504,16 @@ bad fleet.yaml or flag.`,
 				st = deploy.NewState()
 			}
 			rows, refusedErr := deploy.Status(cmd.Context(), p.f.Config, st, live, p.fw, p.probe,
-				p.f.Config.Deploy.Scrape(), p.f.Config.Origin.Refused())
+				p.f.Config.Deploy.Scrape(), p.f.Config.Refused())
 			if refusedErr != nil {
 				// A warning: the exit status says what the rows say.
 				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v (REFUSED shows ?)\n", refusedErr)
 			}
-			return printStatus(cmd, output, rows, p.fw, foreign)
+			var hosts []deploy.HostStatus
+			if pool, ok := p.fw.(deploy.Pool); ok {
+				hosts = pool.Hosts(deploy.FirewallSet(p.f.Config, st))
+			}
+			return printStatus(cmd, output, rows, p.fw, foreign, hosts...)
 		},
 	}
 	fl.register(cmd.Flags(), false)

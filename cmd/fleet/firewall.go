@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -283,6 +284,9 @@ func firewallInventory(cmd *cobra.Command, fl firewallFlags) (fleetFile, *firewa
 	if err != nil {
 		return f, nil, nil, err
 	}
+	if err := checkLocal(f.Config); err != nil {
+		return f, nil, nil, err
+	}
 	c := firewallConfig(f.Config, fl)
 	if err := c.Validate(); err != nil {
 		return f, nil, nil, err
@@ -372,19 +376,48 @@ func firewallSetup(cmd *cobra.Command, fl firewallFlags) (firewall.Config, *slog
 	if err != nil {
 		return firewall.Config{}, nil, err
 	}
+	if err := checkLocal(f.Config); err != nil {
+		return firewall.Config{}, nil, err
+	}
 	c := firewallConfig(f.Config, fl)
 	return c, log, c.Validate()
+}
+
+// checkLocal refuses a pool none of whose hosts is this one: fleet
+// firewall acts on the firewall of the host it runs on.
+func checkLocal(inv deploy.Config) error {
+	if inv.Pool() && !slices.ContainsFunc(inv.Hosts(), deploy.Origin.Local) {
+		return cli.Exit(cli.ExitConfig, errors.New("origins: every host has ssh: fleet firewall acts on the origin host it runs on (the one without ssh)"))
+	}
+	return nil
 }
 
 // firewallConfig maps the inventory onto the firewall's Config. The
 // inventory's own Validate is not applied: a bad edge address must reach
 // the firewall, which refuses it unless --force (and then skips it).
 func firewallConfig(inv deploy.Config, fl firewallFlags) firewall.Config {
+	return hostFirewallConfig(inv, localHost(inv), fl)
+}
+
+// localHost is the origin host whose firewall is this host's: the one
+// origin, or the host of origins without ssh (none: the zero Origin,
+// which checkLocal refuses).
+func localHost(inv deploy.Config) deploy.Origin {
+	for _, h := range inv.Hosts() {
+		if h.Local() {
+			return h
+		}
+	}
+	return deploy.Origin{}
+}
+
+// hostFirewallConfig is firewallConfig for origin host h.
+func hostFirewallConfig(inv deploy.Config, h deploy.Origin, fl firewallFlags) firewall.Config {
 	c := firewall.Config{
 		Chain:       fl.chain,
-		Ports:       inv.Origin.Ports,
-		Interface:   inv.Origin.Interface,
-		Address:     inv.Origin.Address,
+		Ports:       h.Ports,
+		Interface:   h.Interface,
+		Address:     h.Address,
 		Force:       fl.force,
 		CreateChain: fl.createChain,
 		Owner:       strings.ToLower(strings.TrimSuffix(inv.Name, ".")),
