@@ -3,6 +3,7 @@ package relay
 import (
 	"bufio"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -190,8 +191,8 @@ func TestGateRealClients(t *testing.T) {
 
 // TestGateRefusesWhatIsNoHello: garbage, a PROXY v2 header (not-tls:
 // the gate decides before the client-proxy screen would), an SSLv2-style
-// hello, an LDAP PDU, a hello cut by the client's close and one over 4352
-// bytes are not-tls; a silent client (or one that stops mid-hello) is
+// hello, an LDAP PDU, a hello cut by the client's close and one over
+// clienthello.MaxLen (16389) bytes are not-tls; a silent client (or one that stops mid-hello) is
 // hello-timeout, past a 300 ms hello_timeout (for a silent one counted
 // from when the kernel completes it without data, a second after its
 // handshake under TCP_DEFER_ACCEPT: TestGateDefersAccept); a zero-byte
@@ -217,7 +218,7 @@ func TestGateRefusesWhatIsNoHello(t *testing.T) {
 		{"LDAP bind", []byte{0x30, 0x0c, 0x02, 0x01, 0x01, 0x60, 0x07, 0x02, 0x01, 0x03, 0x04, 0x00, 0x80, 0x00}, ResultNotTLS},
 		{"a hello cut short by a close", hello[:len(hello)/2], ResultNotTLS},
 		{"a hello cut short, then silence", hello[:len(hello)/2], ResultHelloTimeout},
-		{"4353 bytes", padHello(t, hello, clienthello.MaxLen+1), ResultNotTLS},
+		{"one byte over MaxLen", padHello(t, hello, clienthello.MaxLen+1), ResultNotTLS},
 		{"silence", nil, ResultHelloTimeout},
 	} {
 		t.Run(tc.name, func(t *testing.T) { refused(t, te, origin, tc.b, strings.Contains(tc.name, "close"), tc.result) })
@@ -236,20 +237,25 @@ func TestGateRefusesWhatIsNoHello(t *testing.T) {
 	if v := te.value(t, "edgefleet_edge_client_proxy_headers_total"); v != 0 {
 		t.Fatalf("client_proxy_headers_total = %v: the gate refused them first", v)
 	}
-	t.Run("4352 bytes pass", func(t *testing.T) {
-		b := padHello(t, hello, clienthello.MaxLen)
-		c, err := net.Dial("tcp", te.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(30 * time.Second))
-		c.Write(b)
-		got := make([]byte, len(b))
-		if _, err := io.ReadFull(c, got); err != nil || string(got) != string(b) {
-			t.Fatalf("echoed %d bytes: %v", len(got), err)
-		}
-	})
+	// 4353 bytes and more grow the first read past its small buffer; a
+	// resumed hello whose ticket holds an RSA-4096 client chain is about
+	// 4.6 KB (docs/edge.md).
+	for _, size := range []int{4352, 4353, 4700, clienthello.MaxLen} {
+		t.Run(fmt.Sprintf("%d bytes pass", size), func(t *testing.T) {
+			b := padHello(t, hello, size)
+			c, err := net.Dial("tcp", te.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(30 * time.Second))
+			c.Write(b)
+			got := make([]byte, len(b))
+			if _, err := io.ReadFull(c, got); err != nil || string(got) != string(b) {
+				t.Fatalf("echoed %d bytes: %v", len(got), err)
+			}
+		})
+	}
 }
 
 // TestGateSplitHello: a real Go client whose ClientHello goes out one byte
@@ -507,5 +513,13 @@ func TestGateDefersAccept(t *testing.T) {
 			}
 			f.Close() // the edge's Shutdown must close the last descriptor of the socket
 		})
+	}
+}
+
+// TestFirstReadHoldsAnyHello: the gate's limit is what the loop's first
+// read may hold, so no ClientHello the gate accepts is cut by the read.
+func TestFirstReadHoldsAnyHello(t *testing.T) {
+	if clienthello.MaxLen != evloop.MaxFirst {
+		t.Fatalf("clienthello.MaxLen %d, evloop.MaxFirst %d: want them equal", clienthello.MaxLen, evloop.MaxFirst)
 	}
 }

@@ -28,7 +28,7 @@ const (
 	// holding its most connections, or the table full of open ones.
 	ResultConnLimit = "conn-limit"
 	// Refusals of the TLS gate (tls_gate): the origin was never dialled.
-	ResultNotTLS       = "not-tls"       // the first bytes were no well-formed ClientHello (or one over 4352 bytes)
+	ResultNotTLS       = "not-tls"       // the first bytes were no well-formed ClientHello (or one over 16389 bytes)
 	ResultHelloTimeout = "hello-timeout" // no whole ClientHello within tls_gate.hello_timeout
 	ResultWrongSNI     = "wrong-sni"     // a ClientHello without SNI or for a name not in tls_gate.server_names
 )

@@ -11,10 +11,11 @@
 //	}
 //
 // The whole ClientHello, with the headers of the records that carry it,
-// must fit in MaxLen (4352) bytes, the edge's first read: a longer one is
-// refused (ErrNotTLS), even a valid one. Today's clients send 200 to 1,800
-// bytes (a post-quantum key share included); only a hello padded or
-// stuffed with extensions comes near the limit.
+// must fit in MaxLen (16389) bytes, the edge's first read at most: a
+// longer one is refused (ErrNotTLS), even a valid one. Today's clients
+// send 200 to 1,800 bytes (a post-quantum key share included); a hello
+// resuming a session whose ticket carries a large client certificate
+// chain takes up to about 5 KB.
 package clienthello
 
 import (
@@ -23,9 +24,9 @@ import (
 )
 
 // MaxLen is the most bytes a ClientHello may take, record headers
-// included: what the edge reads before it decides (evloop's first-read
-// buffer, 4096 + 256 bytes).
-const MaxLen = 4352
+// included: what the edge reads before it decides (evloop.MaxFirst, one
+// whole TLS record of 2^14 bytes and its header).
+const MaxLen = 16384 + 5
 
 // Errors of Check. A refusal wraps ErrNotTLS or ErrWrongSNI with what was
 // wrong; ErrMore is returned as is.

@@ -67,7 +67,7 @@ func TestRealClients(t *testing.T) {
 // TestSizeLimit: a hello of exactly MaxLen bytes passes, one byte more is
 // refused at once, from its headers.
 func TestSizeLimit(t *testing.T) {
-	for _, size := range []int{MaxLen, MaxLen + 1, 16384 + recordHeader} {
+	for _, size := range []int{4352, 8192, MaxLen, MaxLen + 1} {
 		b := base().pad(size).bytes()
 		if len(b) != size {
 			t.Fatalf("padded to %d bytes, want %d", len(b), size)
@@ -79,8 +79,10 @@ func TestSizeLimit(t *testing.T) {
 			}
 			continue
 		}
-		if !errors.Is(err, ErrNotTLS) || err.Error() != "not a TLS ClientHello: ClientHello larger than 4352 bytes" {
-			t.Errorf("%d bytes: %v, want larger than 4352", size, err)
+		// One record cannot hold more than MaxLen: past it the record
+		// length itself is out of range.
+		if !errors.Is(err, ErrNotTLS) || err.Error() != "not a TLS ClientHello: record length 16385 outside 1-16384" {
+			t.Errorf("%d bytes: %v, want the record length out of range", size, err)
 		}
 		if err := Check(b[:recordHeader+handshakeHeader], nil); !errors.Is(err, ErrNotTLS) {
 			t.Errorf("%d bytes, its headers alone: %v, want not-tls", size, err)

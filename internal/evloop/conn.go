@@ -157,8 +157,12 @@ func (c *Conn) Close(reason string, err error) {
 }
 
 // ReadFirst hands the client's bytes to Handler.Received as they come, for
-// at most d; at most maxFirst bytes are read (Received then sees a full
-// buffer and decides).
+// at most d; at most MaxFirst bytes are read (Received then sees a full
+// buffer and decides). They go into a buffer of firstSmall bytes, which
+// every PROXY header and most ClientHellos fit, and grows once to
+// MaxFirst only when it is full and Received has not decided: a client
+// costs the larger buffer only when its first bytes are a prefix of
+// something that large.
 func (c *Conn) ReadFirst(d time.Duration) {
 	c.reading = true
 	c.l.arm(c, d)
@@ -167,8 +171,15 @@ func (c *Conn) ReadFirst(d time.Duration) {
 	}
 }
 
-// maxFirst bounds what ReadFirst buffers.
-const maxFirst = headroom
+// What ReadFirst buffers: firstSmall at first, MaxFirst at most (one
+// whole TLS record: a ClientHello resuming a session whose ticket holds a
+// large client certificate chain, an RSA-4096 one of 4.6 KB, is larger
+// than firstSmall). The first write (the header and these bytes) still
+// fits in the loop's buffer, headroom+bufSize.
+const (
+	firstSmall = headroom
+	MaxFirst   = 16384 + 5
+)
 
 // Consume drops the first n bytes read in ReadFirst mode (a header): the
 // rest go to the upstream first when the copy starts.
@@ -381,8 +392,12 @@ func (c *Conn) event(upstream bool, ev uint32) {
 	}
 }
 
-// firstBufs holds ReadFirst's bytes until Relay forwards them.
-var firstBufs = sync.Pool{New: func() any { b := make([]byte, 0, maxFirst); return &b }}
+// firstBufs and bigFirstBufs hold ReadFirst's bytes until Relay forwards
+// them.
+var (
+	firstBufs    = sync.Pool{New: func() any { b := make([]byte, 0, firstSmall); return &b }}
+	bigFirstBufs = sync.Pool{New: func() any { b := make([]byte, 0, MaxFirst); return &b }}
+)
 
 func (c *Conn) readFirst() {
 	var err error
@@ -392,7 +407,10 @@ func (c *Conn) readFirst() {
 			c.takePre()
 		}
 		if len(c.pre) == cap(c.pre) {
-			break // the handler decides what a full buffer means
+			if cap(c.pre) >= MaxFirst {
+				break // the handler decides what a full buffer means
+			}
+			c.growPre()
 		}
 		n, rerr := rawio.ReadNow(c.cfd, c.pre[len(c.pre):cap(c.pre)])
 		switch {
@@ -436,11 +454,23 @@ func (c *Conn) takePre() {
 	c.pre = (*c.first)[:0]
 }
 
+// growPre moves pre, full, into a MaxFirst buffer.
+func (c *Conn) growPre() {
+	big := bigFirstBufs.Get().(*[]byte)
+	*big = append((*big)[:0], c.pre...)
+	c.putPre()
+	c.first, c.pre = big, *big
+}
+
 // putPre gives pre's buffer back (pre may have been resliced by Consume
 // or grown past it by append: the pooled one is kept in first).
 func (c *Conn) putPre() {
 	if c.first != nil {
-		firstBufs.Put(c.first)
+		if cap(*c.first) >= MaxFirst {
+			bigFirstBufs.Put(c.first)
+		} else {
+			firstBufs.Put(c.first)
+		}
 		c.first = nil
 	}
 	c.pre = nil
@@ -801,7 +831,7 @@ func (c *Conn) screenMore(b []byte) bool {
 	case nil:
 		return c.releaseHeld()
 	case ErrMore:
-		if len(c.pre) >= maxFirst {
+		if len(c.pre) >= firstSmall {
 			c.finish(Result{Reason: ReasonClientError, Err: errScreenTooLong})
 			return false
 		}
