@@ -58,20 +58,7 @@ func TestEndToEnd(t *testing.T) {
 	bin := buildBinaries(t)
 	dir := t.TempDir()
 
-	lan := testbed.NewNetns(t, "lan")
-	lan.Run("ip", "link", "add", "br0", "type", "bridge")
-	lan.Run("ip", "addr", "add", dnsIP+"/24", "dev", "br0")
-	lan.Run("ip", "link", "set", "br0", "up")
-	host := func(role string, ips ...string) *testbed.Netns {
-		ns := testbed.NewNetns(t, role)
-		testbed.Veth(t, ns, "eth0", lan, "v-"+role)
-		lan.Run("ip", "link", "set", "v-"+role, "master", "br0", "up")
-		for _, ip := range ips {
-			ns.Run("ip", "addr", "add", ip+"/24", "dev", "eth0")
-		}
-		ns.Run("ip", "link", "set", "eth0", "up")
-		return ns
-	}
+	lan, host := newLAN(t, "lan", dnsIP)
 	originNs := host("origin", originIP)
 	edgesNs := host("edges", edgeAIP, edgeBIP, edgeCIP)
 	agentNs := host("agent", agentIP)
@@ -309,6 +296,26 @@ edges:
 	last := order[max(0, len(order)-10):]
 	if slices.Contains(last, fmt.Sprintf("L%d", killed+1)) {
 		t.Errorf("alice's last operations went to %v: want them on another directory than the killed L%d", last, killed+1)
+	}
+}
+
+// newLAN makes a bridge in a namespace of its own (role) with the address
+// ip, and host, which makes a host on it: a namespace with eth0 on the
+// bridge and the addresses ips (/24).
+func newLAN(t *testing.T, role, ip string) (lan *testbed.Netns, host func(role string, ips ...string) *testbed.Netns) {
+	lan = testbed.NewNetns(t, role)
+	lan.Run("ip", "link", "add", "br0", "type", "bridge")
+	lan.Run("ip", "addr", "add", ip+"/24", "dev", "br0")
+	lan.Run("ip", "link", "set", "br0", "up")
+	return lan, func(role string, ips ...string) *testbed.Netns {
+		ns := testbed.NewNetns(t, role)
+		testbed.Veth(t, ns, "eth0", lan, "v-"+role)
+		lan.Run("ip", "link", "set", "v-"+role, "master", "br0", "up")
+		for _, ip := range ips {
+			ns.Run("ip", "addr", "add", ip+"/24", "dev", "eth0")
+		}
+		ns.Run("ip", "link", "set", "eth0", "up")
+		return ns
 	}
 }
 

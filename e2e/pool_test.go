@@ -73,20 +73,7 @@ func TestOriginPool(t *testing.T) {
 	bin := buildBinaries(t)
 	dir := t.TempDir()
 
-	lan := testbed.NewNetns(t, "plan")
-	lan.Run("ip", "link", "add", "br0", "type", "bridge")
-	lan.Run("ip", "addr", "add", poolDNS+"/24", "dev", "br0")
-	lan.Run("ip", "link", "set", "br0", "up")
-	host := func(role string, ips ...string) *testbed.Netns {
-		ns := testbed.NewNetns(t, role)
-		testbed.Veth(t, ns, "eth0", lan, "v-"+role)
-		lan.Run("ip", "link", "set", "v-"+role, "master", "br0", "up")
-		for _, ip := range ips {
-			ns.Run("ip", "addr", "add", ip+"/24", "dev", "eth0")
-		}
-		ns.Run("ip", "link", "set", "eth0", "up")
-		return ns
-	}
+	lan, host := newLAN(t, "plan", poolDNS)
 	ldapNs := host("ldap", poolLdapA, poolLdapB)
 	edgesNs := host("pedges", poolEdges...)
 	agentNs := host("pagent", poolAgent)
@@ -102,17 +89,7 @@ func TestOriginPool(t *testing.T) {
 		if i == 0 {
 			cfg.LDIF = testbed.DirectoryLDIF(0) + testbed.ReplicatorLDIF
 		}
-		s, err := testbed.NewSlapd(sdir, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			s.Stop()
-			if t.Failed() {
-				t.Logf("output of slapd %s:\n%s", s.Addr, s.Output())
-			}
-		})
-		slapds = append(slapds, s)
+		slapds = append(slapds, testbed.StartSlapd(t, sdir, cfg))
 	}
 	waitFor(t, "ldap-b has the directory by replication", func() bool {
 		return len(entriesIn(t, ldapNs, slapds[1].Addr, "ou=people,"+testbed.Suffix)) == 3

@@ -37,29 +37,9 @@ func TestSIGHUPReloadsPins(t *testing.T) {
 	bin := buildOrigin(t)
 	front, coreAddr := testbed.FreeAddr(t, "127.0.0.1"), testbed.FreeAddr(t, "127.0.0.1")
 	dir := t.TempDir()
-	host, port, _ := net.SplitHostPort(sl[0].Addr)
-	dlp := testbed.WriteFile(t, dir, "ldap_proxy.json", fmt.Sprintf(`[
-  {"object": "LdapServer", "name": "L1", "host": %q, "port": %s},
-  {"object": "LdapProxy", "name": "ldapConfiguration", "default": ["L1"]}
-]`, host, port))
 	agentPin, roguePin := certPin(pki.Agent)+" agent-1\n", certPin(pki.Rogue)+" rogue-1\n"
 	pins := testbed.WriteFile(t, dir, "agents.pins", "# agents\n"+agentPin)
-	cfg := testbed.WriteFile(t, dir, "origin.yaml", fmt.Sprintf(`front:
-  listen: [%q]
-  inner: %q
-peers_api: ""
-metrics: ""
-log:
-  format: json
-core:
-  listen: %q
-  config: %q
-  tls:
-    mode: mtls
-    cert: %q
-    key: %q
-    pins: %q
-`, front, coreAddr, coreAddr, dlp, pki.Path("server.pem"), pki.Path("server.key"), pins))
+	cfg := mtlsOriginConfig(t, dir, front, coreAddr, sl[0].Addr, pki, fmt.Sprintf("    pins: %q\n", pins))
 	p := testbed.Start(t, bin, "--config", cfg)
 	testbed.WaitTCP(t, front, 10*time.Second)
 	testbed.WaitTCP(t, coreAddr, 10*time.Second)
@@ -200,6 +180,34 @@ core:
 	if err := rootDSE(held); err != nil {
 		t.Errorf("the session opened before the reloads was dropped: %v", err)
 	}
+}
+
+// mtlsOriginConfig writes an origin.yaml in dir: the front on front, the
+// core on coreAddr in mtls mode with the test PKI's server certificate and
+// tls (more keys under core.tls, indented by four spaces), routing every
+// user to the slapd at slapdAddr.
+func mtlsOriginConfig(t *testing.T, dir, front, coreAddr, slapdAddr string, pki *testbed.PKI, tls string) string {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(slapdAddr)
+	dlp := testbed.WriteFile(t, dir, "ldap_proxy.json", fmt.Sprintf(`[
+  {"object": "LdapServer", "name": "L1", "host": %q, "port": %s},
+  {"object": "LdapProxy", "name": "ldapConfiguration", "default": ["L1"]}
+]`, host, port))
+	return testbed.WriteFile(t, dir, "origin.yaml", fmt.Sprintf(`front:
+  listen: [%q]
+  inner: %q
+peers_api: ""
+metrics: ""
+log:
+  format: json
+core:
+  listen: %q
+  config: %q
+  tls:
+    mode: mtls
+    cert: %q
+    key: %q
+%s`, front, coreAddr, coreAddr, dlp, pki.Path("server.pem"), pki.Path("server.key"), tls))
 }
 
 // certPin is the pin of cert: the SHA-256 of its DER, in hex.

@@ -29,29 +29,8 @@ func startPoolHost(t *testing.T, bin, slapd string, pki *testbed.PKI, keys []byt
 	dir := t.TempDir()
 	h := &poolHost{front: testbed.FreeAddr(t, "127.0.0.1"), keys: testbed.WriteFile(t, dir, "ticket.keys", string(keys))}
 	coreAddr := testbed.FreeAddr(t, "127.0.0.1")
-	host, port, _ := net.SplitHostPort(slapd)
-	dlp := testbed.WriteFile(t, dir, "ldap_proxy.json", fmt.Sprintf(`[
-  {"object": "LdapServer", "name": "L1", "host": %q, "port": %s},
-  {"object": "LdapProxy", "name": "ldapConfiguration", "default": ["L1"]}
-]`, host, port))
 	pins := testbed.WriteFile(t, dir, "agents.pins", certPin(pki.Agent)+" agent-1\n")
-	cfg := testbed.WriteFile(t, dir, "origin.yaml", fmt.Sprintf(`front:
-  listen: [%q]
-  inner: %q
-peers_api: ""
-metrics: ""
-log:
-  format: json
-core:
-  listen: %q
-  config: %q
-  tls:
-    mode: mtls
-    cert: %q
-    key: %q
-    pins: %q
-    ticket_key_file: %q
-`, h.front, coreAddr, coreAddr, dlp, pki.Path("server.pem"), pki.Path("server.key"), pins, h.keys))
+	cfg := mtlsOriginConfig(t, dir, h.front, coreAddr, slapd, pki, fmt.Sprintf("    pins: %q\n    ticket_key_file: %q\n", pins, h.keys))
 	h.p = testbed.Start(t, bin, "--config", cfg)
 	testbed.WaitTCP(t, h.front, 10*time.Second)
 	testbed.WaitTCP(t, coreAddr, 10*time.Second)

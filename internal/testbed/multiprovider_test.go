@@ -33,17 +33,7 @@ func TestOriginPoolSlapdConfig(t *testing.T) {
 		if i == 0 {
 			cfg.LDIF = testbed.DirectoryLDIF(3) + testbed.ReplicatorLDIF
 		}
-		s, err := testbed.NewSlapd(dir, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			s.Stop()
-			if t.Failed() {
-				t.Logf("output of slapd %s:\n%s", s.Addr, s.Output())
-			}
-		})
-		sl[i] = s
+		sl[i] = testbed.StartSlapd(t, dir, cfg)
 	}
 	a, b := sl[0], sl[1]
 	search := func(s *testbed.Slapd, base string, attrs ...string) string {

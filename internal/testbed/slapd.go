@@ -403,19 +403,26 @@ func StartSlapds(t testing.TB, n int, cfg SlapdConfig) []*Slapd {
 	Need(t, "slapd", "slapadd")
 	out := make([]*Slapd, n)
 	for i := range out {
-		s, err := NewSlapd(t.TempDir(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			s.Stop()
-			if t.Failed() {
-				t.Logf("output of slapd %s:\n%s", s.Addr, s.Output())
-			}
-		})
-		out[i] = s
+		out[i] = StartSlapd(t, t.TempDir(), cfg)
 	}
 	return out
+}
+
+// StartSlapd starts one slapd from dir (NewSlapd), stopped when the test
+// ends, its output logged when the test failed.
+func StartSlapd(t testing.TB, dir string, cfg SlapdConfig) *Slapd {
+	t.Helper()
+	s, err := NewSlapd(dir, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Stop()
+		if t.Failed() {
+			t.Logf("output of slapd %s:\n%s", s.Addr, s.Output())
+		}
+	})
+	return s
 }
 
 // BlackHole returns a loopback address whose SYNs go unanswered, like a
