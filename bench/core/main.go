@@ -54,6 +54,7 @@ func main() {
 	serve := flag.Bool("serve", false, "only start a slapd and the core (forwardto(L1,L2)), print their addresses and the pid, and serve until interrupted: for strace -p or perf stat -p on the core alone")
 	load := flag.String("load", "", "only run the clients against this address (-c clients, -w workload) for -n operations in all, and print ops/s")
 	bare := flag.Bool("bare", false, "also measure a bare TCP relay in front of the first slapd (a goroutine per direction, no LDAP): the floor of a hop in Go")
+	relay := flag.String("relay", "", "only run a bare relay (as -bare) to this address, print its address and the pid, and serve until interrupted: its CPU per operation apart from the core's")
 	workload := flag.String("w", "search", "with -load: search or bind+search")
 	nOps := flag.Int64("n", 10000, "with -load: operations in all")
 	flag.Parse()
@@ -80,6 +81,16 @@ func main() {
 			fmt.Fprintln(os.Stderr, "bench/core:", err)
 			os.Exit(1)
 		}
+		return
+	case *relay != "":
+		addr, stop, err := bareRelay(*relay)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench/core:", err)
+			os.Exit(1)
+		}
+		fmt.Printf("relay %s pid %d\n", addr, os.Getpid())
+		waitSignal()
+		stop()
 		return
 	case *load != "":
 		if err := loadOnly(*load, *workload, *clients, *nOps); err != nil {
@@ -282,10 +293,15 @@ func serveOnly() error {
 	}
 	defer stop()
 	fmt.Printf("core %s direct %s pid %d\n", addr, slapds[0].Addr, os.Getpid())
+	waitSignal()
+	return nil
+}
+
+// waitSignal returns on SIGINT or SIGTERM.
+func waitSignal() {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	<-sig
-	return nil
 }
 
 // loadOnly runs the clients of -c (the first number) against addr until

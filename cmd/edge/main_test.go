@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"flag"
+	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -176,8 +178,12 @@ func dialTag(t *testing.T, addr string) (net.Conn, string) {
 
 // TestDrainOnSIGTERM: after SIGTERM the edge refuses new connections at
 // once, lets an open one finish, then exits 0; one that does not finish
-// is closed at drain_timeout.
+// is closed at drain_timeout. The edge runs two loops (GOMAXPROCS 4), so
+// two sockets listen on its address (SO_REUSEPORT shards); both are
+// closed, and then every connect is refused, whichever shard its hash
+// would pick (100 tries from new ports).
 func TestDrainOnSIGTERM(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "4") // for the edge, which inherits it
 	for _, tc := range []struct {
 		name   string
 		drain  string
@@ -191,6 +197,9 @@ func TestDrainOnSIGTERM(t *testing.T) {
 			e := startEdgeBin(t, "origins: ['"+origin+"']\ndrain_timeout: "+tc.drain+"\n")
 			c, _ := dialTag(t, e.addr)
 			defer c.Close()
+			if n := listening(t, e.addr); n != 2 {
+				t.Fatalf("%d sockets listen on %s, want 2 (one per loop)", n, e.addr)
+			}
 			e.Cmd.Process.Signal(syscall.SIGTERM)
 			deadline := time.Now().Add(5 * time.Second)
 			for {
@@ -203,6 +212,20 @@ func TestDrainOnSIGTERM(t *testing.T) {
 					t.Fatal("still accepting after SIGTERM")
 				}
 				time.Sleep(10 * time.Millisecond)
+			}
+			// The loops close their shards one after the other, each in
+			// its own goroutine: wait for the last, then no connect gets in.
+			for n := listening(t, e.addr); n != 0; n = listening(t, e.addr) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d sockets still listen on %s 5 s after SIGTERM", n, e.addr)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			for i := range 100 {
+				if probe, err := net.Dial("tcp", e.addr); err == nil {
+					probe.Close()
+					t.Fatalf("connect %d after SIGTERM was accepted", i)
+				}
 			}
 			if tc.finish {
 				io.WriteString(c, "still here")
@@ -372,4 +395,25 @@ func TestTLSGateModeWords(t *testing.T) {
 			t.Errorf("%s: loads as %+v (on %v)", tc.yaml, cfg.TLSGate, cfg.TLSGate.On())
 		}
 	}
+}
+
+// listening counts the sockets listening on addr (an IPv4 address), from
+// /proc/net/tcp.
+func listening(t *testing.T, addr string) int {
+	t.Helper()
+	ap := netip.MustParseAddrPort(addr)
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := ap.Addr().As4()
+	want := fmt.Sprintf("%02X%02X%02X%02X:%04X", a[3], a[2], a[1], a[0], ap.Port())
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 3 && f[1] == want && f[3] == "0A" { // TCP_LISTEN
+			n++
+		}
+	}
+	return n
 }
