@@ -1,4 +1,5 @@
-// Command edge benchmarks the edge relay side by side with HAProxy 2.6
+// Command edge benchmarks the edge relay (failing over along one backend,
+// and balancing round robin over two: edge-rr2) side by side with HAProxy 2.6
 // (mode tcp, option splice-auto, send-proxy-v2), nginx stream
 // (proxy_protocol on) and a direct connection, in one run, on loopback,
 // against the same in-process backend, and prints a Markdown table per
@@ -54,7 +55,7 @@ var (
 	haproxyBin = flag.String("haproxy", "haproxy", "haproxy binary")
 	nginxBin   = flag.String("nginx", "nginx", "nginx binary")
 	nginxMods  = flag.String("nginx-modules", "/usr/lib/nginx/modules", "directory of ngx_stream_module.so (empty: stream is built in)")
-	targetList = flag.String("targets", "direct,edge,haproxy,nginx", "comma-separated targets to measure")
+	targetList = flag.String("targets", "direct,edge,edge-rr2,haproxy,nginx", "comma-separated targets to measure (edge-rr2: the edge balancing round robin over two backends)")
 	streamSize = flag.Int64("bytes", 2<<30, "bytes sent per single-stream run, at most")
 	streamTime = flag.Duration("stream-time", 2*time.Second, "time per single-stream run, at most")
 	rounds     = flag.Int("rounds", 3, "rounds of the throughput and connection-rate measurements (median reported)")
@@ -90,11 +91,19 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	backend2, err := startBackend()
+	if err != nil {
+		return err
+	}
 	report, err := benchkit.RunShapes(shapes, dir, *targetList, func(s *benchkit.Shape, dir string) map[string]benchkit.Starter {
 		return map[string]benchkit.Starter{
 			"direct": func() (string, *exec.Cmd, error) { return backend, nil, nil },
 			"edge": func() (addr string, cmd *exec.Cmd, err error) {
-				addr, edgeMetrics, cmd, err = startEdge(s, dir, backend)
+				addr, edgeMetrics, cmd, err = startEdge(s, dir, "failover", backend)
+				return addr, cmd, err
+			},
+			"edge-rr2": func() (addr string, cmd *exec.Cmd, err error) {
+				addr, _, cmd, err = startEdge(s, dir, "round-robin", backend, backend2)
 				return addr, cmd, err
 			},
 			"haproxy": func() (string, *exec.Cmd, error) { return startHAProxy(s, dir, backend) },
@@ -163,21 +172,21 @@ func startBackend() (string, error) {
 
 // --- the relays ---------------------------------------------------------
 
-// startEdge runs our edge with its defaults except the addresses and the
-// limits (off: the load comes from one address at rates no agent has, and
-// HAProxy and nginx run without any); it logs one line per connection to
-// a file, as in production.
-func startEdge(s *benchkit.Shape, dir, backend string) (addr, metrics string, cmd *exec.Cmd, err error) {
+// startEdge runs our edge with its defaults except the addresses, balance
+// over backends and the limits (off: the load comes from one address at
+// rates no agent has, and HAProxy and nginx run without any); it logs one
+// line per connection to a file, as in production.
+func startEdge(s *benchkit.Shape, dir, balance string, backends ...string) (addr, metrics string, cmd *exec.Cmd, err error) {
 	if addr, err = benchkit.FreeAddr(); err != nil {
 		return
 	}
 	if metrics, err = benchkit.FreeAddr(); err != nil {
 		return
 	}
-	cfg := fmt.Sprintf("name: bench-edge\nlisten: ['%s']\norigins: ['%s']\nmetrics: '%s'\nproxy_protocol: v2\nlog: {level: %s}\n"+
+	cfg := fmt.Sprintf("name: bench-edge\nlisten: ['%s']\norigins: ['%s']\nbalance: %s\nmetrics: '%s'\nproxy_protocol: v2\nlog: {level: %s}\n"+
 		"limits: {per_source: {conns: 0, rate: '0'}, per_prefix: {conns: 0, rate: '0'}, accept_rate: '0'}\n",
-		addr, backend, metrics, *edgeLog)
-	path, err := benchkit.WriteConfig(dir, "edge.yaml", cfg)
+		addr, strings.Join(backends, "', '"), balance, metrics, *edgeLog)
+	path, err := benchkit.WriteConfig(dir, "edge-"+balance+".yaml", cfg)
 	if err != nil {
 		return
 	}
@@ -306,10 +315,12 @@ func table(s *benchkit.Shape, targets []*benchkit.Target, res map[string]*benchk
 		*streamSize>>20, *streamTime, *clients, *maxConns, *connTime, *rounds, *idleConns, nofile)
 	b.WriteString(benchkit.Table(targets, res, *idleConns))
 	b.WriteString(benchkit.ThrottleNote(targets, res))
-	e, h := res["edge"], res["haproxy"]
-	if e == nil || h == nil {
-		return b.String()
+	e, h, rr := res["edge"], res["haproxy"], res["edge-rr2"]
+	if e != nil && h != nil {
+		b.WriteString(benchkit.Verdicts("edge", s, e.Relay(), h.Relay()))
 	}
-	b.WriteString(benchkit.Verdicts("edge", s, e.Relay(), h.Relay()))
+	if e != nil && rr != nil {
+		b.WriteString(benchkit.BalanceNote(e.Relay(), rr.Relay()))
+	}
 	return b.String()
 }

@@ -101,6 +101,25 @@ func Verdicts(name string, s *Shape, ours, hap Relay) string {
 	return b.String()
 }
 
+// BalanceNote compares the edge balancing round robin over two backends
+// (rr) with the edge failing over along one (one), in the same run: the
+// origin pool's balancing should cost nothing measurable
+// (docs/origin-pool.md).
+func BalanceNote(one, rr Relay) string {
+	ratio := func(x, y float64) float64 {
+		if y == 0 {
+			return 0
+		}
+		return x / y
+	}
+	return fmt.Sprintf("\n| edge, round robin over 2 origins vs failover over 1 | failover, 1 | round robin, 2 | ratio |\n|---|---:|---:|---:|\n"+
+		"| throughput MiB/s | %.0f | %.0f | %.2f× |\n| short connections/s | %.0f | %.0f | %.2f× |\n| CPU µs per short connection | %.0f | %.0f | %.2f× |\n"+
+		"| p99 of a short connection | %v | %v | %.2f× |\n",
+		one.Throughput/(1<<20), rr.Throughput/(1<<20), ratio(rr.Throughput, one.Throughput),
+		one.Rate, rr.Rate, ratio(rr.Rate, one.Rate), one.CPUPerConn, rr.CPUPerConn, ratio(rr.CPUPerConn, one.CPUPerConn),
+		one.P99.Round(time.Microsecond), rr.P99.Round(time.Microsecond), ratio(float64(rr.P99), float64(one.P99)))
+}
+
 // ThrottleNote is the report's line on how often the CPU cap held each
 // capped target back during the rate rounds ("" when none was capped):
 // near 100 % means the relay, not the load side, set the rate.
