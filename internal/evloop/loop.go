@@ -9,7 +9,8 @@
 // connections are where a goroutine per connection loses to HAProxy).
 //
 //	s := &evloop.Server{Handler: h, Log: log}
-//	go s.Serve(ln)        // the loops accept on ln; s.Close stops them
+//	ln, err := evloop.Listen(":636") // SO_REUSEPORT: Serve gives each loop a socket of its own
+//	go s.Serve(ln)                   // the loops accept on ln; s.Close stops them
 //	// in h.Open:    c.Dial(origin, &opts)           (the edge)
 //	//           or  c.ReadFirst(timeout)            (the front, for a header)
 //	// in h.Dialed:  c.Relay(header, screen)
