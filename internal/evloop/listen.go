@@ -65,7 +65,7 @@ func reusePortControl(_, address string, raw syscall.RawConn) error {
 // addressFree binds a probe socket, like fd (family, IPV6_V6ONLY) but
 // without SO_REUSEPORT, to ip (the wildcard when not valid) and port: it
 // fails with EADDRINUSE when a socket listens there, shards of another
-// process included.
+// process included, and with nothing else.
 func addressFree(fd int, ip netip.Addr, port uint16) error {
 	dom, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN)
 	if err != nil {
@@ -90,9 +90,11 @@ func addressFree(fd int, ip netip.Addr, port uint16) error {
 	}
 	var sa sockaddr
 	n := sa.set(netip.AddrPortFrom(ip.Unmap(), port), dom == unix.AF_INET6)
-	if err := sysBind(p, &sa, n); err != nil {
+	if err := sysBind(p, &sa, n); err == unix.EADDRINUSE {
 		return os.NewSyscallError("bind", err)
 	}
+	// Any other failure (an address the probe cannot spell, such as a
+	// link-local one with its zone) is the real bind's to report.
 	return nil
 }
 

@@ -9,7 +9,8 @@
 // connections are where a goroutine per connection loses to HAProxy).
 //
 //	s := &evloop.Server{Handler: h, Log: log}
-//	go s.Serve(ln)        // the loops accept on ln; s.Close stops them
+//	ln, err := evloop.Listen(":636") // SO_REUSEPORT: Serve gives each loop a socket of its own
+//	go s.Serve(ln)                   // the loops accept on ln; s.Close stops them
 //	// in h.Open:    c.Dial(origin, &opts)           (the edge)
 //	//           or  c.ReadFirst(timeout)            (the front, for a header)
 //	// in h.Dialed:  c.Relay(header, screen)
@@ -121,9 +122,11 @@ type Server struct {
 // DefaultLoops is one loop per two CPUs the Go runtime may use
 // (GOMAXPROCS), at least one. A relayed short connection costs the kernel
 // about as much again as the loop (TCP on both sockets, the peers'
-// processing on loopback), and on 2 CPUs one loop measured 63–68 µs of
-// CPU per short connection against 74–75 µs for two, for the same rate
-// (docs/benchmarks.md). GOMAXPROCS sets it.
+// processing on loopback), and on 2 CPUs a second loop, even with a
+// listening socket of its own, measured more system calls per short
+// connection (18.2–18.5 against 17.2–17.4 at 16 clients, 32.4–33.5
+// against 27.1–28.0 at one) for no rate gain (docs/benchmarks.md).
+// GOMAXPROCS sets it.
 func DefaultLoops() int {
 	return max(1, runtime.GOMAXPROCS(0)/2)
 }

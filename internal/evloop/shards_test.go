@@ -30,11 +30,10 @@ func loopCounts(t testing.TB, s *Server) []int {
 }
 
 // listenSockets is, for each loop of s, the inode of the socket behind
-// its (first) listening descriptor: one socket shared by the loops, or
-// one each.
-func listenSockets(t testing.TB, s *Server) []uint64 {
+// its (first) listening descriptor (one socket shared by the loops, or
+// one each), and that socket's TCP_DEFER_ACCEPT.
+func listenSockets(t testing.TB, s *Server) (inodes []uint64, deferAccept []int) {
 	t.Helper()
-	var inodes []uint64
 	for _, l := range s.loops {
 		done := make(chan uint64, 1)
 		l.post(func() {
@@ -43,6 +42,8 @@ func listenSockets(t testing.TB, s *Server) []uint64 {
 				done <- 0
 				return
 			}
+			v, _ := unix.GetsockoptInt(l.lns[0].fd, unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT)
+			deferAccept = append(deferAccept, v)
 			done <- st.Ino
 		})
 		select {
@@ -52,7 +53,7 @@ func listenSockets(t testing.TB, s *Server) []uint64 {
 			t.Fatal("a loop did not run a posted function within 20 s")
 		}
 	}
-	return inodes
+	return inodes, deferAccept
 }
 
 // closer closes every connection it is given, after checking in the loop
@@ -79,7 +80,10 @@ func serveShards(t *testing.T, addr string, loops int) (*Server, *closer, string
 		t.Fatal(err)
 	}
 	raw, _ := ln.(*net.TCPListener).SyscallConn()
-	raw.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NODELAY, 1) })
+	raw.Control(func(fd uintptr) {
+		unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+		unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT, 1)
+	})
 	h := &closer{noDelay: make(chan int, 1000)}
 	s := &Server{Handler: h, Loops: loops}
 	served := make(chan error, 1)
@@ -89,7 +93,9 @@ func serveShards(t *testing.T, addr string, loops int) (*Server, *closer, string
 	return s, h, bound, served
 }
 
-// connectClosed connects to addr and waits for the server's close.
+// connectClosed connects to addr, sends a byte (under TCP_DEFER_ACCEPT
+// the kernel completes the connection only then) and waits for the
+// server's close.
 func connectClosed(t *testing.T, network, addr string) {
 	t.Helper()
 	c, err := net.Dial(network, addr)
@@ -97,9 +103,12 @@ func connectClosed(t *testing.T, network, addr string) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	c.Write([]byte{1})
 	c.SetReadDeadline(time.Now().Add(20 * time.Second))
-	if _, err := c.Read(make([]byte, 1)); err != io.EOF {
-		t.Fatalf("read: %v, want EOF (the server closes)", err)
+	// The server closes with the byte unread: a reset, or EOF if it
+	// comes first.
+	if _, err := c.Read(make([]byte, 1)); err != io.EOF && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("read: %v, want EOF or a reset (the server closes)", err)
 	}
 }
 
@@ -109,7 +118,7 @@ func connectClosed(t *testing.T, network, addr string) {
 // from a new port, so a new hash), on IPv4, on IPv6 and on the
 // dual-stack wildcard with port 0 (the shards take the port the first
 // socket was given), and every accepted socket has the listener's
-// TCP_NODELAY.
+// TCP_NODELAY, every shard its TCP_DEFER_ACCEPT.
 func TestShardsEveryLoopAccepts(t *testing.T) {
 	const loops, conns = 4, 400
 	for _, tc := range []struct{ listen, dial string }{
@@ -135,7 +144,12 @@ func TestShardsEveryLoopAccepts(t *testing.T) {
 					t.Fatalf("an accepted socket has TCP_NODELAY %d, want the listener's 1", v)
 				}
 			}
-			inodes := listenSockets(t, s)
+			inodes, deferAccept := listenSockets(t, s)
+			for i, v := range deferAccept {
+				if v != 1 {
+					t.Errorf("loop %d's listening socket has TCP_DEFER_ACCEPT %d, want the first one's 1", i, v)
+				}
+			}
 			for i, a := range inodes {
 				for _, b := range inodes[:i] {
 					if a == 0 || a == b {
@@ -227,7 +241,7 @@ func TestSharedListenerWithoutReusePort(t *testing.T) {
 	for range 20 {
 		connectClosed(t, "tcp", ln.Addr().String())
 	}
-	if in := listenSockets(t, s); in[0] == 0 || in[0] != in[1] {
+	if in, _ := listenSockets(t, s); in[0] == 0 || in[0] != in[1] {
 		t.Fatalf("the loops' listening sockets (inodes) %v: want one shared", in)
 	}
 	accepted := loopCounts(t, s)
