@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -463,9 +464,9 @@ func closeWaits(t *testing.T, port string) int {
 // ClientHellos through the flooded edge queue; then each client closes
 // its write side, as the hello flood of docs/benchmarks.md does (connect,
 // write a captured hello, close), and the FINs reach the core behind the
-// hellos. When the slot is free, none costs a server handshake: every one
-// is counted full/abandoned, none gets a byte of a ServerHello, and an
-// agent's handshake is served after them.
+// hellos. When the slot is free, none costs a server signature: every one
+// is counted full/abandoned (which the signer counts in place of signing),
+// none ok or failed, and an agent's handshake is served after them.
 func TestReplayedHelloCostsNoHandshake(t *testing.T) {
 	st := newTLSStack(t, func(c *core.Config) { c.HandshakeSlots = 1 })
 	hello := core.ClientHello(t, nil, 0)
@@ -484,13 +485,13 @@ func TestReplayedHelloCostsNoHandshake(t *testing.T) {
 		st.waitQueued(t, floodEdge, i+1)
 		conns = append(conns, c.(*net.TCPConn))
 	}
-	got := make(chan int, replays)
+	got := make(chan []byte, replays)
 	for _, c := range conns {
 		c.CloseWrite()
 		go func() {
 			c.SetReadDeadline(time.Now().Add(5 * time.Minute)) // a hang guard
 			b, _ := io.ReadAll(c)
-			got <- len(b)
+			got <- b
 		}()
 	}
 	_, port, _ := net.SplitHostPort(st.h.addr)
@@ -499,9 +500,7 @@ func TestReplayedHelloCostsNoHandshake(t *testing.T) {
 	})
 	release()
 	for range replays {
-		if n := <-got; n != 0 {
-			t.Errorf("a replayed hello got %d bytes back; want none (no ServerHello)", n)
-		}
+		<-got // the ServerHello may come (the key exchange is done), the signature never
 	}
 	st.waitHandshakes(t, "full", "abandoned", replays)
 	for _, r := range []string{"ok", "failed", "queue_timeout"} {
@@ -513,4 +512,104 @@ func TestReplayedHelloCostsNoHandshake(t *testing.T) {
 		t.Fatalf("the agent after the replays: %v", err)
 	}
 	st.waitHandshakes(t, "full", "ok", 1)
+}
+
+// firstRecord is the first TLS record a client with cfg sends.
+func firstRecord(t *testing.T, cfg *tls.Config) []byte {
+	t.Helper()
+	a, b := net.Pipe()
+	defer b.Close()
+	go func() { tls.Client(a, cfg).Handshake(); a.Close() }()
+	b.SetReadDeadline(time.Now().Add(time.Minute)) // a hang guard
+	hdr := make([]byte, 5)
+	if _, err := io.ReadFull(b, hdr); err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, int(hdr[3])<<8|int(hdr[4]))
+	if _, err := io.ReadFull(b, body); err != nil {
+		t.Fatal(err)
+	}
+	return append(hdr, body...)
+}
+
+// TestDecryptableTicketStillWaits: a ClientHello that offers a ticket the
+// core's keys decrypt, but with cipher suites the ticket's session cannot
+// resume with (an attacker's edit of an agent's hello, whose ticket travels
+// in clear), makes crypto/tls fall back to a full handshake: it waits for
+// a slot like any full handshake (TLS 1.2 and 1.3), is counted full, and
+// does not sign while the only slot is held.
+func TestDecryptableTicketStillWaits(t *testing.T) {
+	for _, v12 := range []bool{true, false} {
+		t.Run(map[bool]string{true: "TLS 1.2", false: "TLS 1.3"}[v12], func(t *testing.T) {
+			st := newTLSStack(t, func(c *core.Config) { c.HandshakeSlots = 1 })
+			st.tls12 = v12
+			cache := tls.NewLRUClientSessionCache(4)
+			if _, err := st.dial(agentEdge, &st.pki.agent, cache, true); err != nil {
+				t.Fatal(err)
+			}
+			cfg := &tls.Config{RootCAs: st.pki.pool, ServerName: "127.0.0.1", ClientSessionCache: cache,
+				Certificates: []tls.Certificate{st.pki.agent}}
+			if v12 {
+				cfg.MaxVersion = tls.VersionTLS12
+			}
+			hello := firstRecord(t, cfg)
+			// The cipher suites follow the record and handshake headers,
+			// the version, the random and the session id.
+			at := 5 + 4 + 2 + 32
+			at += 1 + int(hello[at])
+			n := int(hello[at])<<8 | int(hello[at+1])
+			suites := hello[at+2 : at+2+n]
+			for i := 0; i+1 < len(suites); i += 2 {
+				switch {
+				case !v12 && suites[i] == 0x13:
+					suites[i+1] = 0x02 // TLS_AES_256_GCM_SHA384: another hash than the session's
+				case v12 && suites[i] == 0xc0:
+					suites[i+1] = 0x2c // ECDHE_ECDSA_WITH_AES_256_GCM_SHA384
+				}
+			}
+			release := core.HoldHandshakeSlots(st.h.srv, 1)
+			c, err := net.DialTimeout("tcp", st.edges[floodEdge], time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.Write(hello)
+			st.waitQueued(t, floodEdge, 1) // it waits for the signature's slot
+			release()
+			c.Close()
+			waitWithin(t, 5*time.Minute, "the edited hello's handshake counted", func() bool {
+				return st.handshakes(t, "full", "failed")+st.handshakes(t, "full", "abandoned") == 1
+			})
+			if n := st.handshakes(t, "resumed", "failed") + st.handshakes(t, "resumed", "ok"); n != 0 {
+				t.Errorf("%d handshakes counted resumed: the edited hello resumed nothing", n)
+			}
+		})
+	}
+}
+
+// TestSilentClientHoldsNoSlot: a client that sends a ClientHello and then
+// neither reads nor closes gets the only slot; once the core has signed
+// its first flight the slot is free again, so an agent's full handshake
+// through the other edge is served while that client still holds its
+// connection (the handshake itself waits for the client up to
+// handshake_timeout, without a slot).
+func TestSilentClientHoldsNoSlot(t *testing.T) {
+	st := newTLSStack(t, func(c *core.Config) {
+		c.HandshakeSlots = 1
+		c.HandshakeQueueTimeout = 10 * time.Second // the agent's wait, were the slot still held
+	})
+	events := core.TraceHandshakes(st.h.srv)
+	c, err := net.DialTimeout("tcp", st.edges[floodEdge], time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write(firstRecord(t, &tls.Config{ServerName: "127.0.0.1", InsecureSkipVerify: true}))
+	waitWithin(t, 5*time.Minute, "the silent client's slot", func() bool { return slices.Contains(events(), "granted "+floodEdge) })
+	if _, err := st.dial(agentEdge, &st.pki.agent, nil, true); err != nil {
+		t.Fatalf("the agent while a silent client holds its handshake open: %v", err)
+	}
+	if n := st.handshakes(t, "full", "queue_timeout"); n != 0 {
+		t.Errorf("queue_timeout = %d: the silent client held the slot", n)
+	}
 }

@@ -2,6 +2,7 @@ package core
 
 import (
 	"container/list"
+	"crypto"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -195,7 +196,7 @@ func newHandshakeMetrics(reg prometheus.Registerer) (*handshakeMetrics, error) {
 	m := &handshakeMetrics{
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgefleet_core_handshakes_total",
-			Help: "TLS handshakes the core ended, by kind (full or resumed from a session ticket) and result (ok, failed, unpinned, queue_timeout).",
+			Help: "TLS handshakes the core ended, by kind (full or resumed from a session ticket) and result (ok, failed, unpinned, queue_timeout, abandoned).",
 		}, []string{"kind", "result"}),
 		queued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "edgefleet_core_handshakes_queued",
@@ -226,46 +227,90 @@ const (
 	refusalWindow = 10 * time.Second
 )
 
-var (
-	errQueueTimeout = errors.New("no handshake slot within core.handshake_queue_timeout: closed")
-	errAbandoned    = errors.New("the client half-closed after its ClientHello: closed before the handshake")
-)
-
-// admitHandshake is the gate before a server handshake on c whose
-// ClientHello offered tickets: kind is "resumed" when one of them is a
-// ticket the core's keys decrypt — that handshake costs no signature and
-// goes ahead at once — and "full" otherwise, and then it waits for a slot
-// in its edge's turn. A full handshake whose client has already
-// half-closed (a replayed hello: connect, write, close) is dropped before
-// it queues and again when its slot comes, so a slot is never spent
-// signing for nobody. ok false: it was dropped, counted and logged.
-func (s *Server) admitHandshake(c net.Conn, p Peer, tickets [][]byte) (kind string, release func(), ok bool) {
-	s.tickets.rotate()
-	for _, t := range tickets {
-		if s.tickets.decrypts(t) {
-			return "resumed", func() {}, true
-		}
-	}
-	if peerGone(c) {
-		return s.dropHandshake(p, hsAbandoned, errAbandoned)
-	}
-	release, ok = s.gate.acquire(edgeKey(p))
-	if !ok {
-		return s.dropHandshake(p, hsQueueTimeout, errQueueTimeout)
-	}
-	if peerGone(c) {
-		release()
-		return s.dropHandshake(p, hsAbandoned, errAbandoned)
-	}
-	return "full", release, true
+// hsConn is the connection a server handshake runs on (the client's
+// bytes, its first record peeked), with what the gate needs to know of
+// it. The gate stands where the CPU is spent: the signature. A full
+// handshake signs (TLS 1.3 CertificateVerify, TLS 1.2 ServerKeyExchange);
+// a resumed one never does, whatever its hello offered — so a ticket
+// the keys decrypt but crypto/tls does not resume from (another cipher
+// suite, too old) still waits its turn. The slot is held only while the
+// signature is made: a client that stops reading after the server's
+// first flight holds none.
+type hsConn struct {
+	*splice.Conn
+	raw     net.Conn // the TCP socket: peerGone reads its state
+	peer    Peer
+	full    bool   // the handshake came to its signature: a full one
+	refused string // hsQueueTimeout or hsAbandoned when the gate closed it
 }
 
-// dropHandshake logs (rate-limited) and counts a full handshake closed
-// before it started.
-func (s *Server) dropHandshake(p Peer, result string, err error) (string, func(), bool) {
-	s.refusal("tls handshake", p, "err", err)
-	s.hsm.total.WithLabelValues("full", result).Inc()
-	return "full", nil, false
+var (
+	errQueueTimeout = errors.New("no handshake slot within core.handshake_queue_timeout: closed")
+	errAbandoned    = errors.New("the client half-closed after its ClientHello: closed before the signature")
+)
+
+// gateCert is the TLS config's GetCertificate: it hands out the
+// certificate with a key (gatedSigner) that waits for a slot before it
+// signs. A connection that did not come through a session (no hsConn)
+// gets the certificate as it is.
+func (s *Server) gateCert(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	cert := s.pickCert(hello)
+	hc, ok := hello.Conn.(*hsConn)
+	if cert == nil || !ok {
+		return cert, nil // crypto/tls says "no certificates configured" for nil
+	}
+	signer, ok := cert.PrivateKey.(crypto.Signer)
+	if !ok {
+		return cert, nil // crypto/tls refuses such a key itself
+	}
+	gated := *cert
+	gated.PrivateKey = &gatedSigner{Signer: signer, srv: s, hc: hc}
+	return &gated, nil
+}
+
+// pickCert chooses among the configured certificates as crypto/tls would
+// (the first the client supports, else the first; nil when there is none).
+func (s *Server) pickCert(hello *tls.ClientHelloInfo) *tls.Certificate {
+	if len(s.certs) == 0 {
+		return nil
+	}
+	for i := range s.certs {
+		if hello.SupportsCertificate(&s.certs[i]) == nil {
+			return &s.certs[i]
+		}
+	}
+	return &s.certs[0]
+}
+
+// gatedSigner signs for a full handshake once its edge's turn gives it a
+// slot (round robin, the queue deadline), and gives the slot back. A
+// client that has already half-closed (a replayed hello: connect, write,
+// close) is closed before it queues and again when its slot comes, so a
+// slot is never spent signing for nobody.
+type gatedSigner struct {
+	crypto.Signer
+	srv *Server
+	hc  *hsConn
+}
+
+func (g *gatedSigner) Sign(rand io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
+	hc := g.hc
+	hc.full = true
+	if peerGone(hc.raw) {
+		hc.refused = hsAbandoned
+		return nil, errAbandoned
+	}
+	release, ok := g.srv.gate.acquire(edgeKey(hc.peer))
+	if !ok {
+		hc.refused = hsQueueTimeout
+		return nil, errQueueTimeout
+	}
+	defer release()
+	if peerGone(hc.raw) {
+		hc.refused = hsAbandoned
+		return nil, errAbandoned
+	}
+	return g.Signer.Sign(rand, digest, opts)
 }
 
 // handshakeFailed logs (rate-limited) and counts a failed handshake; the
@@ -315,5 +360,5 @@ func (ss *session) startTLSHandshake() bool {
 	if err != nil {
 		return false
 	}
-	return ss.handshake(tls.Server(&splice.Conn{Conn: c, Peeked: raw}, ss.srv.tlsCfg), tickets)
+	return ss.handshake(raw, tickets)
 }

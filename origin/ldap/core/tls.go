@@ -29,6 +29,10 @@ func (s *Server) serverTLS() *tls.Config {
 	if c.MinVersion == 0 {
 		c.MinVersion = tls.VersionTLS12
 	}
+	// Full handshakes take their certificate from gateCert, which holds
+	// them to the handshake slots (handshake.go).
+	s.certs, c.Certificates = c.Certificates, nil
+	c.GetCertificate = s.gateCert
 	if s.cfg.TLSMode != TLSMTLS {
 		return c
 	}
@@ -136,33 +140,56 @@ func (ss *session) accept() bool {
 	if err != nil {
 		return false // closed or silent in the middle of its first record
 	}
-	tc := tls.Server(&splice.Conn{Conn: ss.client, Peeked: raw}, ss.srv.tlsCfg)
-	if !ss.handshake(tc, tickets) {
+	if !ss.handshake(raw, tickets) {
 		return false
 	}
-	ss.rd = wire.NewReader(clientReader{tc, ss})
+	ss.rd = wire.NewReader(clientReader{ss.client, ss})
 	return true
 }
 
-// handshake completes the server side of tc, whose ClientHello offered
-// tickets: a full handshake waits its edge's turn for a slot (handshake.go),
-// one resuming a session from a ticket the core's keys decrypt does not.
-func (ss *session) handshake(tc *tls.Conn, tickets [][]byte) bool {
-	kind, release, ok := ss.srv.admitHandshake(ss.client, ss.peer, tickets)
-	if !ok {
-		return false
-	}
-	defer release()
-	ctx, cancel := context.WithTimeout(context.Background(), ss.srv.handshakeTimeout())
+// handshake completes the server side of a TLS handshake on the client
+// connection, whose first record (raw, already read) offered tickets. A
+// full handshake waits its edge's turn for a slot when it comes to the
+// signature (gatedSigner); one resuming a session signs nothing and never
+// waits. After it ss.client is the TLS connection.
+func (ss *session) handshake(raw []byte, tickets [][]byte) bool {
+	srv := ss.srv
+	srv.tickets.rotate()
+	hc := &hsConn{Conn: &splice.Conn{Conn: ss.client, Peeked: raw}, raw: ss.client, peer: ss.peer}
+	tc := tls.Server(hc, srv.tlsCfg)
+	ctx, cancel := context.WithTimeout(context.Background(), srv.handshakeTimeout())
 	defer cancel()
 	if err := tc.HandshakeContext(ctx); err != nil {
-		ss.srv.handshakeFailed(ss.peer, kind, err)
+		switch {
+		case hc.refused == hsQueueTimeout:
+			srv.refusal("tls handshake", ss.peer, "err", errQueueTimeout)
+			srv.hsm.total.WithLabelValues("full", hsQueueTimeout).Inc()
+		case hc.refused == hsAbandoned:
+			srv.refusal("tls handshake", ss.peer, "err", errAbandoned)
+			srv.hsm.total.WithLabelValues("full", hsAbandoned).Inc()
+		default:
+			srv.handshakeFailed(ss.peer, srv.failedKind(hc, tickets), err)
+		}
 		return false
 	}
-	ss.srv.handshakeDone(tc.ConnectionState())
+	srv.handshakeDone(tc.ConnectionState())
 	ss.client, ss.isTLS = tc, true
-	ss.agent = ss.srv.agentOf(tc.ConnectionState())
+	ss.agent = srv.agentOf(tc.ConnectionState())
 	return true
+}
+
+// failedKind is the kind a failed handshake is counted as: full once it
+// came to its signature; before that, resumed when its hello offered a
+// ticket the core's keys decrypt (a resumption the pins refused, say).
+func (s *Server) failedKind(hc *hsConn, tickets [][]byte) string {
+	if !hc.full {
+		for _, t := range tickets {
+			if s.tickets.decrypts(t) {
+				return "resumed"
+			}
+		}
+	}
+	return "full"
 }
 
 func (ss *session) startTLS(o *op) {
