@@ -152,6 +152,9 @@ func (h *handler) Received(c *evloop.Conn, b []byte, err error) {
 	case verdict == clienthello.ErrMore && errors.Is(err, io.EOF):
 		e.refuseHello(c, rc, ResultNotTLS, fmt.Errorf("%w: the client closed after %d bytes of one",
 			clienthello.ErrNotTLS, len(b)))
+	case verdict == clienthello.ErrMore && errors.Is(err, evloop.ErrGrowLimit):
+		e.refuseHello(c, rc, ResultNotTLS, fmt.Errorf("%w: a ClientHello over %d bytes while the loop holds as many large ones as it may (%v)",
+			clienthello.ErrNotTLS, len(b), err))
 	case verdict == clienthello.ErrMore: // a read error: counted and logged by Closed
 		c.Close(ResultClientError, fmt.Errorf("read the ClientHello: %w", err))
 	case errors.Is(verdict, clienthello.ErrWrongSNI):

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -521,5 +522,75 @@ func TestGateDefersAccept(t *testing.T) {
 func TestFirstReadHoldsAnyHello(t *testing.T) {
 	if clienthello.MaxLen != evloop.MaxFirst {
 		t.Fatalf("clienthello.MaxLen %d, evloop.MaxFirst %d: want them equal", clienthello.MaxLen, evloop.MaxFirst)
+	}
+}
+
+// TestGateFirstReadGrowth: the first read grows past its small buffer
+// (4352 bytes) only for a prefix of a longer ClientHello: garbage, and a
+// fake record and handshake header declaring a 16380-byte hello in front
+// of filler, are refused on the small buffer without growing it; a
+// 4700-byte hello grows it and passes. With the loop's one large buffer
+// (MaxGrown 1) held by a client stopped mid-hello, a 4700-byte hello is
+// refused as not-tls, saying why, and a small one still passes.
+func TestGateFirstReadGrowth(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := &countingListener{Listener: raw}
+	serveOrigin(t, origin, true, echo)
+	te := startEdge(t, Config{Origins: OriginList(origin.Addr().String()), TLSGate: TLSGate{Mode: GateOn, HelloTimeout: time.Minute}},
+		func(e *Edge) { e.shell.Server.Loops, e.shell.Server.MaxGrown = 1, 1 })
+	srv := &te.shell.Server
+	fake := append([]byte{0x16, 0x03, 0x01, 0x40, 0x00, 0x01, 0x00, 0x3f, 0xfc}, bytes.Repeat([]byte("A"), 4400)...)
+	refused(t, te, origin, bytes.Repeat([]byte{0x16}, 10000), false, ResultNotTLS)
+	refused(t, te, origin, fake, false, ResultNotTLS)
+	if n := srv.Grows(); n != 0 {
+		t.Fatalf("refused bursts grew %d first reads", n)
+	}
+
+	hello := goHello(t, served)
+	pass := func(b []byte) {
+		t.Helper()
+		c, err := net.Dial("tcp", te.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(30 * time.Second))
+		c.Write(b)
+		got := make([]byte, len(b))
+		if _, err := io.ReadFull(c, got); err != nil || string(got) != string(b) {
+			t.Fatalf("echoed %d bytes: %v", len(got), err)
+		}
+	}
+	mid := padHello(t, hello, 4700)
+	pass(mid)
+	if n := srv.Grows(); n != 1 {
+		t.Fatalf("a 4700-byte hello grew %d first reads, want 1", n)
+	}
+	accepted := origin.n.Load()
+
+	holder, err := net.Dial("tcp", te.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	holder.Write(padHello(t, hello, 8000)[:5000]) // and then nothing: the large buffer stays held
+	for deadline := time.Now().Add(30 * time.Second); srv.Grows() != 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the holder's first read never grew (%d grown)", srv.Grows())
+		}
+	}
+	origin.n.Store(0)
+	refused(t, te, origin, mid, false, ResultNotTLS)
+	lines := te.waitLines(t, "client refused by the tls gate", 3)
+	if e, _ := lines[2]["err"].(string); !strings.Contains(e, evloop.ErrGrowLimit.Error()) || !strings.Contains(e, "over 4352 bytes") {
+		t.Fatalf("refusal logged with err %q", e)
+	}
+	origin.n.Store(accepted)
+	pass(hello)
+	if n := srv.Grows(); n != 2 {
+		t.Fatalf("%d first reads grown, want 2", n)
 	}
 }

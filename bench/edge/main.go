@@ -128,6 +128,9 @@ func measure(s *benchkit.Shape, targets []*benchkit.Target) (map[string]*benchki
 	res := benchkit.Results(targets)
 	for r := range *rounds {
 		for _, t := range benchkit.Turn(targets, r) {
+			if err := benchkit.Interrupted(); err != nil {
+				return nil, err
+			}
 			tp, _, err := res[t.Name].MeasureThroughput(t.PID, dial(t), nil, *streamSize, *streamTime)
 			if err != nil {
 				return nil, fmt.Errorf("%s: throughput: %w", t.Name, err)

@@ -130,6 +130,9 @@ func measure(s *benchkit.Shape, targets []*benchkit.Target) (map[string]*benchki
 	res := benchkit.Results(targets)
 	for r := range *rounds {
 		for _, t := range benchkit.Turn(targets, r) {
+			if err := benchkit.Interrupted(); err != nil {
+				return nil, err
+			}
 			x := res[t.Name]
 			cr, cpu := x.MeasureRate(t.PID, *clients, *maxConns, *connTime, func() error { return benchkit.EchoOnce(dial(t), msg(t, 'E')) })
 			progress("%s round %d %-15s %6.0f conn/s  p50 %v  p99 %v  failed %d  cpu %v  throttled %.0f %%",

@@ -25,7 +25,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -49,13 +48,7 @@ var (
 	keep       = flag.Bool("keep", false, "keep the temp dir")
 )
 
-func main() {
-	flag.Parse()
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "bench/probe:", err)
-		os.Exit(1)
-	}
-}
+func main() { benchkit.Main("probe", run) }
 
 func run() error {
 	dir, cleanup, err := benchkit.TempDir("probe", *keep)
@@ -127,6 +120,10 @@ func rankings(o *stack.Origin) (string, error) {
 		var walls []time.Duration
 		var okCount int
 		for range *rounds {
+			if err := benchkit.Interrupted(); err != nil {
+				closeFn()
+				return "", err
+			}
 			start := time.Now()
 			res := probe.Measure(context.Background(), ips, port, func(ctx context.Context, addr string) probe.Result {
 				return probe.Probe(ctx, addr, conf, *budget)
@@ -258,6 +255,9 @@ func failover() (string, error) {
 	fmt.Fprintf(&b, "connect timeout %v; the A set lists the dead address first, then working ones\n\n", *connTO)
 	b.WriteString("| first address | A-set size | Go net.Dialer | curl | probe rank (once, then the best edge directly) |\n|---|---|---|---|---|\n")
 	for _, s := range plan {
+		if err := benchkit.Interrupted(); err != nil {
+			return "", err
+		}
 		host := strings.TrimSuffix(s.name, ".")
 		start := time.Now()
 		d := net.Dialer{Timeout: *connTO, Resolver: resolver}

@@ -58,8 +58,16 @@ type coreTLS struct {
 	TicketRotation time.Duration `mapstructure:"ticket_rotation"`
 	TicketKeys     int           `mapstructure:"ticket_keys"`
 	// TicketKeyFile, when set, holds an origin pool's shared keys
-	// (internal/ticketkeys), read at start and on SIGHUP.
+	// (internal/ticketkeys), read at start and on SIGHUP when the core
+	// uses it (usesTicketKeyFile).
 	TicketKeyFile string `mapstructure:"ticket_key_file"`
+}
+
+// usesTicketKeyFile reports whether the core reads ticket_key_file: only
+// with TLS on and session tickets on (ticket_keys above 0). Otherwise the
+// file is read neither at start nor on SIGHUP, so that the two agree.
+func (t coreTLS) usesTicketKeyFile() bool {
+	return t.TicketKeyFile != "" && t.Mode != core.TLSOff && t.TicketKeys > 0
 }
 
 func defaultCore() coreSection {
@@ -159,7 +167,8 @@ func serveCore(cfg coreSection, srv *core.Server, ln net.Listener, mux *http.Ser
 	return srv.Shutdown
 }
 
-// coreConfig reads the certificate, CA and pins files named by the section.
+// coreConfig reads the certificate, CA, pins and ticket key files named by
+// the section (the ticket key file only when the core uses it).
 func (cfg coreSection) coreConfig() (core.Config, error) {
 	c := core.DefaultConfig()
 	c.Name, c.ProxyMode, c.DefaultServer, c.MaxPDU = cfg.Name, cfg.ProxyMode, cfg.DefaultServer, cfg.MaxPDU
@@ -195,7 +204,7 @@ func (cfg coreSection) coreConfig() (core.Config, error) {
 		return c, err
 	}
 	c.Pins = pins
-	if cfg.TLS.TicketKeyFile != "" {
+	if cfg.TLS.usesTicketKeyFile() {
 		keys, err := readTicketKeys(cfg.TLS.TicketKeyFile)
 		if err != nil {
 			return c, err
@@ -217,9 +226,9 @@ func readPins(path string) (map[string]string, error) {
 	if path == "" {
 		return nil, nil
 	}
-	data, err := os.ReadFile(path)
+	data, err := readConfigFile("core.tls.pins", path, maxPinsFile, false)
 	if err != nil {
-		return nil, fmt.Errorf("core.tls.pins: %w", err)
+		return nil, err
 	}
 	pins, err := core.ParsePins(data)
 	if err != nil {
@@ -251,11 +260,12 @@ func reloadPins(srv *core.Server, path string, log *slog.Logger) (applied bool, 
 }
 
 // readTicketKeys reads an origin pool's ticket key file, in the order the
-// core wants them (the key that encrypts first).
+// core wants them (the key that encrypts first). The file must be private
+// (readConfigFile): its keys mint tickets.
 func readTicketKeys(path string) ([][32]byte, error) {
-	raw, err := os.ReadFile(path)
+	raw, err := readConfigFile("core.tls.ticket_key_file", path, ticketkeys.MaxFile, true)
 	if err != nil {
-		return nil, fmt.Errorf("core.tls.ticket_key_file: %w", err)
+		return nil, err
 	}
 	keys, err := ticketkeys.Parse(raw)
 	if err != nil {

@@ -182,40 +182,7 @@ core:
   tls:
     mode: tls
 `, front))
-	cmd := exec.Command(bin, "--config", cfg)
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	accepted := make(chan bool, 1)
-	go func() { // knock on the front's port until the process is gone
-		for {
-			select {
-			case <-exited:
-				accepted <- false
-				return
-			default:
-			}
-			if c, err := net.DialTimeout("tcp", front, 100*time.Millisecond); err == nil {
-				c.Close()
-				accepted <- true
-				return
-			}
-		}
-	}()
-	err := cmd.Wait()
-	close(exited)
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
-		t.Fatalf("exit: %v, want 2\n%s", err, out.String())
-	}
-	if <-accepted {
-		t.Fatal("the front accepted a connection before the core's configuration was checked")
-	}
-	if got := out.String(); strings.Contains(got, "listening") || strings.Count(got, "\n") != 1 ||
-		!strings.Contains(got, "core.tls.mode tls needs core.tls.cert and core.tls.key") {
+	if got := refusedBeforeListening(t, bin, cfg, front); !strings.Contains(got, "core.tls.mode tls needs core.tls.cert and core.tls.key") {
 		t.Fatalf("output %q, want only the one line about core.tls", got)
 	}
 }

@@ -171,6 +171,10 @@ func run(cfg originFile, reload func() (originFile, error)) error {
 	p.ServeHTTP("metrics", cfg.Metrics, p.Metrics())
 
 	warnNofile(log, cfg.Front.MaxConns, cfg.Core.Enabled) // once listening: a start that fails prints one line
+	if t := cfg.Core.TLS; cfg.Core.Enabled && t.TicketKeyFile != "" && !t.usesTicketKeyFile() {
+		log.Warn("core.tls.ticket_key_file is not read: TLS or session tickets are off", "file", t.TicketKeyFile,
+			"tls", t.Mode, "ticket_keys", t.TicketKeys)
+	}
 
 	// A listener that really fails ends the binary: never a front that
 	// forwards to a core nobody accepts for.
@@ -222,8 +226,8 @@ func reloaded(cfg originFile, front *origin.Front, srv *core.Server, reload func
 	// again now and put in force last (a new path needs a restart, as any
 	// changed key).
 	var keys [][32]byte
-	if path := cfg.Core.TLS.TicketKeyFile; srv != nil && cfg.Core.Enabled && path != "" && cfg.Core.TLS.Mode != core.TLSOff {
-		if keys, err = readTicketKeys(path); err != nil {
+	if srv != nil && cfg.Core.Enabled && cfg.Core.TLS.usesTicketKeyFile() {
+		if keys, err = readTicketKeys(cfg.Core.TLS.TicketKeyFile); err != nil {
 			log.Error("reload failed, keeping the running configuration", "err", err)
 			return cfg
 		}

@@ -2,9 +2,11 @@ package main
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -41,10 +43,19 @@ func startPoolHost(t *testing.T, bin, slapd string, pki *testbed.PKI, keys []byt
 // want in its output.
 func (h *poolHost) reload(t *testing.T, keys []byte, want string) {
 	t.Helper()
+	h.hup(t, want, func() {
+		if err := os.WriteFile(h.keys, keys, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// hup calls change (which changes the host's files), sends SIGHUP and
+// waits for want in its output once more than before.
+func (h *poolHost) hup(t *testing.T, want string, change func()) {
+	t.Helper()
 	n := strings.Count(h.p.Output(), want)
-	if err := os.WriteFile(h.keys, keys, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	change()
 	h.p.Cmd.Process.Signal(syscall.SIGHUP)
 	for deadline := time.Now().Add(10 * time.Second); strings.Count(h.p.Output(), want) == n; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -139,5 +150,217 @@ func TestPoolTicketKeysShared(t *testing.T) {
 	rotate()
 	if b.session(t, pki, old) {
 		t.Fatal("a ticket whose key left the pool's files still resumed")
+	}
+}
+
+// TestTicketKeyFileRefusedAtStart: the origin binary refuses to start,
+// with exit 2 and one line naming the key, before anything listens, on a
+// ticket key file open to group or others (whoever reads it can mint
+// tickets), on a FIFO at the path (at once: no wait for a writer), on a
+// file over the limit (a sparse file of 200 MB: refused by its size, not
+// read) and on a pins file that is a FIFO.
+func TestTicketKeyFileRefusedAtStart(t *testing.T) {
+	pki := testbed.NewPKI(t)
+	bin := buildOrigin(t)
+	keys := ticketkeys.Keys{ticketkeys.New()}.Format()
+	for _, tc := range []struct {
+		name string
+		// make writes the ticket key file (or the pins file, pins) at path.
+		make func(t *testing.T, path string) error
+		pins bool
+		want string // after "core.tls.ticket_key_file: <path> "
+	}{
+		{"mode 0644", func(t *testing.T, path string) error {
+			if err := os.WriteFile(path, keys, 0o600); err != nil {
+				return err
+			}
+			return os.Chmod(path, 0o644)
+		}, false, "has mode 0644, open to group or others: anyone who can read it can mint session tickets (chmod 600 it)"},
+		{"mode 0640", func(t *testing.T, path string) error {
+			if err := os.WriteFile(path, keys, 0o600); err != nil {
+				return err
+			}
+			return os.Chmod(path, 0o640)
+		}, false, "has mode 0640, open to group or others"},
+		{"fifo", func(t *testing.T, path string) error { return syscall.Mkfifo(path, 0o600) }, false, "is a named pipe (FIFO), not a regular file"},
+		{"over the limit", func(t *testing.T, path string) error {
+			if err := os.WriteFile(path, keys, 0o600); err != nil {
+				return err
+			}
+			return os.Truncate(path, 200<<20)
+		}, false, "is 209715200 bytes, more than 65536"},
+		{"pins fifo", func(t *testing.T, path string) error { return syscall.Mkfifo(path, 0o600) }, true, "is a named pipe (FIFO), not a regular file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			front, coreAddr := testbed.FreeAddr(t, "127.0.0.1"), testbed.FreeAddr(t, "127.0.0.1")
+			keyFile, pins := filepath.Join(dir, "ticket.keys"), filepath.Join(dir, "agents.pins")
+			key, path := "core.tls.ticket_key_file", keyFile
+			if tc.pins {
+				key, path = "core.tls.pins", pins
+				testbed.WriteFile(t, dir, "ticket.keys", string(keys))
+			} else {
+				testbed.WriteFile(t, dir, "agents.pins", certPin(pki.Agent)+" agent-1\n")
+			}
+			if err := tc.make(t, path); err != nil {
+				t.Fatal(err)
+			}
+			cfg := mtlsOriginConfig(t, dir, front, coreAddr, "127.0.0.1:1", pki, fmt.Sprintf("    pins: %q\n    ticket_key_file: %q\n", pins, keyFile))
+			out := refusedBeforeListening(t, bin, cfg, front, coreAddr)
+			if want := key + ": " + path + " " + tc.want; !strings.Contains(out, want) {
+				t.Fatalf("output %q, want one line with %q", out, want)
+			}
+		})
+	}
+}
+
+// refusedBeforeListening runs the origin binary with cfg and wants it to
+// end with exit 2 and one line, which it returns, without the front or
+// the core (at addrs) ever accepting a connection (one that accepts is
+// killed at once). An origin still running after a minute hung: it is
+// killed and the test fails.
+func refusedBeforeListening(t *testing.T, bin, cfg string, addrs ...string) string {
+	t.Helper()
+	cmd := exec.Command(bin, "--config", cfg)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	accepted := make(chan string, 1)
+	go func() { // knock on the ports until the process is gone
+		for {
+			select {
+			case <-exited:
+				accepted <- ""
+				return
+			default:
+			}
+			for _, addr := range addrs {
+				if c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond); err == nil {
+					c.Close()
+					accepted <- addr
+					cmd.Process.Kill()
+					return
+				}
+			}
+		}
+	}()
+	hung := time.AfterFunc(time.Minute, func() { cmd.Process.Kill() })
+	err := cmd.Wait()
+	close(exited)
+	if addr := <-accepted; addr != "" {
+		t.Fatalf("%s accepted a connection: the origin started\n%s", addr, out.String())
+	}
+	if !hung.Stop() {
+		t.Fatalf("the origin was still running after a minute: killed\n%s", out.String())
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+		t.Fatalf("exit: %v, want 2\n%s", err, out.String())
+	}
+	got := out.String()
+	if strings.Contains(got, "listening") || strings.Count(got, "\n") != 1 {
+		t.Fatalf("output %q, want only one line", got)
+	}
+	return got
+}
+
+// TestTicketKeyFileReloadRefused: a pool host whose ticket key file is
+// made 0644, then replaced by a FIFO, keeps the keys in force on each
+// SIGHUP (a ticket issued before still resumes), logging reload failed
+// with the reason; the FIFO does not hang the reload (it runs in the
+// process's only signal loop): SIGTERM afterwards still stops the origin,
+// exit 0, within its drain.
+func TestTicketKeyFileReloadRefused(t *testing.T) {
+	sl := testbed.StartSlapds(t, 1, testbed.SlapdConfig{})
+	pki := testbed.NewPKI(t)
+	bin := buildOrigin(t)
+	h := startPoolHost(t, bin, sl[0].Addr, pki, ticketkeys.Keys{ticketkeys.New()}.Format())
+	cache := tls.NewLRUClientSessionCache(1)
+	if h.session(t, pki, cache) {
+		t.Fatal("the first session resumed: the test proves nothing")
+	}
+	// The keys, new ones, that a refused file must not put in force.
+	other := ticketkeys.Keys{ticketkeys.New()}.Format()
+
+	h.hup(t, "has mode 0644, open to group or others", func() {
+		if err := os.WriteFile(h.keys, other, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(h.keys, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	testbed.WaitOutput(t, h.p, 10*time.Second, `"msg":"reload failed, keeping the running configuration","err":"core.tls.ticket_key_file: `+h.keys+` has mode 0644`)
+	if !h.session(t, pki, cache) {
+		t.Fatal("a 0644 key file on SIGHUP changed the keys in force")
+	}
+
+	h.hup(t, "is a named pipe (FIFO), not a regular file", func() {
+		if err := os.Remove(h.keys); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mkfifo(h.keys, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	})
+	testbed.WaitOutput(t, h.p, 10*time.Second, `"msg":"reload failed, keeping the running configuration","err":"core.tls.ticket_key_file: `+h.keys+` is a named pipe`)
+	if !h.session(t, pki, cache) {
+		t.Fatal("a FIFO on SIGHUP changed the keys in force")
+	}
+
+	h.p.Cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- h.p.Cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the origin's exit after SIGTERM: %v\n%s", err, h.p.Output())
+		}
+	case <-time.After(drainTimeout + 30*time.Second):
+		t.Fatalf("SIGTERM did not stop the origin within its drain (%v)\n%s", drainTimeout, h.p.Output())
+	}
+	if !strings.Contains(h.p.Output(), `"msg":"shutting down","signal":"terminated"`) {
+		t.Errorf("no shutting down after SIGTERM:\n%s", h.p.Output())
+	}
+}
+
+// TestTicketKeyFileUnusedNotRead: with TLS off, or session tickets off
+// (ticket_keys 0), the origin reads core.tls.ticket_key_file neither at
+// start nor on SIGHUP: a path that is a FIFO starts, with a warning that
+// the file is not read, and SIGHUP finds the configuration unchanged.
+func TestTicketKeyFileUnusedNotRead(t *testing.T) {
+	pki := testbed.NewPKI(t)
+	bin := buildOrigin(t)
+	for _, tc := range []struct {
+		name string
+		tls  []string // keys under core.tls
+	}{
+		{"tls off", []string{`mode: "off"`}},
+		{"ticket_keys 0", []string{"mode: tls", fmt.Sprintf("cert: %q", pki.Path("server.pem")), fmt.Sprintf("key: %q", pki.Path("server.key")), "ticket_keys: 0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			front, coreAddr := testbed.FreeAddr(t, "127.0.0.1"), testbed.FreeAddr(t, "127.0.0.1")
+			fifo := filepath.Join(t.TempDir(), "ticket.keys")
+			if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			core := []string{fmt.Sprintf("listen: %q", coreAddr), "proxy_mode: 0", "default_server: 127.0.0.1:1", "tls:",
+				fmt.Sprintf("  ticket_key_file: %q", fifo)}
+			for _, l := range tc.tls {
+				core = append(core, "  "+l)
+			}
+			cfg := originYAML(t, front, coreAddr, "", nil, core)
+			p := testbed.Start(t, bin, "--config", cfg)
+			testbed.WaitTCP(t, coreAddr, 10*time.Second)
+			testbed.WaitOutput(t, p, 10*time.Second, `"msg":"core.tls.ticket_key_file is not read: TLS or session tickets are off","file":"`+fifo+`"`)
+			p.Cmd.Process.Signal(syscall.SIGHUP)
+			testbed.WaitOutput(t, p, 10*time.Second, `"msg":"reload: configuration unchanged"`)
+			if strings.Contains(p.Output(), "reload failed") {
+				t.Fatalf("the reload read the file:\n%s", p.Output())
+			}
+		})
 	}
 }

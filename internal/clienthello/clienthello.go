@@ -67,7 +67,11 @@ var errTooLarge = fmt.Errorf("%w: ClientHello larger than %d bytes", ErrNotTLS, 
 // while b is a prefix that could still become one, or an error wrapping
 // ErrNotTLS or ErrWrongSNI. Bytes after the ClientHello's last record are
 // not looked at: once nil, the verdict stays nil whatever follows. Once
-// b holds MaxLen bytes Check never says ErrMore.
+// b holds MaxLen bytes Check never says ErrMore. A prefix is refused as
+// soon as its bytes allow: the record and handshake headers, the client
+// version, the session id, cipher suite and compression method lists,
+// the extensions block's length against the handshake's, and each
+// extension's header against the block.
 func Check(b []byte, names []string) error {
 	msg, err := handshake(b)
 	if err != nil {
@@ -97,11 +101,23 @@ func Check(b []byte, names []string) error {
 func handshake(b []byte) ([]byte, error) {
 	var msg []byte
 	declared := 0 // handshake bytes the records so far declare
+	want, werr := 0, ErrMore
+	// more is the verdict on a prefix: ErrMore, unless what there is of
+	// the ClientHello is already wrong.
+	more := func() error {
+		if werr != nil {
+			return ErrMore
+		}
+		return prefix(msg[handshakeHeader:], want-handshakeHeader)
+	}
 	for off := 0; ; {
 		if off+recordHeader >= MaxLen { // no room left for another record
 			return nil, errTooLarge
 		}
 		n, err := record(b[off:])
+		if err == ErrMore {
+			return nil, more()
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -116,22 +132,84 @@ func handshake(b []byte) ([]byte, error) {
 			msg = append(msg, frag...)
 		}
 		declared += n
-		want, err := messageLen(msg)
+		want, werr = messageLen(msg)
 		switch {
-		case err == ErrMore: // the handshake header is not all there yet
-		case err != nil:
-			return nil, err
+		case werr == ErrMore: // the handshake header is not all there yet
+		case werr != nil:
+			return nil, werr
 		case declared > want:
 			return nil, fmt.Errorf("%w: the record holds %d bytes more than the ClientHello", ErrNotTLS, declared-want)
 		}
 		if len(b) < end {
-			return nil, ErrMore
+			return nil, more()
 		}
-		if err == nil && declared == want {
+		if werr == nil && declared == want {
 			return msg, nil
 		}
 		off = end
 	}
+}
+
+// prefix checks the start of a ClientHello body, p, of the n bytes its
+// header declares, as far as p goes: the same checks as parseHello's up
+// to the extensions' headers, so that a hello wrong in its first bytes is
+// refused at once, not after n bytes. It returns ErrMore or an error
+// wrapping ErrNotTLS.
+func prefix(p []byte, n int) error {
+	if len(p) >= 1 && p[0] != 3 || len(p) >= 2 && p[1] > 4 {
+		return fmt.Errorf("%w: client version %#x outside 0x0300-0x0304", ErrNotTLS, p[:min(len(p), 2)])
+	}
+	off := 2 + 32 // version, random
+	if len(p) <= off {
+		return ErrMore
+	}
+	sid := int(p[off])
+	if sid > maxSessionID || off+1+sid > n {
+		return fmt.Errorf("%w: bad session id", ErrNotTLS)
+	}
+	off += 1 + sid
+	if len(p) < off+2 {
+		return ErrMore
+	}
+	suites := int(p[off])<<8 | int(p[off+1])
+	if suites < 2 || suites%2 != 0 || off+2+suites > n {
+		return fmt.Errorf("%w: bad cipher suite list", ErrNotTLS)
+	}
+	off += 2 + suites
+	if len(p) <= off {
+		return ErrMore
+	}
+	comp := int(p[off])
+	if comp < 1 || off+1+comp > n {
+		return fmt.Errorf("%w: bad compression method list", ErrNotTLS)
+	}
+	off += 1 + comp
+	if off == n {
+		return ErrMore // no extensions
+	}
+	if n-off < 2 {
+		return fmt.Errorf("%w: the extensions' length does not match the ClientHello's", ErrNotTLS)
+	}
+	if len(p) < off+2 {
+		return ErrMore
+	}
+	if l := int(p[off])<<8 | int(p[off+1]); off+2+l != n {
+		return fmt.Errorf("%w: the extensions' length does not match the ClientHello's", ErrNotTLS)
+	}
+	for off += 2; off < n; {
+		if n-off < 4 {
+			return fmt.Errorf("%w: a truncated extension", ErrNotTLS)
+		}
+		if len(p) < off+4 {
+			return ErrMore
+		}
+		l := int(p[off+2])<<8 | int(p[off+3])
+		if off+4+l > n {
+			return fmt.Errorf("%w: extension %d overruns the block", ErrNotTLS, int(p[off])<<8|int(p[off+1]))
+		}
+		off += 4 + l
+	}
+	return ErrMore
 }
 
 // record checks the record header at the start of b, as much of it as

@@ -119,7 +119,8 @@ func TestMalformed(t *testing.T) {
 		{"record length 16385", []byte{0x16, 0x03, 0x01, 0x40, 0x01}, ErrNotTLS},
 		{"server hello", set(good, 5, 2), ErrNotTLS},
 		{"handshake length short", base().hsLen(-1).bytes(), ErrNotTLS},
-		{"handshake length long", base().hsLen(+1).bytes(), ErrMore}, // the rest would come in the next record
+		{"handshake length long", base().hsLen(+1).bytes(), ErrNotTLS}, // the extensions' length says it ends a byte earlier
+		{"handshake length long, no extensions", base().with(func(h *hello) { h.exts, h.noExts = nil, true }).hsLen(+1).bytes(), ErrNotTLS},
 		{"handshake length long, then garbage", append(base().hsLen(+1).bytes(), 0x30), ErrNotTLS},
 		{"handshake length tiny", []byte{0x16, 0x03, 0x01, 0x00, 0x08, 0x01, 0x00, 0x00, 0x04}, ErrNotTLS},
 		{"client version 2.0", set(good, 9, 2), ErrNotTLS},
@@ -157,6 +158,56 @@ func TestMalformed(t *testing.T) {
 				t.Fatalf("%v, want %v", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestEarlyRefusal: a ClientHello wrong in its first bytes is refused on
+// what the edge's first read holds before it grows (4352 bytes), not
+// after all the bytes its header declares: a fake header in front of
+// filler, and each field up to the extensions' headers. Its prefixes
+// before the wrong byte are ErrMore.
+func TestEarlyRefusal(t *testing.T) {
+	const small = 4096 + 256 // evloop's first read before it grows
+	big := base().pad(8000)
+	fake := append([]byte{0x16, 0x03, 0x01, 0x40, 0x00, 0x01, 0x00, 0x3f, 0xfc}, make([]byte, small-9)...) // 16380 bytes declared
+	for i := 9; i < len(fake); i++ {
+		fake[i] = 'A'
+	}
+	zeros := append(big.bytes()[:11+32], make([]byte, small-11-32)...) // version and random, then zeros
+	for _, tc := range []struct {
+		name  string
+		b     []byte
+		wrong int // the offset of the first wrong byte
+	}{
+		{"fake header, filler", fake, 9},
+		{"version and random, then zeros", zeros, 11 + 32 + 2}, // no cipher suite
+		{"session id 33", big.with(func(h *hello) { h.sid = make([]byte, 33) }).bytes(), 11 + 32},
+		{"session id past the hello", base().with(func(h *hello) { h.noExts = true; h.exts = nil }).recLen(-10).hsLen(-10).bytes(), 11 + 32},
+		{"odd cipher suites", big.with(func(h *hello) { h.suites = []byte{0x13, 0x01, 0x13} }).bytes(), 11 + 32 + 1 + 32 + 1},
+		{"no compression method", big.with(func(h *hello) { h.comp = nil }).bytes(), 11 + 32 + 1 + 32 + 2 + 4},
+		{"extensions length long", big.extLen(+1).bytes(), 11 + 32 + 1 + 32 + 2 + 4 + 2 + 1},
+		{"extensions length short", big.extLen(-1).bytes(), 11 + 32 + 1 + 32 + 2 + 4 + 2 + 1},
+		{"extension overruns", base().with(func(h *hello) {
+			h.exts = ext(21, make([]byte, 8000))
+			h.exts[2] = 0xff // its length
+		}).bytes(), 11 + 32 + 1 + 32 + 2 + 4 + 2 + 1 + 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := Check(tc.b[:min(len(tc.b), small)], nil); !errors.Is(err, ErrNotTLS) {
+				t.Fatalf("%d bytes: %v, want not-tls", min(len(tc.b), small), err)
+			}
+			if err := Check(tc.b[:tc.wrong+1], nil); !errors.Is(err, ErrNotTLS) {
+				t.Fatalf("up to the wrong byte: %v, want not-tls", err)
+			}
+			if err := Check(tc.b[:tc.wrong], nil); err != ErrMore {
+				t.Fatalf("before the wrong byte: %v, want ErrMore", err)
+			}
+		})
+	}
+	for _, n := range []int{10, 50, 100, small, MaxLen - 1} { // a valid one is ErrMore all along
+		if err := Check(base().pad(MaxLen).bytes()[:n], nil); err != ErrMore {
+			t.Fatalf("a %d-byte prefix of a valid hello: %v", n, err)
+		}
 	}
 }
 

@@ -19,6 +19,12 @@ func FuzzCheck(f *testing.F) {
 	f.Add([]byte{0x80, 0x2e, 0x01, 0x03, 0x01}, false)
 	f.Add([]byte("\r\n\r\n\x00\r\nQUIT\n"), false)
 	f.Add([]byte{0x30, 0x0c, 0x02, 0x01, 0x01}, true)
+	// prefixes refused early: a fake header in front of filler, and
+	// wrong fields in a hello padded past evloop's small first read
+	f.Add(append([]byte{0x16, 0x03, 0x01, 0x40, 0x00, 0x01, 0x00, 0x3f, 0xfc}, make([]byte, 64)...), false)
+	f.Add(base().pad(MaxLen).extLen(+1).bytes()[:4352], false)
+	f.Add(base().pad(MaxLen).with(func(h *hello) { h.sid = make([]byte, 33) }).bytes()[:200], true)
+	f.Add(base().pad(MaxLen).bytes()[:4352], true)
 	f.Fuzz(func(t *testing.T, b []byte, withNames bool) {
 		var names []string
 		if withNames {

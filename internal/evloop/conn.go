@@ -159,10 +159,13 @@ func (c *Conn) Close(reason string, err error) {
 // ReadFirst hands the client's bytes to Handler.Received as they come, for
 // at most d; at most MaxFirst bytes are read (Received then sees a full
 // buffer and decides). They go into a buffer of firstSmall bytes, which
-// every PROXY header and most ClientHellos fit, and grows once to
-// MaxFirst only when it is full and Received has not decided: a client
-// costs the larger buffer only when its first bytes are a prefix of
-// something that large.
+// every PROXY header and most ClientHellos fit. Once it is full, Received
+// sees it whole; only when it has not decided then (the connection is
+// still reading: not closed, not dialling) does the buffer grow, once, to
+// MaxFirst, and the read go on: a client costs the larger buffer only
+// when its first firstSmall bytes are a prefix of something that large.
+// At most Server.MaxGrown connections of a loop hold the larger buffer at
+// once; past them, Received gets the full small buffer and ErrGrowLimit.
 func (c *Conn) ReadFirst(d time.Duration) {
 	c.reading = true
 	c.l.arm(c, d)
@@ -410,6 +413,23 @@ func (c *Conn) readFirst() {
 			if cap(c.pre) >= MaxFirst {
 				break // the handler decides what a full buffer means
 			}
+			if got {
+				// The handler decides on the full small buffer first: most
+				// refusals need no more bytes.
+				got = false
+				if c.l.s.Handler.Received(c, c.pre, nil); c.state != stOpen || !c.reading {
+					return
+				}
+				if len(c.pre) < cap(c.pre) {
+					continue // consumed: room again
+				}
+			}
+			if !c.l.mayGrow() {
+				err = ErrGrowLimit
+				break
+			}
+			// Undecided: the socket is edge-triggered, so the rest still
+			// in it is read now, into the larger buffer.
 			c.growPre()
 		}
 		n, rerr := rawio.ReadNow(c.cfd, c.pre[len(c.pre):cap(c.pre)])
@@ -441,7 +461,7 @@ func (c *Conn) readFirst() {
 		c.reading = false
 		c.disarm()
 	}
-	if got || err != nil || len(c.pre) == cap(c.pre) {
+	if got || err != nil || len(c.pre) == MaxFirst {
 		c.l.s.Handler.Received(c, c.pre, err)
 	}
 }
@@ -454,7 +474,7 @@ func (c *Conn) takePre() {
 	c.pre = (*c.first)[:0]
 }
 
-// growPre moves pre, full, into a MaxFirst buffer.
+// growPre moves pre, full, into a MaxFirst buffer (mayGrow counted it).
 func (c *Conn) growPre() {
 	big := bigFirstBufs.Get().(*[]byte)
 	*big = append((*big)[:0], c.pre...)
@@ -467,6 +487,7 @@ func (c *Conn) growPre() {
 func (c *Conn) putPre() {
 	if c.first != nil {
 		if cap(*c.first) >= MaxFirst {
+			c.l.grown--
 			bigFirstBufs.Put(c.first)
 		} else {
 			firstBufs.Put(c.first)

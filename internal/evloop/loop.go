@@ -21,6 +21,7 @@
 package evloop
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -107,8 +108,14 @@ type Server struct {
 	// connection would hold one. 0: no bound. PipesFor gives the
 	// relays' figure.
 	MaxPipes int
+	// MaxGrown bounds, per loop, the connections whose first read
+	// (ReadFirst) holds a MaxFirst buffer at once; 0 means GrownPerLoop.
+	// Past it, a first read that would grow is handed to Received with
+	// ErrGrowLimit instead.
+	MaxGrown int
 
 	pipes    atomic.Int64 // pipes held now
+	grows    atomic.Int64 // first reads grown to MaxFirst, ever (Grows)
 	once     sync.Once
 	startErr error
 	loops    []*loop
@@ -142,6 +149,33 @@ func (s *Server) takePipe() bool {
 }
 
 func (s *Server) pipeGone() { s.pipes.Add(-1) }
+
+// GrownPerLoop is MaxGrown's default: 1024 first reads of MaxFirst
+// bytes, 16.8 MB per loop at most, whatever the number of connections.
+const GrownPerLoop = 1024
+
+// ErrGrowLimit is Received's error when the client's first bytes fill
+// ReadFirst's small buffer, Received has not decided on them, and the
+// loop holds MaxGrown large buffers already: b is the full small buffer,
+// and no more is read.
+var ErrGrowLimit = errors.New("evloop: too many connections hold a large first read at once")
+
+// Grows is how many first reads have grown to MaxFirst bytes so far.
+func (s *Server) Grows() int64 { return s.grows.Load() }
+
+// mayGrow takes one of the loop's large first reads, if MaxGrown allows.
+func (l *loop) mayGrow() bool {
+	max := l.s.MaxGrown
+	if max <= 0 {
+		max = GrownPerLoop
+	}
+	if l.grown >= max {
+		return false
+	}
+	l.grown++
+	l.s.grows.Add(1)
+	return true
+}
 
 // PipesFor is the pipe budget (MaxPipes) of a relay that holds at most
 // maxConns connections: a quarter of them may splice at once, at least
@@ -438,6 +472,7 @@ type loop struct {
 	done      bool
 	undrained bool // a listener has more to accept: do not park
 	accepted  int  // connections accepted on the loop's listeners
+	grown     int  // connections holding a MaxFirst first read now (Server.MaxGrown)
 	polls     int  // wait's calls in the current raw.Read: the first, then one per wake-up
 	wakes     int  // wake-ups from Go's poller
 	empty     int  // of them, wake-ups that found no event (another loop took it)

@@ -9,7 +9,9 @@
 // (the only key, when there is one), and every key decrypts. So a key
 // written to every host of the pool decrypts there before any host
 // encrypts with it, and a host that reloads later than another still
-// resumes the other's tickets.
+// resumes the other's tickets. Whoever reads the file can mint tickets:
+// the origin takes it only private (mode 0600 or stricter, owned by its
+// user or root) and at most MaxFile bytes.
 //
 //	keys, err := ticketkeys.Parse(raw)
 //	tlsConfig.SetSessionTicketKeys(keys.ForTLS())
@@ -27,9 +29,9 @@ import (
 // MaxKeys bounds the keys of one file (a day of hourly keys is 25).
 const MaxKeys = 256
 
-// maxFile bounds the file read: MaxKeys lines of 44 characters, and room
-// for comments.
-const maxFile = 64 << 10
+// MaxFile bounds the file's size: MaxKeys lines of 44 characters, and
+// room for comments. A reader should read no more than MaxFile+1 bytes.
+const MaxFile = 64 << 10
 
 // Keys are a file's keys, oldest first.
 type Keys [][32]byte
@@ -45,8 +47,8 @@ func New() [32]byte {
 // not 32 bytes of base64, a key given twice, no key at all or more than
 // MaxKeys.
 func Parse(raw []byte) (Keys, error) {
-	if len(raw) > maxFile {
-		return nil, fmt.Errorf("ticket key file: %d bytes, more than %d", len(raw), maxFile)
+	if len(raw) > MaxFile {
+		return nil, fmt.Errorf("ticket key file: %d bytes, more than %d", len(raw), MaxFile)
 	}
 	var keys Keys
 	seen := map[[32]byte]int{}

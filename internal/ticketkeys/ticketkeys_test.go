@@ -42,7 +42,7 @@ func TestParseErrors(t *testing.T) {
 		{good + "\nnot base64!\n", "ticket key file line 2: not 32 bytes in base64 (openssl rand -base64 32)"},
 		{short + "\n", "ticket key file line 1: not 32 bytes in base64 (openssl rand -base64 32)"},
 		{good + "\n# c\n" + good + "\n", "ticket key file line 3: the key of line 1 again"},
-		{strings.Repeat("#", maxFile+1), "ticket key file: 65537 bytes, more than 65536"},
+		{strings.Repeat("#", MaxFile+1), "ticket key file: 65537 bytes, more than 65536"},
 	} {
 		if _, err := Parse([]byte(c.file)); err == nil || err.Error() != c.want {
 			t.Errorf("Parse(%.40q) = %v, want %q", c.file, err, c.want)

@@ -19,8 +19,9 @@ import (
 // controller, else the v1 cpu hierarchy (cpu.cfs_quota_us), which is what
 // hybrid hosts such as the development VM have.
 type cgroup struct {
-	dir string
-	v2  bool
+	dir    string
+	v2     bool
+	forget func() // removes it if still there, and drops it from what an interrupt undoes
 }
 
 // cgroupPeriod is the quota's period, in µs (the kernel's default).
@@ -85,6 +86,7 @@ func newCgroup(name string, pct int) (*cgroup, error) {
 	if err := os.Mkdir(g.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("making the relay's cgroup: %w (needs root or a delegated cgroup)", err)
 	}
+	g.forget = undoLater(func() { g.remove() })
 	// The quota, and the highest weight: other work on a shared machine
 	// then does not take the relay's CPU from it below the quota, as on a
 	// VM of its own.
@@ -99,7 +101,7 @@ func newCgroup(name string, pct int) (*cgroup, error) {
 		}
 	}
 	if err != nil {
-		g.remove()
+		g.forget()
 		return nil, err
 	}
 	return g, nil

@@ -13,7 +13,8 @@ import (
 
 // TempDir makes the directory for the configs and logs of bench/name.
 // cleanup removes it unless keep is set, in which case its path is
-// printed to stderr.
+// printed to stderr; Main removes it too if the program is interrupted
+// (SIGTERM, SIGINT) before cleanup ran.
 func TempDir(name string, keep bool) (dir string, cleanup func(), err error) {
 	dir, err = os.MkdirTemp("", "bench-"+name+"-")
 	if err != nil {
@@ -23,7 +24,7 @@ func TempDir(name string, keep bool) (dir string, cleanup func(), err error) {
 		fmt.Fprintln(os.Stderr, "bench/"+name+": files in", dir)
 		return dir, func() {}, nil
 	}
-	return dir, func() { os.RemoveAll(dir) }, nil
+	return dir, undoLater(func() { os.RemoveAll(dir) }), nil
 }
 
 // WriteConfig writes body to dir/name and returns its path.
@@ -33,7 +34,8 @@ func WriteConfig(dir, name, body string) (string, error) {
 }
 
 // Start runs bin with args, its stdout and stderr going to dir/name.log;
-// the process dies with this one.
+// the process dies with this one, and gets SIGTERM when this one is
+// interrupted (Main).
 func Start(dir, name, bin string, args ...string) (*exec.Cmd, error) {
 	return start(dir, name, nil, bin, args...)
 }
@@ -54,13 +56,18 @@ func start(dir, name string, env []string, bin string, args ...string) (*exec.Cm
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	return cmd, cmd.Start()
+	if err := cmd.Start(); err != nil {
+		return cmd, err
+	}
+	started(cmd)
+	return cmd, nil
 }
 
 // Stop sends each started process SIGTERM and kills it if it has not
 // exited within 3 seconds.
 func Stop(cmds []*exec.Cmd) {
 	for _, p := range cmds {
+		stopped(p)
 		p.Process.Signal(syscall.SIGTERM)
 		done := make(chan struct{})
 		go func() { p.Wait(); close(done) }()

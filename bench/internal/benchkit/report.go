@@ -188,10 +188,11 @@ func Table(targets []*Target, res map[string]*Result, idle int) string {
 }
 
 // Main parses the flags and runs a benchmark program; an error is one
-// line "bench/<name>: <err>" and exit status 1.
+// line "bench/<name>: <err>" and exit status 1. SIGTERM or SIGINT ends
+// the run, its cleanups done (runInterruptible), with exit status 1.
 func Main(name string, run func() error) {
 	flag.Parse()
-	if err := run(); err != nil {
+	if err := runInterruptible(name, run); err != nil {
 		fmt.Fprintf(os.Stderr, "bench/%s: %v\n", name, err)
 		os.Exit(1)
 	}

@@ -165,6 +165,7 @@ func (s *Shape) Release() error {
 	var errs []error
 	for _, g := range s.groups {
 		errs = append(errs, g.remove())
+		g.forget()
 	}
 	capped.Lock()
 	for pid, g := range capped.m {
