@@ -50,7 +50,7 @@ type Server struct {
 	peers  PeerLookup
 	m      *metrics
 	tlsCfg *tls.Config
-	certs  []tls.Certificate // the TLS config's, handed out by gateCert
+	certs  []tls.Certificate                 // the TLS config's, handed out by gateCert
 	pins   atomic.Pointer[map[string]string] // in force: cfg.Pins, then SetPins's
 	now    func() time.Time
 
