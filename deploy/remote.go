@@ -239,9 +239,13 @@ func (r *RemoteFirewall) Allowed() (map[netip.Addr]bool, error) {
 
 // Allow applies the rules for edges on the remote host. When they
 // changed, the session stays open for the undo (the far side holds the
-// rules as they were); it ends, keeping the change, when the process
-// does or when the undo has run.
+// rules as they were); it ends, keeping the change, when the undo has
+// run, at the next Allow (an undo comes right after its change, before
+// the next one: convergence probes, then undoes or goes on), at Close, or
+// when the process ends. A long-running fleet watch so holds one session
+// per host at most.
 func (r *RemoteFirewall) Allow(edges []Edge) (func() error, error) {
+	r.Close()
 	s, rep, err := r.open(hostRequest{Op: "allow", Edges: edges})
 	if err != nil {
 		return nil, err

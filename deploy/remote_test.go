@@ -104,6 +104,9 @@ func TestPoolOverSSH(t *testing.T) {
 	if err != nil || undo == nil {
 		t.Fatalf("Allow e2 over SSH: %v (undo %v)", err, undo != nil)
 	}
+	if out := nsB.Run("iptables", "-S"); !strings.Contains(out, "-s 192.0.2.2/32") || strings.Contains(out, "-s 192.0.2.3/32") {
+		t.Fatalf("host b's rules after allowing e2 alone:\n%s", out)
+	}
 	if src, err := remote.Sources(); err != nil || len(src) != 1 || src[netip.MustParseAddr("192.0.2.2")] != "e2" {
 		t.Fatalf("sources after allowing e2 alone: %v %v", src, err)
 	}
@@ -112,6 +115,22 @@ func TestPoolOverSSH(t *testing.T) {
 	}
 	if d, err := remote.Diff([]Edge{e2, e3}); err != nil || len(d) != 0 {
 		t.Fatalf("after the undo: diff %q, %v; want the rules for e2 e3 back", d, err)
+	}
+
+	// A change whose undo did not come before the next change stays: the
+	// next Allow ends its session.
+	first, err := remote.Allow([]Edge{e3})
+	if err != nil || first == nil {
+		t.Fatalf("Allow e3: %v", err)
+	}
+	if _, err := remote.Allow([]Edge{e2, e3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := first(); err == nil {
+		t.Fatal("the undo of a change followed by another ran")
+	}
+	if d, err := remote.Diff([]Edge{e2, e3}); err != nil || len(d) != 0 {
+		t.Fatalf("after the late undo: diff %q, %v", d, err)
 	}
 
 	// Another host key: refused, nothing changed on either host.
