@@ -1,6 +1,8 @@
 // Command edge benchmarks the edge relay side by side with HAProxy 2.6
 // (mode tcp, option splice-auto, send-proxy-v2), nginx stream
 // (proxy_protocol on) and a direct connection, in one run, on loopback,
+// and the edge balancing round robin over two origins (edge-rr: two
+// backends of the same kind) against the edge over one,
 // against the same in-process backend, and prints a Markdown table with
 // ratios against HAProxy and the targets of docs/architecture.md. The targets take
 // turns in each round, in reverse order every other round. It is run by
@@ -45,7 +47,7 @@ var (
 	haproxyBin = flag.String("haproxy", "haproxy", "haproxy binary")
 	nginxBin   = flag.String("nginx", "nginx", "nginx binary")
 	nginxMods  = flag.String("nginx-modules", "/usr/lib/nginx/modules", "directory of ngx_stream_module.so (empty: stream is built in)")
-	targetList = flag.String("targets", "direct,edge,haproxy,nginx", "comma-separated targets to measure")
+	targetList = flag.String("targets", "direct,edge,edge-rr,haproxy,nginx", "comma-separated targets to measure")
 	streamSize = flag.Int64("bytes", 2<<30, "bytes sent per single-stream run")
 	rounds     = flag.Int("rounds", 3, "rounds of the throughput and connection-rate measurements (median reported)")
 	clients    = flag.Int("clients", 32, "concurrent clients in the connection-rate measurement")
@@ -75,10 +77,18 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	backend2, err := startBackend() // edge-rr's second origin
+	if err != nil {
+		return err
+	}
 	targets, procs, err := benchkit.StartTargets(*targetList, dir, map[string]benchkit.Starter{
 		"direct": func() (string, *exec.Cmd, error) { return backend, nil, nil },
 		"edge": func() (addr string, cmd *exec.Cmd, err error) {
-			addr, edgeMetrics, cmd, err = startEdge(dir, backend)
+			addr, edgeMetrics, cmd, err = startEdge(dir, "edge", "failover", backend)
+			return addr, cmd, err
+		},
+		"edge-rr": func() (addr string, cmd *exec.Cmd, err error) {
+			addr, _, cmd, err = startEdge(dir, "edge-rr", "round-robin", backend, backend2)
 			return addr, cmd, err
 		},
 		"haproxy": func() (string, *exec.Cmd, error) { return startHAProxy(dir, backend) },
@@ -138,25 +148,25 @@ func startBackend() (string, error) {
 
 // --- the relays ---------------------------------------------------------
 
-// startEdge runs our edge with its defaults except the addresses and the
-// limits (off: the load comes from one address at rates no agent has, and
-// HAProxy and nginx run without any); it logs one line per connection to
-// a file, as in production.
-func startEdge(dir, backend string) (addr, metrics string, cmd *exec.Cmd, err error) {
+// startEdge runs our edge with its defaults except the addresses, the
+// balance over backends and the limits (off: the load comes from one
+// address at rates no agent has, and HAProxy and nginx run without any);
+// it logs one line per connection to a file, as in production.
+func startEdge(dir, name, balance string, backends ...string) (addr, metrics string, cmd *exec.Cmd, err error) {
 	if addr, err = benchkit.FreeAddr(); err != nil {
 		return
 	}
 	if metrics, err = benchkit.FreeAddr(); err != nil {
 		return
 	}
-	cfg := fmt.Sprintf("name: bench-edge\nlisten: ['%s']\norigins: ['%s']\nmetrics: '%s'\nproxy_protocol: v2\nlog: {level: %s}\n"+
+	cfg := fmt.Sprintf("name: bench-%s\nlisten: ['%s']\norigins: ['%s']\nbalance: %s\nmetrics: '%s'\nproxy_protocol: v2\nlog: {level: %s}\n"+
 		"limits: {per_source: {conns: 0, rate: '0'}, per_prefix: {conns: 0, rate: '0'}, accept_rate: '0'}\n",
-		addr, backend, metrics, *edgeLog)
-	path, err := benchkit.WriteConfig(dir, "edge.yaml", cfg)
+		name, addr, strings.Join(backends, "', '"), balance, metrics, *edgeLog)
+	path, err := benchkit.WriteConfig(dir, name+".yaml", cfg)
 	if err != nil {
 		return
 	}
-	cmd, err = benchkit.Start(dir, "edge", *edgeBin, "--config", path)
+	cmd, err = benchkit.Start(dir, name, *edgeBin, "--config", path)
 	return
 }
 
@@ -302,6 +312,11 @@ func table(targets []*benchkit.Target, res map[string]*benchkit.Result, nofile u
 			benchkit.Median(x.P50).Round(time.Microsecond), benchkit.Median(x.P99).Round(time.Microsecond), failed, cpu, idle)
 	}
 	e, h := res["edge"], res["haproxy"]
+	if rr := res["edge-rr"]; e != nil && rr != nil && benchkit.Median(e.Rate) > 0 && benchkit.Median(e.CPUPerConn) > 0 {
+		fmt.Fprintf(&b, "\nRound robin over two origins against failover over one (edge-rr / edge): conn/s %.2fx, relay CPU µs/conn %.2fx, throughput %.2fx.\n",
+			benchkit.Median(rr.Rate)/benchkit.Median(e.Rate), benchkit.Median(rr.CPUPerConn)/benchkit.Median(e.CPUPerConn),
+			benchkit.Median(rr.Tput)/benchkit.Median(e.Tput))
+	}
 	if e == nil || h == nil {
 		return b.String()
 	}
