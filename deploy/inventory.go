@@ -107,6 +107,10 @@ type Origin struct {
 	// runs on (origins only).
 	SSH     string `mapstructure:"ssh"`
 	HostKey string `mapstructure:"host_key"`
+	// Fleet is the fleet binary on that host, which fleet runs there over
+	// SSH to drive its iptables (fleet firewall host); empty: "fleet"
+	// from the remote PATH.
+	Fleet string `mapstructure:"fleet"`
 }
 
 // Local reports whether fleet reaches the host's firewall on the host it
@@ -378,9 +382,9 @@ func (o Origin) check(p *problems, key string, pool bool) {
 		p.bad(key+".metrics", "%q is not host:port or an http(s) URL", o.Metrics)
 	}
 	if !pool {
-		for k, v := range map[string]string{"name": o.Name, "ssh": o.SSH, "host_key": o.HostKey} {
-			if v != "" {
-				p.bad(key+"."+k, "only an origin host of origins has one (a pool: origins: [{name: …, ssh: …}])")
+		for _, kv := range [][2]string{{"name", o.Name}, {"ssh", o.SSH}, {"host_key", o.HostKey}, {"fleet", o.Fleet}} {
+			if kv[1] != "" {
+				p.bad(key+"."+kv[0], "only an origin host of origins has one (a pool: origins: [{name: …, ssh: …}])")
 			}
 		}
 		return
@@ -391,6 +395,8 @@ func (o Origin) check(p *problems, key string, pool bool) {
 	switch {
 	case o.SSH == "" && o.HostKey != "":
 		p.bad(key+".host_key", "given without ssh")
+	case o.SSH == "" && o.Fleet != "":
+		p.bad(key+".fleet", "given without ssh")
 	case o.SSH != "" && o.HostKey == "":
 		p.bad(key+".host_key", "required with ssh: the host key is pinned, any other is refused")
 	case o.SSH != "":

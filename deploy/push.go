@@ -289,27 +289,50 @@ func (p PushConfig) activate(client *ssh.Client, root, sum string, res *PushResu
 // connect dials and completes the SSH handshake, accepting only the
 // pinned host key.
 func (p PushConfig) connect(ctx context.Context) (*ssh.Client, error) {
-	timeout := p.Timeout
+	return sshConnect(ctx, sshTarget{What: "edge " + p.Edge, Addr: p.Addr, User: p.User, HostKey: p.HostKey, Auth: p.Auth,
+		Timeout: p.Timeout, Dial: p.Dial})
+}
+
+// sshTarget is a host fleet logs into: an edge (push) or an origin host
+// (its firewall).
+type sshTarget struct {
+	What    string // "edge e1": the errors' subject ("": the caller names it)
+	Addr    string
+	User    string
+	HostKey ssh.PublicKey
+	Auth    []ssh.AuthMethod
+	Timeout time.Duration // 0: 30 s
+	Dial    func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// sshConnect dials t and completes the SSH handshake, accepting only the
+// pinned host key.
+func sshConnect(ctx context.Context, t sshTarget) (*ssh.Client, error) {
+	timeout := t.Timeout
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	dial := p.Dial
+	dial := t.Dial
 	if dial == nil {
 		dial = (&net.Dialer{}).DialContext
 	}
-	conn, err := dial(ctx, "tcp", p.Addr)
+	what := t.What + ": "
+	if t.What == "" {
+		what = ""
+	}
+	conn, err := dial(ctx, "tcp", t.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("edge %s: dial %s: %w", p.Edge, p.Addr, err)
+		return nil, fmt.Errorf("%sdial %s: %w", what, t.Addr, err)
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(dl)
 	}
-	pinned := p.HostKey
+	pinned := t.HostKey
 	cfg := &ssh.ClientConfig{
-		User:              p.User,
-		Auth:              p.Auth,
+		User:              t.User,
+		Auth:              t.Auth,
 		HostKeyAlgorithms: hostKeyAlgorithms(pinned),
 		HostKeyCallback: func(_ string, _ net.Addr, key ssh.PublicKey) error {
 			if !bytes.Equal(key.Marshal(), pinned.Marshal()) {
@@ -319,10 +342,10 @@ func (p PushConfig) connect(ctx context.Context) (*ssh.Client, error) {
 			return nil
 		},
 	}
-	c, chans, reqs, err := ssh.NewClientConn(conn, p.Addr, cfg)
+	c, chans, reqs, err := ssh.NewClientConn(conn, t.Addr, cfg)
 	if err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("edge %s: ssh %s@%s: %w", p.Edge, p.User, p.Addr, err)
+		return nil, fmt.Errorf("%sssh %s@%s: %w", what, t.User, t.Addr, err)
 	}
 	conn.SetDeadline(time.Time{})
 	return ssh.NewClient(c, chans, reqs), nil

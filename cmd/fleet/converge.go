@@ -110,22 +110,27 @@ func setupFleet(cmd *cobra.Command, fl convergeFlags) (fleetParts, error) {
 }
 
 // poolFirewall opens every origin host's firewall: the single origin's,
-// or a Pool of each host of origins, the local one through iptables here
-// and each other one as its ssh says.
+// or a Pool of each host of origins — the local one through iptables
+// here, each other one over SSH (deploy.RemoteFirewall, running `fleet
+// firewall host` there).
 func poolFirewall(p *fleetParts, fl firewallFlags) (deploy.Firewall, error) {
 	inv := p.f.Config
 	var pool deploy.Pool
 	for _, h := range inv.Hosts() {
-		if !h.Local() {
-			pool = append(pool, deploy.HostFirewall{Name: h.Name, Firewall: remoteFirewall{h}})
-			continue
-		}
 		fc := hostFirewallConfig(inv, h, fl)
 		if err := fc.Validate(); err != nil {
 			if inv.Pool() {
 				err = fmt.Errorf("origin %s: %w", h.Name, err)
 			}
 			return nil, err
+		}
+		if !h.Local() {
+			r, err := remoteFirewall(inv, h, fc, fl)
+			if err != nil {
+				return nil, cli.Exit(cli.ExitConfig, fmt.Errorf("origin %s: %w", h.Name, err))
+			}
+			pool = append(pool, deploy.HostFirewall{Name: h.Name, Firewall: r})
+			continue
 		}
 		fw, err := openFirewall(fl.backend, fc.Chain)
 		if err != nil {
@@ -140,25 +145,34 @@ func poolFirewall(p *fleetParts, fl firewallFlags) (deploy.Firewall, error) {
 	return pool, nil
 }
 
-// remoteFirewall is an origin host whose firewall fleet reaches over SSH.
-// This fleet cannot drive iptables over SSH yet: every call fails, so a
-// change that would touch the pool stops before anything moves (fail
-// closed) and says so; --no-firewall leaves the firewalls alone.
-type remoteFirewall struct{ h deploy.Origin }
-
-func (r remoteFirewall) err() error {
-	return fmt.Errorf("its firewall is reached over ssh (%s), which this fleet cannot do yet (--no-firewall leaves the firewalls alone)", r.h.SSH)
+// remoteFirewall is origin host h's firewall over SSH, logged in with
+// deploy.identity (or the ssh-agent) as fleet deploy push is; the far
+// side runs with this command's --backend and --chain.
+func remoteFirewall(inv deploy.Config, h deploy.Origin, fc firewall.Config, fl firewallFlags) (*deploy.RemoteFirewall, error) {
+	auth, _, err := sshAuth(inv.Deploy.Identity) // the agent's connection lives as long as the command
+	if err != nil {
+		return nil, err
+	}
+	bin := h.Fleet
+	if bin == "" {
+		bin = "fleet"
+	}
+	backend := fl.backend
+	if backend == "" {
+		backend = "auto"
+	}
+	command := shellJoin(bin, "firewall", "host", "--backend", backend, "--chain", fc.Chain)
+	return deploy.NewRemoteFirewall(h, fc, command, auth, 0)
 }
 
-func (r remoteFirewall) Diff([]deploy.Edge) ([]string, error)      { return nil, r.err() }
-func (r remoteFirewall) Allow([]deploy.Edge) (func() error, error) { return nil, r.err() }
-func (r remoteFirewall) Allowed() (map[netip.Addr]bool, error)     { return nil, r.err() }
-func (r remoteFirewall) Sources() (map[netip.Addr]string, error)   { return nil, r.err() }
-func (r remoteFirewall) Report([]deploy.Edge) (firewall.Report, error) {
-	return firewall.Report{}, r.err()
+// shellJoin quotes each word for the remote shell.
+func shellJoin(words ...string) string {
+	q := make([]string, len(words))
+	for i, w := range words {
+		q[i] = "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
+	}
+	return strings.Join(q, " ")
 }
-
-var _ deploy.Reporter = remoteFirewall{}
 
 // probeFunc is the end-to-end probe through an edge, as the inventory's
 // probe section configures it.

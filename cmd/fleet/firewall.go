@@ -42,8 +42,31 @@ IPv6, through the iptables backend dockerd uses.`,
 	pf.StringVar(&fl.backend, "backend", "auto", "iptables backend: auto (the one holding DOCKER-USER), nft or legacy")
 	pf.BoolVar(&fl.force, "force", false, "apply despite a refusal (bad address, empty edge list, no pin, missing chain)")
 	pf.BoolVar(&fl.createChain, "create-chain", false, "create the hook chain when it is missing")
-	cmd.AddCommand(firewallPlan(fl), firewallApply(fl), firewallCheck(fl), firewallRemove(fl), firewallWatch(fl))
+	cmd.AddCommand(firewallPlan(fl), firewallApply(fl), firewallCheck(fl), firewallRemove(fl), firewallWatch(fl), firewallHost(fl))
 	return cmd
+}
+
+// firewallHost is the far side of an origin host reached over SSH
+// (deploy.RemoteFirewall): one request on stdin, the answer on stdout. It
+// reads no fleet.yaml: the rules' configuration and the allowed set come
+// in the request, computed by the fleet that holds the inventory's lock.
+func firewallHost(fl *firewallFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:    "host",
+		Short:  "apply one request of a fleet that reaches this origin host over SSH (stdin, stdout)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fw, err := openFirewall(fl.backend, fl.chain)
+			if err != nil {
+				return err
+			}
+			if err := deploy.ServeHost(fw, cmd.InOrStdin(), cmd.OutOrStdout()); err != nil {
+				return cli.Exit(1, err)
+			}
+			return nil
+		},
+	}
 }
 
 func firewallPlan(fl *firewallFlags) *cobra.Command {
