@@ -448,27 +448,37 @@ func writesIn(t *testing.T, ns *testbed.Netns, addr string) []string {
 // addr in ns, bound as its root.
 func entriesIn(t *testing.T, ns *testbed.Netns, addr, base string) []string {
 	t.Helper()
+	dns, err := tryEntriesIn(ns, addr, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dns
+}
+
+// tryEntriesIn is entriesIn's search, its error returned (base may not
+// exist yet on a replica).
+func tryEntriesIn(ns *testbed.Netns, addr, base string) ([]string, error) {
 	c, err := ns.Dial("", addr, 5*time.Second)
 	if err != nil {
-		t.Fatalf("dial %s: %v", addr, err)
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
 	l := ldap.NewConn(c, false)
 	l.Start()
 	defer l.Close()
 	if err := l.Bind(testbed.RootDN, testbed.RootPW); err != nil {
-		t.Fatalf("bind %s: %v", addr, err)
+		return nil, fmt.Errorf("bind %s: %w", addr, err)
 	}
 	res, err := l.Search(ldap.NewSearchRequest(base, ldap.ScopeSingleLevel, ldap.NeverDerefAliases,
 		0, 30, false, "(objectClass=*)", []string{"1.1"}, nil))
 	if err != nil {
-		t.Fatalf("search %s: %v", addr, err)
+		return nil, fmt.Errorf("search %s: %w", addr, err)
 	}
 	var dns []string
 	for _, e := range res.Entries {
 		dns = append(dns, e.DN)
 	}
 	slices.Sort(dns)
-	return dns
+	return dns, nil
 }
 
 // waitIn waits until addr accepts inside ns, for at most 15 s.
