@@ -53,6 +53,8 @@ type Config struct {
 	// TTL wait).
 	DrainTimeout time.Duration `mapstructure:"drain_timeout"`
 	Watch        Watch         `mapstructure:"watch"` // fleet watch (watch.go)
+	// Tickets is the pool's session ticket key file (tickets.go).
+	Tickets Tickets `mapstructure:"tickets"`
 }
 
 // Probe is how fleet reaches the origin through an edge, as an agent
@@ -202,6 +204,7 @@ func DefaultConfig() Config {
 		DrainTimeout: 30 * time.Second,
 		Deploy:       DefaultDeploy(),
 		Watch:        DefaultWatch(),
+		Tickets:      DefaultTickets(),
 	}
 }
 
