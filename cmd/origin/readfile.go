@@ -2,10 +2,11 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"syscall"
+
+	"github.com/edgefleet/edgefleet/cmd/internal/cli"
 )
 
 // maxPinsFile bounds core.tls.pins: about 150000 agents' lines (a
@@ -23,33 +24,13 @@ const maxPinsFile = 16 << 20
 // be readable by its owner alone, and owned by the process's user or by
 // root, as ssh wants of a private key.
 func readConfigFile(key, path string, limit int64, private bool) ([]byte, error) {
-	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", key, &fs.PathError{Op: "open", Path: path, Err: err})
-	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", key, err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: %s is %s, not a regular file", key, path, fileKind(st.Mode()))
-	}
+	var check func(fs.FileInfo) error
 	if private {
-		if err := checkPrivate(st); err != nil {
-			return nil, fmt.Errorf("%s: %s %w", key, path, err)
-		}
+		check = checkPrivate
 	}
-	if st.Size() > limit {
-		return nil, fmt.Errorf("%s: %s is %d bytes, more than %d", key, path, st.Size(), limit)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, limit+1)) // it may grow while read
+	data, err := cli.ReadFile(path, limit, check)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", key, err)
-	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s: %s is more than %d bytes", key, path, limit)
 	}
 	return data, nil
 }
@@ -69,21 +50,4 @@ func checkPrivate(st fs.FileInfo) error {
 		return fmt.Errorf("is owned by uid %d, neither the origin's user (uid %d) nor root (chown it, then chmod 600)", sys.Uid, euid)
 	}
 	return nil
-}
-
-// fileKind names the type of a file that is not a regular one.
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe (FIFO)"
-	case m&fs.ModeCharDevice != 0:
-		return "a character device"
-	case m&fs.ModeDevice != 0:
-		return "a block device"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	}
-	return "of type " + m.Type().String()
 }

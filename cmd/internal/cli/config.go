@@ -61,7 +61,7 @@ func Load(fs *pflag.FlagSet, path string, out any) error {
 		}
 	}
 	if path != "" {
-		data, err := os.ReadFile(path)
+		data, err := ReadFile(path, MaxConfigFile, nil)
 		if err != nil {
 			return fmt.Errorf("config: %w", err)
 		}

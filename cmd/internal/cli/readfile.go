@@ -1,0 +1,70 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"syscall"
+)
+
+// MaxConfigFile bounds a configuration file (fleet.yaml, edge.yaml,
+// origin.yaml): far more than any real one.
+const MaxConfigFile = 4 << 20
+
+// ReadFile reads a file a binary is told to read, at start and on SIGHUP,
+// without trusting what is there: it opens without blocking (a FIFO with
+// no writer would hang the start, or a SIGHUP in the process's only signal
+// loop, and SIGTERM with it), takes a regular file only (a symlink to one
+// is fine; a FIFO, a device such as /dev/zero, a directory or a socket is
+// refused), lets check (may be nil) refuse it by its metadata, and reads
+// at most limit bytes (a larger file is refused before it costs its size
+// in memory).
+func ReadFile(path string, limit int64, check func(fs.FileInfo) error) ([]byte, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is %s, not a regular file", path, fileKind(st.Mode()))
+	}
+	if check != nil {
+		if err := check(st); err != nil {
+			return nil, fmt.Errorf("%s %w", path, err)
+		}
+	}
+	if st.Size() > limit {
+		return nil, fmt.Errorf("%s is %d bytes, more than %d", path, st.Size(), limit)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, limit+1)) // it may grow while read
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s is more than %d bytes", path, limit)
+	}
+	return data, nil
+}
+
+// fileKind names the type of a file that is not a regular one.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe (FIFO)"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	}
+	return "of type " + m.Type().String()
+}

@@ -1,0 +1,50 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestReadFileRefusesWhatIsNoFile: a FIFO (which would block a plain read
+// for ever), a directory and a file over the limit are refused at once;
+// a regular file and a symlink to one are read.
+func TestReadFileRefusesWhatIsNoFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(dir, "big")
+	os.WriteFile(big, make([]byte, 101), 0o600)
+	ok := filepath.Join(dir, "ok.yaml")
+	os.WriteFile(ok, []byte("a: 1\n"), 0o600)
+	link := filepath.Join(dir, "link.yaml")
+	os.Symlink(ok, link)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for path, want := range map[string]string{
+			fifo: "is a named pipe (FIFO), not a regular file",
+			dir:  "is a directory, not a regular file",
+			big:  "is 101 bytes, more than 100",
+		} {
+			if _, err := ReadFile(path, 100, nil); err == nil || !strings.HasSuffix(err.Error(), want) {
+				t.Errorf("ReadFile(%s) = %v, want …%s", filepath.Base(path), err, want)
+			}
+		}
+		for _, path := range []string{ok, link} {
+			if b, err := ReadFile(path, 100, nil); err != nil || string(b) != "a: 1\n" {
+				t.Errorf("ReadFile(%s) = %q, %v", filepath.Base(path), b, err)
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute): // a hang guard: a blocking open of the FIFO
+		t.Fatal("ReadFile blocked")
+	}
+}
