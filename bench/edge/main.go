@@ -193,7 +193,11 @@ func startEdge(s *benchkit.Shape, dir, balance string, backends ...string) (addr
 	if err != nil {
 		return
 	}
-	cmd, err = s.Start(dir, "edge", *edgeBin, "--config", path)
+	name := "edge" // the target's name: its log file and its cgroup
+	if balance != "failover" {
+		name = "edge-rr2"
+	}
+	cmd, err = s.Start(dir, name, *edgeBin, "--config", path)
 	return
 }
 

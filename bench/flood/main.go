@@ -18,7 +18,11 @@
 // CPU 1 with taskset and GOMAXPROCS=1, from the addresses 127.0.2.x at
 // edge-a: it either replays one captured TLS ClientHello (connect, write
 // it, close) or runs full crypto/tls handshakes (X25519, no session
-// resumption, no client certificate). Edges, slapd and the agents float.
+// resumption, no client certificate). The flooded edge-a shares the
+// flooder's CPU (-flooded-edge-cpu): it stands for a machine of its own,
+// the one the flood hits; edge-b, slapd and the agents (this process)
+// share the origin's (-rest-cpu), apart from the flood, as the other
+// edges and the directory are in a deployment. Empty, either floats.
 //
 // Six phases in one run: no flood, the hello flood and the TLS flood,
 // first with the defences off (edges without limits or tls_gate, the
@@ -53,6 +57,8 @@ var (
 	floodSources  = flag.Int("flood-sources", 64, "flood source addresses 127.0.2.1, .2, …")
 	originCPU     = flag.String("origin-cpu", "0", "taskset CPU list of the origin")
 	floodCPU      = flag.String("flood-cpu", "1", "taskset CPU list of the flooder")
+	floodedCPU    = flag.String("flooded-edge-cpu", "1", "taskset CPU list of edge-a, the flooded edge (empty: it floats)")
+	restCPU       = flag.String("rest-cpu", "0", "CPU list of edge-b, slapd and the agents (this process and what it starts; empty: they float)")
 	floodList     = flag.String("floods", "none,hello,tls", "the phases of each configuration: none (no flood), hello, tls")
 	keep          = flag.Bool("keep", false, "keep the temporary directory (configs, logs)")
 	out           = flag.String("out", "bench/results/flood.md", "also write the table here (empty: stdout only)")
@@ -75,6 +81,13 @@ func run() error {
 		return err
 	}
 	defer cleanup()
+	if *restCPU != "" {
+		restore, err := benchkit.PinProcess(*restCPU)
+		if err != nil {
+			return err
+		}
+		defer restore()
+	}
 	base, err := newBase(dir)
 	if err != nil {
 		return err

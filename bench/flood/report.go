@@ -29,9 +29,9 @@ func report(rs []phaseResult, avail defences, nofile uint64) string {
 	fmt.Fprintf(&b, "Agents: %d through edge-b, %d through edge-a, %.0f operations/s each, a new connection per operation "+
 		"(LDAPS with the pinned client certificate, bind, search, close; TLS session cache kept). "+
 		"Flood at edge-a from %d addresses, %d connections at once, %s, ≤ %d per phase; %v measured per phase. "+
-		"taskset: origin on CPU %s, flooder on CPU %s (GOMAXPROCS=1); edges, slapd and agents float. RLIMIT_NOFILE %d.\n\n",
+		"taskset: origin on CPU %s, flooder on CPU %s (GOMAXPROCS=1), the flooded edge-a on CPU %s, edge-b, slapd and the agents on CPU %s (empty: floating). RLIMIT_NOFILE %d.\n\n",
 		*agents, *floodedAgents, *agentRate, *floodSources, *floodWorkers, flood, *floodMax, *phaseTime,
-		*originCPU, *floodCPU, nofile)
+		*originCPU, *floodCPU, *floodedCPU, *restCPU, nofile)
 	fmt.Fprintf(&b, "Defences in this build: %s. Not available: %s.\n\n", avail.list(true), avail.list(false))
 	b.WriteString("| defences | flood | flood conn/s (done/s) | origin CPU | edge-b agents ops/s | × | p99 | × | failed | edge-a agent ops/s | × | p99 | failed | edge-b target | edge-a target |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n")

@@ -131,7 +131,11 @@ func (b *base) startEdge(st *stack, e, name, front, defences string) (string, er
 	if err != nil {
 		return "", err
 	}
-	cmd, err := benchkit.Start(b.dir, e+"-"+name, *edgeBin, "--config", path)
+	bin, args := *edgeBin, []string{"--config", path}
+	if e == "edge-a" && *floodedCPU != "" { // the flooded edge: a machine of its own, with the flood's traffic
+		bin, args = "taskset", append([]string{"-c", *floodedCPU, *edgeBin}, args...)
+	}
+	cmd, err := benchkit.Start(b.dir, e+"-"+name, bin, args...)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", e, err)
 	}

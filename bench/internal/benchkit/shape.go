@@ -108,6 +108,27 @@ func (s *Shape) Enter() (leave func(), err error) {
 	return func() { pinThreads(&all); runtime.GOMAXPROCS(prev) }, nil
 }
 
+// PinProcess pins every thread of this process, and so every process it
+// starts from now on (unless taskset places it elsewhere), to cpus, a
+// taskset list ("0", "0,1"); restore puts the affinity back.
+func PinProcess(cpus string) (restore func(), err error) {
+	var all, set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		return nil, err
+	}
+	for _, c := range strings.Split(cpus, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(c))
+		if err != nil {
+			return nil, fmt.Errorf("CPU list %q: %w", cpus, err)
+		}
+		set.Set(n)
+	}
+	if err := pinThreads(&set); err != nil {
+		return nil, fmt.Errorf("pinning this process to CPU %s: %w", cpus, err)
+	}
+	return func() { pinThreads(&all) }, nil
+}
+
 // pinThreads sets the affinity of every thread of this process. A thread
 // inherits its creator's, so a few passes catch the ones started during
 // the first.

@@ -5,10 +5,10 @@
 // which reads the PROXY header and echoes. The figures are counted on
 // the edge's process while it runs:
 //
-//	go run ./bench/hello -serve -listen 127.0.0.1:7001 &
+//	go run ./bench/internal/hello -serve -listen 127.0.0.1:7001 &
 //	bin/edge --config edge.yaml &   # listen 127.0.0.1:7000, origin 127.0.0.1:7001, tls_gate on
 //	perf stat -e raw_syscalls:sys_enter,context-switches,task-clock -p $(pgrep -n edge) &
-//	go run ./bench/hello -edge 127.0.0.1:7000 -n 10000 -c 16; kill -INT %3
+//	go run ./bench/internal/hello -edge 127.0.0.1:7000 -n 10000 -c 16; kill -INT %3
 package main
 
 import (
