@@ -192,17 +192,8 @@ func testPoolRotation(t *testing.T) {
 	w.events = nil
 	start := w.clock.Now()
 	run(e2, e3)
-	want := []string{
-		"firewall a allows e1 e2 e3", "firewall b allows e1 e2 e3",
-		"probe 192.0.2.3:636", "probe [2001:db8::3]:636",
-		"  a lets in e1 e2 e3", "  b lets in e1 e2 e3", "dns add A 192.0.2.3 (e3)",
-		"  a lets in e1 e2 e3", "  b lets in e1 e2 e3", "dns add AAAA 2001:db8::3 (e3)",
-		"  a lets in e1 e2 e3", "  b lets in e1 e2 e3", "dns remove A 192.0.2.1 (e1)",
-		"conns 192.0.2.1:9101 = 1", "conns 192.0.2.1:9101 = 1", "conns 192.0.2.1:9101 = 0",
-		"firewall a allows e2 e3", "firewall b allows e2 e3",
-	}
-	if !slices.Equal(w.events, want) {
-		t.Fatalf("events:\n%s\nwant:\n%s", strings.Join(w.events, "\n"), strings.Join(want, "\n"))
+	if !slices.Equal(w.events, poolRotation) {
+		t.Fatalf("events:\n%s\nwant:\n%s", strings.Join(w.events, "\n"), strings.Join(poolRotation, "\n"))
 	}
 	if waited := w.clock.Now().Sub(start); waited < 65*time.Second {
 		t.Fatalf("waited %v in all, want at least TTL 60s + slack 5s before the drop", waited)
@@ -292,4 +283,18 @@ func stripCounters(s string) string {
 		out = append(out, l)
 	}
 	return strings.Join(out, "\n")
+}
+
+// poolRotation is what the rotation of e1 out and e3 in does over the
+// pool of hosts a and b, in order: both let e3 in before it is probed and
+// added to DNS, both still let e1 in while it leaves DNS and drains, both
+// drop it after.
+var poolRotation = []string{
+	"firewall a allows e1 e2 e3", "firewall b allows e1 e2 e3",
+	"probe 192.0.2.3:636", "probe [2001:db8::3]:636",
+	"  a lets in e1 e2 e3", "  b lets in e1 e2 e3", "dns add A 192.0.2.3 (e3)",
+	"  a lets in e1 e2 e3", "  b lets in e1 e2 e3", "dns add AAAA 2001:db8::3 (e3)",
+	"  a lets in e1 e2 e3", "  b lets in e1 e2 e3", "dns remove A 192.0.2.1 (e1)",
+	"conns 192.0.2.1:9101 = 1", "conns 192.0.2.1:9101 = 1", "conns 192.0.2.1:9101 = 0",
+	"firewall a allows e2 e3", "firewall b allows e2 e3",
 }

@@ -107,6 +107,23 @@ func gated(t *testing.T, g TLSGate, origin string) *testEdge {
 	return startEdge(t, Config{Origins: OriginList(origin), TLSGate: g})
 }
 
+// echoedThrough sends b through the gated edge te to its echoing origin
+// and checks that all of it comes back.
+func echoedThrough(t *testing.T, te *testEdge, b []byte) {
+	t.Helper()
+	c, err := net.Dial("tcp", te.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	c.Write(b)
+	got := make([]byte, len(b))
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != string(b) {
+		t.Fatalf("echoed %d bytes: %v", len(got), err)
+	}
+}
+
 // refused sends b, reads until the edge closes, and checks the result's
 // count and that the origin accepted nothing.
 func refused(t *testing.T, te *testEdge, o *countingListener, b []byte, fin bool, result string) {
@@ -242,20 +259,7 @@ func TestGateRefusesWhatIsNoHello(t *testing.T) {
 	// resumed hello whose ticket holds an RSA-4096 client chain is about
 	// 4.6 KB (docs/edge.md).
 	for _, size := range []int{4352, 4353, 4700, clienthello.MaxLen} {
-		t.Run(fmt.Sprintf("%d bytes pass", size), func(t *testing.T) {
-			b := padHello(t, hello, size)
-			c, err := net.Dial("tcp", te.addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(30 * time.Second))
-			c.Write(b)
-			got := make([]byte, len(b))
-			if _, err := io.ReadFull(c, got); err != nil || string(got) != string(b) {
-				t.Fatalf("echoed %d bytes: %v", len(got), err)
-			}
-		})
+		t.Run(fmt.Sprintf("%d bytes pass", size), func(t *testing.T) { echoedThrough(t, te, padHello(t, hello, size)) })
 	}
 }
 
@@ -550,20 +554,7 @@ func TestGateFirstReadGrowth(t *testing.T) {
 	}
 
 	hello := goHello(t, served)
-	pass := func(b []byte) {
-		t.Helper()
-		c, err := net.Dial("tcp", te.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(30 * time.Second))
-		c.Write(b)
-		got := make([]byte, len(b))
-		if _, err := io.ReadFull(c, got); err != nil || string(got) != string(b) {
-			t.Fatalf("echoed %d bytes: %v", len(got), err)
-		}
-	}
+	pass := func(b []byte) { t.Helper(); echoedThrough(t, te, b) }
 	mid := padHello(t, hello, 4700)
 	pass(mid)
 	if n := srv.Grows(); n != 1 {
