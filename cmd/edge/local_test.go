@@ -6,6 +6,7 @@ import (
 	"net"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,7 +38,14 @@ func TestLocalFDExhaustionMarksNoOriginOffline(t *testing.T) {
 		out := p.Output()
 		return strings.Contains(out, "out of local resources") && strings.Contains(out, "http: Accept error")
 	}
+	//
+	// The edge is stopped (SIGSTOP) while the flood's connections queue in
+	// its backlog, so that it meets them all at once when it goes on: it
+	// accepts them in one batch and their dials then find no descriptor.
+	// Let it run, and on a busy machine each connection would be accepted
+	// and dialled in turn, the accepts running out first, every round.
 	for round := 0; round < 20 && !seen(); round++ {
+		p.Cmd.Process.Signal(syscall.SIGSTOP)
 		closeAll := testbed.Flood(t, addr, 40)
 		var waiting []net.Conn
 		for range 5 {
@@ -45,6 +53,7 @@ func TestLocalFDExhaustionMarksNoOriginOffline(t *testing.T) {
 				waiting = append(waiting, c)
 			}
 		}
+		p.Cmd.Process.Signal(syscall.SIGCONT)
 		closeMore := testbed.Flood(t, addr, 40) // keeps the edge out of descriptors while they wait
 		time.Sleep(time.Second)
 		closeAll()
