@@ -418,15 +418,7 @@ func TestShutdown(t *testing.T) {
 }
 
 func TestIPv6Front(t *testing.T) {
-	if ln, err := net.Listen("tcp", "[::1]:0"); err != nil {
-		// As testbed.Need does for a missing binary: fail under CI=true.
-		if testbed.InCI() {
-			t.Fatalf("no IPv6 loopback: %v", err)
-		}
-		t.Skipf("no IPv6 loopback (%v) — skipped outside CI", err)
-	} else {
-		ln.Close()
-	}
+	testbed.NeedIPv6Loopback(t)
 	h := newHarnessWith(t, "::1", nil, func(c *Config) { c.TrustedEdges = []string{"::1/128"} })
 	c := h.dialFrom("::1")
 	p := roundTrip(t, c, v2Header(t, "[2001:db8::5]:7000", "[2001:db8::1]:636", "e6", ""), payload)

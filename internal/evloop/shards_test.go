@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/testbed"
 	"golang.org/x/sys/unix"
 )
 
@@ -129,11 +130,7 @@ func TestShardsEveryLoopAccepts(t *testing.T) {
 	} {
 		t.Run(tc.listen+"-"+tc.dial, func(t *testing.T) {
 			if tc.dial == "::1" {
-				if c, err := net.Listen("tcp", "[::1]:0"); err != nil {
-					t.Skipf("no IPv6 loopback: %v", err)
-				} else {
-					c.Close()
-				}
+				testbed.NeedIPv6Loopback(t)
 			}
 			s, h, bound, _ := serveShards(t, tc.listen, loops)
 			_, port, _ := net.SplitHostPort(bound)

@@ -93,6 +93,21 @@ func NeedRoot(t testing.TB) {
 	}
 }
 
+// NeedIPv6Loopback makes sure ::1 can be listened on: under CI=true its
+// absence fails the test, outside CI it skips it, as Need does.
+func NeedIPv6Loopback(t testing.TB) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "[::1]:0")
+	if err == nil {
+		ln.Close()
+		return
+	}
+	if InCI() {
+		t.Fatalf("no IPv6 loopback (%v): the test needs ::1 on lo", err)
+	}
+	t.Skipf("no IPv6 loopback (%v) — skipped outside CI", err)
+}
+
 // Path finds b on PATH or in the sbin directories that Debian packages use
 // and a non-root PATH may lack.
 func Path(b string) (string, error) { return sbin.LookPath(b) }
