@@ -51,13 +51,14 @@ type agentConfig struct {
 // operation (read or write, its sequence number, the result), a move (the
 // watcher's better-edge event), an error that ended a session, the end.
 type record struct {
-	Kind string `json:"kind"` // session, read, write, move, error, end
-	Seq  int    `json:"seq,omitempty"`
-	Edge string `json:"edge,omitempty"` // the session's edge (ip:port); for a move, its target
-	From string `json:"from,omitempty"` // a move's origin
-	DN   string `json:"dn,omitempty"`   // a write's entry
-	OK   bool   `json:"ok"`
-	Err  string `json:"err,omitempty"`
+	Kind string    `json:"kind"` // session, read, write, move, error, end
+	Seq  int       `json:"seq,omitempty"`
+	Edge string    `json:"edge,omitempty"` // the session's edge (ip:port); for a move, its target
+	From string    `json:"from,omitempty"` // a move's origin
+	DN   string    `json:"dn,omitempty"`   // a write's entry
+	OK   bool      `json:"ok"`
+	Err  string    `json:"err,omitempty"`
+	At   time.Time `json:"at"` // when the agent wrote it
 }
 
 // errMoved ends a session on a better-edge event: a clean reconnect.
@@ -91,6 +92,7 @@ func runAgent(js string) int {
 	emit := func(r record) {
 		mu.Lock()
 		defer mu.Unlock()
+		r.At = time.Now()
 		enc.Encode(r)
 	}
 	events := make(chan probe.Event)

@@ -394,18 +394,27 @@ func (a *agentProc) count() int {
 // this call, for at most a minute.
 func (a *agentProc) waitOps(t *testing.T, what string, n int, ok func(record) bool) {
 	t.Helper()
-	from := a.count()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		a.mu.Lock()
+	a.waitRecords(t, what, a.count(), func(recs []record) bool {
 		got := 0
-		for _, r := range a.recs[from:] {
+		for _, r := range recs {
 			if (r.Kind == "read" || r.Kind == "write") && ok(r) {
 				got++
 			}
 		}
+		return got >= n
+	})
+}
+
+// waitRecords waits until cond holds for the records from index from on,
+// for at most a minute.
+func (a *agentProc) waitRecords(t *testing.T, what string, from int, cond func([]record) bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		a.mu.Lock()
+		done := cond(a.recs[from:])
 		a.mu.Unlock()
-		if got >= n {
+		if done {
 			return
 		}
 		select {
@@ -416,7 +425,7 @@ func (a *agentProc) waitOps(t *testing.T, what string, n int, ok func(record) bo
 		if time.Now().After(deadline) {
 			a.mu.Lock()
 			defer a.mu.Unlock()
-			t.Fatalf("%s: %d of %d within a minute; last records %+v\nagent stderr:\n%s", what, got, n, a.recs[max(0, len(a.recs)-10):], a.errs.String())
+			t.Fatalf("%s: not within a minute; last records %+v\nagent stderr:\n%s", what, a.recs[max(0, len(a.recs)-10):], a.errs.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
