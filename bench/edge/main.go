@@ -64,6 +64,7 @@ var (
 	connTime   = flag.Duration("conn-time", 2*time.Second, "time per target and round of the connection-rate measurement, at most")
 	idleConns  = flag.Int("idle", 5000, "idle relayed connections in the idle-cost measurement")
 	edgeLog    = flag.String("edge-log-level", "info", "the edge's log.level (info writes one line per connection, as in production)")
+	peersLog   = flag.Bool("peers-log", true, "HAProxy (option tcplog) and nginx (access_log) log one line per connection to a file, as the edge does; false: they log nothing")
 	keep       = flag.Bool("keep", false, "keep the temporary directory (configs, relay logs)")
 	out        = flag.String("out", "bench/results/edge.md", "also write the table here (empty: stdout only)")
 	shapeList  = benchkit.ShapeFlags()
@@ -178,7 +179,8 @@ func startBackend() (string, error) {
 // startEdge runs our edge with its defaults except the addresses, balance
 // over backends and the limits (off: the load comes from one address at
 // rates no agent has, and HAProxy and nginx run without any); it logs one
-// line per connection to a file, as in production.
+// line per connection to a file, as in production (and as HAProxy and
+// nginx do with -peers-log).
 func startEdge(s *benchkit.Shape, dir, balance string, backends ...string) (addr, metrics string, cmd *exec.Cmd, err error) {
 	if addr, err = benchkit.FreeAddr(); err != nil {
 		return
@@ -228,7 +230,7 @@ func goStats(url string) map[string]float64 {
 }
 
 func startHAProxy(s *benchkit.Shape, dir, backend string) (string, *exec.Cmd, error) {
-	return benchkit.StartHAProxy(s, dir, *haproxyBin, false, func(addr string) string {
+	return benchkit.StartHAProxy(s, dir, *haproxyBin, *peersLog, func(addr string) string {
 		return fmt.Sprintf(`frontend fe
     bind %s
     default_backend be
@@ -243,6 +245,13 @@ func startNginx(s *benchkit.Shape, dir, backend string) (string, *exec.Cmd, erro
 	if err != nil {
 		return "", nil, err
 	}
+	// The access log is buffered as the edge's log is (32 KiB, flushed
+	// every 100 ms).
+	access := "access_log off;"
+	if *peersLog {
+		access = fmt.Sprintf("log_format conn '$remote_addr:$remote_port $upstream_addr $status $bytes_sent $bytes_received $session_time';\n    access_log %s conn buffer=32k flush=100ms;",
+			filepath.Join(dir, "nginx-access.log"))
+	}
 	load := ""
 	if *nginxMods != "" {
 		load = "load_module " + filepath.Join(*nginxMods, "ngx_stream_module.so") + ";\n"
@@ -255,6 +264,7 @@ pid %s/nginx.pid;
 error_log stderr warn;
 %sevents { worker_connections 16000; }
 stream {
+    %s
     server {
         listen %s;
         proxy_pass %s;
@@ -262,7 +272,7 @@ stream {
         proxy_half_close on;
     }
 }
-`, dir, load, addr, backend)
+`, dir, load, access, addr, backend)
 	path, err := benchkit.WriteConfig(dir, "nginx.conf", cfg)
 	if err != nil {
 		return "", nil, err
@@ -313,13 +323,25 @@ func idleNote(x *benchkit.Result) string {
 
 // --- the report ---------------------------------------------------------
 
+// logNote says which relays log a line per connection.
+func logNote() string {
+	edge := "The edge logs one line per connection to a file (log.level info)"
+	if *edgeLog != "info" && *edgeLog != "debug" {
+		edge = "The edge logs no line per connection (log.level " + *edgeLog + ")"
+	}
+	if *peersLog {
+		return edge + "; HAProxy (option tcplog) and nginx (access_log) one line per connection to a file too."
+	}
+	return edge + "; HAProxy and nginx log nothing."
+}
+
 func table(s *benchkit.Shape, targets []*benchkit.Target, res map[string]*benchkit.Result, nofile uint64) string {
 	var b strings.Builder
 	b.WriteString(benchkit.Heading("Edge benchmark, " + s.Name))
 	b.WriteString(s.Describe())
 	fmt.Fprintf(&b, "Single stream ≤ %d MiB or %v; short connections (connect, 1-byte echo, close; p50/p99 of that): %d clients, ≤ %d conns or %v per target and round; "+
-		"median of %d rounds, the targets in reverse order every other round; idle: %d connections; relay CPU is user+system time of the relay process; RLIMIT_NOFILE %d.\n\n",
-		*streamSize>>20, *streamTime, *clients, *maxConns, *connTime, *rounds, *idleConns, nofile)
+		"median of %d rounds, the targets in reverse order every other round; idle: %d connections; relay CPU is user+system time of the relay process; RLIMIT_NOFILE %d. %s\n\n",
+		*streamSize>>20, *streamTime, *clients, *maxConns, *connTime, *rounds, *idleConns, nofile, logNote())
 	b.WriteString(benchkit.Table(targets, res, *idleConns))
 	b.WriteString(benchkit.ThrottleNote(targets, res))
 	e, h, rr := res["edge"], res["haproxy"], res["edge-rr2"]
