@@ -2,8 +2,11 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"os"
 	"regexp"
 	"strings"
 	"syscall"
@@ -22,42 +25,56 @@ import (
 // serves the next client at once. The metrics server's own net/http lines
 // ("http: Accept error") come out through slog, not in std-log format.
 func TestLocalFDExhaustionMarksNoOriginOffline(t *testing.T) {
+	const nofile = 40
 	a, b := echoOrigin(t, "A"), echoOrigin(t, "B")
 	addr := testbed.FreeAddr(t, "127.0.0.1")
 	metrics := testbed.FreeAddr(t, "127.0.0.1")
 	path := testbed.WriteFile(t, t.TempDir(), "edge.yaml", "name: edge-bin\nlisten: ['"+addr+"']\nmetrics: '"+metrics+
 		"'\nlog:\n  format: json\noffline_retry: 1m\nmax_conns: 100000\norigins: ['"+a+"', '"+b+"']\n") // above what 40 descriptors allow
-	p := testbed.StartNofile(t, 40, edgeBin(t), "--config", path)
+	p := testbed.StartNofile(t, nofile, edgeBin(t), "--config", path)
 	testbed.WaitTCP(t, addr, 10*time.Second)
 	testbed.WaitTCP(t, metrics, 10*time.Second)
 
-	// A few rounds at most, until a dial ran out of descriptors (accept
-	// may run out first in one round) and so did the metrics server's
-	// accept of connections waiting in its backlog.
+	// Stopped (SIGSTOP) while the flood's connections queue in its
+	// backlog, the edge meets them all at once when it goes on: it accepts
+	// and dials them in turn, a descriptor each, until none is left.
+	// Which of the two meets the end is a matter of parity: either the
+	// accept takes the last descriptor and its dial finds none ("out of
+	// local resources"), or the dial takes it, the next accept fails and
+	// the edge backs off, out of descriptors until the flood ends, so that
+	// the metrics server's accept of the connections then waiting in its
+	// backlog fails too ("http: Accept error"). Each round counts the
+	// edge's descriptors once they are settled and, with an idle
+	// keep-alive metrics connection (one descriptor of the edge's), makes
+	// their parity the other one than the round before: two rounds see
+	// both lines, a few more where a busy machine closed a descriptor
+	// late.
+	pid := p.Cmd.Process.Pid
 	seen := func() bool {
 		out := p.Output()
 		return strings.Contains(out, "out of local resources") && strings.Contains(out, "http: Accept error")
 	}
-	//
-	// The edge is stopped (SIGSTOP) while the flood's connections queue in
-	// its backlog, so that it meets them all at once when it goes on: it
-	// accepts them in one batch and their dials then find no descriptor.
-	// Let it run, and on a busy machine each connection would be accepted
-	// and dialled in turn, the accepts running out first, every round.
-	for round := 0; round < 20 && !seen(); round++ {
+	parity := -1
+	for round := 0; round < 10 && !seen(); round++ {
+		n := settledFDs(t, pid)
+		if parity = 1 - parity; round == 0 {
+			parity = n % 2
+		}
+		if n%2 != parity {
+			keepAlive(t, metrics)
+		}
 		p.Cmd.Process.Signal(syscall.SIGSTOP)
-		closeAll := testbed.Flood(t, addr, 40)
+		closeAll := testbed.Flood(t, addr, nofile)
+		p.Cmd.Process.Signal(syscall.SIGCONT)
+		waitFDs(t, pid, func(n int) bool { return n >= nofile-1 }) // one comes and goes while dials fail
 		var waiting []net.Conn
-		for range 5 {
+		for range 3 {
 			if c, err := net.DialTimeout("tcp", metrics, time.Second); err == nil {
 				waiting = append(waiting, c)
 			}
 		}
-		p.Cmd.Process.Signal(syscall.SIGCONT)
-		closeMore := testbed.Flood(t, addr, 40) // keeps the edge out of descriptors while they wait
 		time.Sleep(time.Second)
 		closeAll()
-		closeMore()
 		for _, c := range waiting {
 			c.Close()
 		}
@@ -88,6 +105,64 @@ func TestLocalFDExhaustionMarksNoOriginOffline(t *testing.T) {
 			t.Errorf("origin %s not up:\n%s", o, grepLines(body, "edgefleet_edge_origin_up"))
 		}
 	}
+}
+
+// keepAlive opens a connection to the metrics server at addr, has one
+// scrape answered on it (so the server holds it, one descriptor) and
+// leaves it open, idle, until the test ends.
+func keepAlive(t *testing.T, addr string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("keep-alive connection to the metrics server: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	r := bufio.NewReader(c)
+	io.WriteString(c, "GET /metrics HTTP/1.1\r\nHost: metrics\r\n\r\n")
+	resp, err := http.ReadResponse(r, nil)
+	if err == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	if err != nil {
+		t.Fatalf("scrape on a keep-alive connection: %v", err)
+	}
+	c.SetDeadline(time.Time{})
+}
+
+// fdCount is how many descriptors the process pid holds, counted in
+// /proc (-1 when it cannot be read).
+func fdCount(pid int) int {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return -1
+	}
+	return len(fds)
+}
+
+// waitFDs waits, up to 5 s, until the count of pid's descriptors
+// satisfies ok, and returns it (whatever it is after 5 s).
+func waitFDs(t *testing.T, pid int, ok func(int) bool) int {
+	t.Helper()
+	n := fdCount(pid)
+	for deadline := time.Now().Add(5 * time.Second); !ok(n) && time.Now().Before(deadline); n = fdCount(pid) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return n
+}
+
+// settledFDs is the count of pid's descriptors once it held still for
+// 200 ms (the edge closes a flood's descriptors after the test did).
+func settledFDs(t *testing.T, pid int) int {
+	t.Helper()
+	last, since := fdCount(pid), time.Now()
+	return waitFDs(t, pid, func(n int) bool {
+		if n != last {
+			last, since = n, time.Now()
+		}
+		return time.Since(since) >= 200*time.Millisecond
+	})
 }
 
 // tagWithin dials addr until a client gets the origin's tag, for up to
