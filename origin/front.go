@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -79,7 +78,7 @@ func New(cfg Config, table *PeerTable, log *slog.Logger, reg prometheus.Register
 		own:   loopguard.NewOwn(),
 	}
 	f.trusted.Store(&p)
-	f.shares = newShares(cfg.PerEdge.Conns, p.rate, f.m.refused)
+	f.shares = newShares(cfg.PerEdge.Conns, p.rate, cfg.PerEdge.Rate, f.m.refused)
 	if ap, err := netip.ParseAddrPort(cfg.Inner); err == nil {
 		f.innerAddr = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	}
@@ -108,6 +107,18 @@ func (f *Front) SetTrustedEdges(edges []string) error {
 		return err
 	}
 	f.trusted.Store(&p)
+	return nil
+}
+
+// SetPerEdge replaces front.per_edge (SIGHUP in cmd/origin): each edge's
+// open connections and bucket stay, the next connections are judged by
+// the new limits. Limits that fail the check change nothing.
+func (f *Front) SetPerEdge(e PerEdge) error {
+	rate, err := e.parse()
+	if err != nil {
+		return err
+	}
+	f.shares.set(e.Conns, rate, e.Rate)
 	return nil
 }
 
@@ -236,12 +247,8 @@ func (f *Front) takeShare(c *evloop.Conn, fc *conn) bool {
 	}
 	f.m.conns.WithLabelValues(HeaderNone, ResultEdgeLimit).Inc()
 	if ok, suppressed := f.shell.Refusals.Allow(); ok {
-		limit := f.cfg.PerEdge.Rate
-		if reason == RefusedConns {
-			limit = strconv.Itoa(f.cfg.PerEdge.Conns)
-		}
 		f.log.Warn("edge over its share refused", "measured", fc.measured, "share", sh.label,
-			"reason", reason, "limit", limit, "suppressed", suppressed)
+			"reason", reason, "limit", f.shares.limit(reason), "suppressed", suppressed)
 	}
 	return false
 }

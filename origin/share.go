@@ -2,7 +2,9 @@ package origin
 
 import (
 	"net/netip"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/tokenbucket"
@@ -36,27 +38,47 @@ type share struct {
 
 // shares holds front.per_edge's state: a share per trusted edge address
 // (the socket peer, never an address a header claims) and one for every
-// untrusted source. The event loops call it concurrently.
+// untrusted source. The event loops call it concurrently; set (SIGHUP)
+// changes the limits under them.
 type shares struct {
+	metric  *prometheus.CounterVec // edgefleet_front_edge_refused_total
+	enabled atomic.Bool            // a cap or a rate is set
+	mu      sync.Mutex
 	conns   int
 	rate    tokenbucket.Rate
-	metric  *prometheus.CounterVec // edgefleet_front_edge_refused_total
-	mu      sync.Mutex
+	rateArg string // per_edge.rate as configured, for the refusal line
 	byEdge  map[netip.Addr]*share
 	others  share // UntrustedShare
 	swept   time.Time
-	enabled bool // a cap or a rate is set
 }
 
-func newShares(conns int, rate tokenbucket.Rate, metric *prometheus.CounterVec) *shares {
-	return &shares{
-		conns:   conns,
-		rate:    rate,
-		metric:  metric,
-		byEdge:  map[netip.Addr]*share{},
-		others:  share{label: UntrustedShare},
-		enabled: conns > 0 || !rate.Unlimited(),
+func newShares(conns int, rate tokenbucket.Rate, rateArg string, metric *prometheus.CounterVec) *shares {
+	s := &shares{metric: metric, byEdge: map[netip.Addr]*share{}, others: share{label: UntrustedShare}}
+	s.set(conns, rate, rateArg)
+	return s
+}
+
+// set puts new limits in force (front.per_edge reloaded). Each share
+// keeps its open connections and its bucket: the next connection is
+// judged by the new cap, and the bucket refills at the new rate up to the
+// new burst (one fuller than that is cut to it at its next use).
+// Connections admitted while no limit was set count in no share: a cap
+// set later counts only the connections opened after it.
+func (s *shares) set(conns int, rate tokenbucket.Rate, rateArg string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.conns, s.rate, s.rateArg = conns, rate, rateArg
+	s.enabled.Store(conns > 0 || !rate.Unlimited())
+}
+
+// limit is the limit in force that refused a connection for reason.
+func (s *shares) limit(reason string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if reason == RefusedConns {
+		return strconv.Itoa(s.conns)
 	}
+	return s.rateArg
 }
 
 // admit takes a new connection from ip, inside trusted_edges or not, at
@@ -65,7 +87,7 @@ func newShares(conns int, rate tokenbucket.Rate, metric *prometheus.CounterVec) 
 // and returns its reason. A nil share with "" means no limit is set. The
 // cap is checked first: a connection refused for it takes no token.
 func (s *shares) admit(ip netip.Addr, trusted bool, now time.Time) (*share, string) {
-	if !s.enabled {
+	if !s.enabled.Load() {
 		return nil, ""
 	}
 	s.mu.Lock()

@@ -20,7 +20,7 @@ func newTestShares(t *testing.T, conns int, rate tokenbucket.Rate) (*shares, *pr
 	if err := reg.Register(m.refused); err != nil {
 		t.Fatal(err)
 	}
-	return newShares(conns, rate, m.refused), reg
+	return newShares(conns, rate, rate.String(), m.refused), reg
 }
 
 func refusedOf(t *testing.T, reg prometheus.Gatherer, edge, reason string) float64 {
@@ -113,6 +113,39 @@ func TestSharesExact(t *testing.T) {
 		if n := s.edges(); n != 1 {
 			t.Fatalf("%d shares after the second sweep, want 1", n)
 		}
+	})
+
+	t.Run("set", func(t *testing.T) {
+		s, _ := newTestShares(t, 2, tokenbucket.Rate{PerSec: 1, Burst: 4})
+		a1 := admit(s, edgeA, true, t0, "")
+		a2 := admit(s, edgeA, true, t0, "")
+		admit(s, edgeA, true, t0, RefusedConns)
+		if got := s.limit(RefusedConns); got != "2" {
+			t.Errorf("limit(conns) = %q, want 2", got)
+		}
+		// A higher cap: the two open still count, the third gets in; a
+		// burst cut to 1 leaves the bucket (2 of 4 left) one token.
+		s.set(3, tokenbucket.Rate{PerSec: 1, Burst: 1}, "1/s")
+		admit(s, edgeA, true, t0.Add(time.Millisecond), "")
+		admit(s, edgeA, true, t0.Add(2*time.Millisecond), RefusedConns)
+		s.release(a1)
+		admit(s, edgeA, true, t0.Add(3*time.Millisecond), RefusedRate)
+		if got := s.limit(RefusedRate); got != "1/s" {
+			t.Errorf("limit(rate) = %q, want 1/s", got)
+		}
+		// No limits: nothing is taken, and the connections admitted
+		// before are still given back without harm.
+		s.set(0, tokenbucket.Rate{}, "0")
+		for range 10 {
+			if sh := admit(s, edgeA, true, t0, ""); sh != nil {
+				t.Fatal("a share taken with no limit set")
+			}
+		}
+		s.release(a2)
+		// A cap again: what was admitted while off does not count.
+		s.set(1, tokenbucket.Rate{}, "0")
+		admit(s, edgeB, true, t0, "")
+		admit(s, edgeB, true, t0, RefusedConns)
 	})
 
 	t.Run("off", func(t *testing.T) {

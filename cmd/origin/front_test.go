@@ -242,41 +242,22 @@ func TestSIGHUPReloadsTrustedEdges(t *testing.T) {
 	p := testbed.Start(t, bin, "--config", cfg)
 	testbed.WaitTCP(t, front, 10*time.Second)
 	header := "PROXY TCP4 198.51.100.7 203.0.113.1 50312 636\r\n"
-	dial := func(ip string) net.Conn {
-		t.Helper()
-		d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
-		c, err := d.Dial("tcp", front)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		c.SetDeadline(time.Now().Add(20 * time.Second))
-		return c
-	}
-	echoes := func(c net.Conn, prefix, msg string) bool {
-		t.Helper()
-		if _, err := io.WriteString(c, prefix+msg); err != nil {
-			return false
-		}
-		b := make([]byte, len(msg))
-		_, err := io.ReadFull(c, b)
-		return err == nil && string(b) == msg
-	}
+	dial := func(ip string) net.Conn { return dialFrom(t, front, ip) }
 	held := dial("127.0.0.3")
-	if !echoes(held, header, "held before") {
+	if !echoes(t, held, header, "held before") {
 		t.Fatal("the trusted edge's connection does not relay")
 	}
-	if c := dial("127.0.0.2"); echoes(c, header, "x") {
+	if c := dial("127.0.0.2"); echoes(t, c, header, "x") {
 		t.Fatal("127.0.0.2's header was honoured before it was trusted")
 	}
 
 	os.WriteFile(cfg, yaml(`"127.0.0.3", "127.0.0.2"`), 0o600)
 	p.Cmd.Process.Signal(syscall.SIGHUP)
 	testbed.WaitOutput(t, p, 10*time.Second, `"msg":"trusted_edges reloaded","trusted_edges":["127.0.0.3","127.0.0.2"],"was":["127.0.0.3"]`)
-	if c := dial("127.0.0.2"); !echoes(c, header, "after") {
+	if c := dial("127.0.0.2"); !echoes(t, c, header, "after") {
 		t.Errorf("127.0.0.2's header still refused after the reload:\n%s", p.Output())
 	}
-	if !echoes(held, "", "held after") {
+	if !echoes(t, held, "", "held after") {
 		t.Error("the connection open across the reload was dropped")
 	}
 	if got := trustedEdges(t, peers); got != `{"trusted_edges":["127.0.0.3","127.0.0.2"]}` {
@@ -289,9 +270,105 @@ func TestSIGHUPReloadsTrustedEdges(t *testing.T) {
 	os.WriteFile(cfg, yaml(`"fe80::/10"`), 0o600)
 	p.Cmd.Process.Signal(syscall.SIGHUP)
 	testbed.WaitOutput(t, p, 10*time.Second, `"msg":"reload failed, keeping the running configuration","err":"front.trusted_edges: \"fe80::/10\" is link-local`)
-	if c := dial("127.0.0.2"); !echoes(c, header, "still") || trustedEdges(t, peers) != `{"trusted_edges":["127.0.0.3","127.0.0.2"]}` {
+	if c := dial("127.0.0.2"); !echoes(t, c, header, "still") || trustedEdges(t, peers) != `{"trusted_edges":["127.0.0.3","127.0.0.2"]}` {
 		t.Error("a refused reload changed the running trusted_edges")
 	}
+}
+
+// TestSIGHUPReloadsPerEdge: front.per_edge is applied on SIGHUP. Under
+// rate 1/h with a burst of 2 the trusted edge's third connection is
+// refused (reason rate); after the file sets a cap of 3 and no rate, and
+// SIGHUP, the two connections held through the reload still count and
+// still relay, one more gets in and the next is refused (reason conns);
+// a file the check refuses (a negative cap) keeps the running limits.
+// Nothing asks for a restart.
+func TestSIGHUPReloadsPerEdge(t *testing.T) {
+	bin := buildOrigin(t)
+	front, metrics := testbed.FreeAddr(t, "127.0.0.1"), testbed.FreeAddr(t, "127.0.0.1")
+	inner := testbed.EchoTCP(t)
+	yaml := func(perEdge string) []byte {
+		return fmt.Appendf(nil, "front:\n  listen: [%q]\n  inner: %q\n  trusted_edges: [127.0.0.2]\n  per_edge: %s\npeers_api: \"\"\nmetrics: %q\nlog:\n  format: json\ncore:\n  enabled: false\n",
+			front, inner, perEdge, metrics)
+	}
+	cfg := testbed.WriteFile(t, t.TempDir(), "origin.yaml", string(yaml(`{conns: 0, rate: "1/h", burst: 2}`)))
+	p := testbed.Start(t, bin, "--config", cfg)
+	testbed.WaitTCP(t, front, 10*time.Second)
+	header := "PROXY TCP4 198.51.100.7 203.0.113.1 50312 636\r\n"
+	refused := func(reason string) string {
+		return `edgefleet_front_edge_refused_total{edge="127.0.0.2",reason="` + reason + `"}`
+	}
+
+	var held []net.Conn
+	for i := range 2 {
+		c := dialFrom(t, front, "127.0.0.2")
+		if !echoes(t, c, header, "held") {
+			t.Fatalf("connection %d of the burst of 2 refused:\n%s", i+1, p.Output())
+		}
+		held = append(held, c)
+	}
+	if echoes(t, dialFrom(t, front, "127.0.0.2"), header, "x") {
+		t.Fatal("a third connection got in under rate 1/h, burst 2")
+	}
+	testbed.WaitOutput(t, p, 10*time.Second, `"share":"127.0.0.2","reason":"rate","limit":"1/h"`)
+
+	os.WriteFile(cfg, yaml(`{conns: 3, rate: "0", burst: 2}`), 0o600)
+	p.Cmd.Process.Signal(syscall.SIGHUP)
+	testbed.WaitOutput(t, p, 10*time.Second, `"msg":"per_edge reloaded","conns":3,"rate":"0","burst":2,"was":"conns 0, rate 1/h, burst 2"`)
+	if c := dialFrom(t, front, "127.0.0.2"); !echoes(t, c, header, "third") {
+		t.Fatalf("no connection got in after the reload lifted the rate:\n%s", p.Output())
+	} else {
+		held = append(held, c)
+	}
+	if echoes(t, dialFrom(t, front, "127.0.0.2"), header, "x") {
+		t.Fatal("a fourth connection got in under conns 3 (the two held through the reload did not count)")
+	}
+	for i, c := range held[:2] {
+		if !echoes(t, c, "", "still") {
+			t.Errorf("connection %d held through the reload was dropped", i+1)
+		}
+	}
+
+	os.WriteFile(cfg, yaml(`{conns: -1, rate: "0", burst: 2}`), 0o600)
+	p.Cmd.Process.Signal(syscall.SIGHUP)
+	testbed.WaitOutput(t, p, 10*time.Second, `"msg":"reload failed, keeping the running configuration","err":"front.per_edge.conns: -1 is negative`)
+	if echoes(t, dialFrom(t, front, "127.0.0.2"), header, "x") {
+		t.Error("a refused reload lifted the running cap of 3")
+	}
+	body := testbed.Scrape(t, metrics)
+	for _, want := range []string{refused("rate") + " 1", refused("conns") + " 2"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %s:\n%s", want, body)
+		}
+	}
+	if strings.Contains(p.Output(), "need a restart") {
+		t.Errorf("the reload asked for a restart:\n%s", p.Output())
+	}
+}
+
+// dialFrom connects to the front at addr from the local address ip (an
+// edge, trusted or not), closed when the test ends.
+func dialFrom(t *testing.T, addr, ip string) net.Conn {
+	t.Helper()
+	d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	return c
+}
+
+// echoes sends prefix and msg on c and reports whether msg came back
+// (false on a connection the front refused: it closes it).
+func echoes(t *testing.T, c net.Conn, prefix, msg string) bool {
+	t.Helper()
+	if _, err := io.WriteString(c, prefix+msg); err != nil {
+		return false
+	}
+	b := make([]byte, len(msg))
+	_, err := io.ReadFull(c, b)
+	return err == nil && string(b) == msg
 }
 
 // trustedEdges is the body of GET /trusted_edges on the peers API.

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
@@ -208,7 +209,7 @@ func run(cfg originFile, reload func() (originFile, error)) error {
 }
 
 // reloaded answers SIGHUP: it re-reads the configuration and applies
-// front.trusted_edges, the core's pins (core.tls.pins, the file read
+// front.trusted_edges, front.per_edge, the core's pins (core.tls.pins, the file read
 // again) and an origin pool's ticket keys (core.tls.ticket_key_file, read
 // again) at once — open connections keep going, the next ones are judged
 // by the new values — names the other keys that changed (they need a
@@ -243,9 +244,27 @@ func reloaded(cfg originFile, front *origin.Front, srv *core.Server, reload func
 		cfg.Core.TLS.Pins = next.Core.TLS.Pins
 		changed = slices.DeleteFunc(changed, func(k string) bool { return k == "core.tls.pins" })
 	}
+	perEdge := func(k string) bool { return strings.HasPrefix(k, "front.per_edge.") }
+	undoPerEdge := func() {}
+	if slices.ContainsFunc(changed, perEdge) {
+		if err := front.SetPerEdge(next.Front.PerEdge); err != nil {
+			undoPins()
+			log.Error("reload failed, keeping the running configuration", "err", err)
+			return cfg
+		}
+		was := cfg.Front.PerEdge
+		undoPerEdge = func() { front.SetPerEdge(was) }
+		pe := next.Front.PerEdge
+		log.Info("per_edge reloaded", "conns", pe.Conns, "rate", pe.Rate, "burst", pe.Burst,
+			"was", fmt.Sprintf("conns %d, rate %s, burst %d", was.Conns, was.Rate, was.Burst))
+		cfg.Front.PerEdge = pe
+		changed = slices.DeleteFunc(changed, perEdge)
+		applied = true
+	}
 	if slices.Contains(changed, "front.trusted_edges") {
 		if err := front.SetTrustedEdges(next.Front.TrustedEdges); err != nil {
 			undoPins()
+			undoPerEdge()
 			log.Error("reload failed, keeping the running configuration", "err", err)
 			return cfg
 		}
