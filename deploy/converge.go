@@ -692,8 +692,14 @@ func (c *Converger) allow(ctx context.Context, step string, edges []Edge, st *St
 		return fmt.Errorf("firewall: %w", err)
 	}
 	if len(d) == 0 {
-		c.printf("step %s firewall: in sync, allowing %s", step, edgeNames(edges))
+		c.printf("step %s firewall: in sync, allowing %s%s", step, edgeNames(edges), c.onHosts(nil))
 		return nil
+	}
+	var hosts []string // the origin hosts this step changes, when there are several
+	if p, ok := c.Firewall.(Pool); ok {
+		if hosts, err = p.Changing(edges); err != nil {
+			return fmt.Errorf("firewall: %w", err)
+		}
 	}
 	var probed []Edge
 	for _, e := range edges {
@@ -706,7 +712,7 @@ func (c *Converger) allow(ctx context.Context, step string, edges []Edge, st *St
 	if err != nil {
 		return fmt.Errorf("firewall: %w", err)
 	}
-	c.printf("step %s firewall: applied, allowing %s", step, edgeNames(edges))
+	c.printf("step %s firewall: applied, allowing %s%s", step, edgeNames(edges), c.onHosts(hosts))
 	err = Regressed(ctx, c.Probe, working)
 	if err == nil || undo == nil {
 		return err
@@ -716,6 +722,30 @@ func (c *Converger) allow(ctx context.Context, step string, edges []Edge, st *St
 	}
 	c.printf("step %s firewall: the previous rules are restored", step)
 	return fmt.Errorf("%w: the previous rules are restored", err)
+}
+
+// onHosts is what a firewall step line says of the origin hosts, when the
+// firewall is a pool of more than one: " (changed on a, b; c already
+// did)", " (on every origin host)" when it changed none. One host: "".
+func (c *Converger) onHosts(changed []string) string {
+	p, ok := c.Firewall.(Pool)
+	if !ok || len(p) < 2 {
+		return ""
+	}
+	if len(changed) == 0 {
+		return " (on every origin host)"
+	}
+	var same []string
+	for _, h := range p {
+		if !slices.Contains(changed, h.Name) {
+			same = append(same, h.Name)
+		}
+	}
+	out := " (changed on " + strings.Join(changed, ", ")
+	if len(same) > 0 {
+		out += "; " + strings.Join(same, ", ") + " already did"
+	}
+	return out + ")"
 }
 
 // Working probes every address of edges and returns those that get

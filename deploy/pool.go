@@ -35,11 +35,29 @@ func (p Pool) errf(h HostFirewall, err error) error {
 // Diff is every host's difference, each line after its host's name
 // ("par-b: +-A EDGEFLEET …") when the pool has more than one host.
 func (p Pool) Diff(edges []Edge) ([]string, error) {
-	var out []string
+	out, _, err := p.diff(edges)
+	return out, err
+}
+
+// Changing names the hosts a change to exactly edges would touch (those
+// whose rules differ), in the pool's order, for the step lines of a
+// pool of more than one host; one host is named by nobody (nil).
+func (p Pool) Changing(edges []Edge) ([]string, error) {
+	if len(p) < 2 {
+		return nil, nil
+	}
+	_, hosts, err := p.diff(edges)
+	return hosts, err
+}
+
+func (p Pool) diff(edges []Edge) (out, hosts []string, err error) {
 	for _, h := range p {
 		d, err := h.Diff(edges)
 		if err != nil {
-			return nil, p.errf(h, err)
+			return nil, nil, p.errf(h, err)
+		}
+		if len(d) > 0 {
+			hosts = append(hosts, h.Name)
 		}
 		for _, l := range d {
 			if len(p) > 1 {
@@ -48,7 +66,7 @@ func (p Pool) Diff(edges []Edge) ([]string, error) {
 			out = append(out, l)
 		}
 	}
-	return out, nil
+	return out, hosts, nil
 }
 
 // Allow makes every host let in exactly edges. Every host is read first:

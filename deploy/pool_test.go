@@ -177,13 +177,23 @@ func TestPoolRotation(t *testing.T) { synctest.Test(t, testPoolRotation) }
 func testPoolRotation(t *testing.T) {
 	w, conv := world(t)
 	pool, ns := originHosts(t, w)
+	var out strings.Builder // the step lines of the last run
 	run := func(edges ...Edge) *Converger {
 		c := conv(edges...)
-		c.Firewall, c.DNS = pool, dnsWatch{fakeDNS{w}, pool}
+		out.Reset()
+		c.Firewall, c.DNS, c.Out = pool, dnsWatch{fakeDNS{w}, pool}, &out
 		if err := c.Run(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		return c
+	}
+	stepLines := func(want ...string) {
+		t.Helper()
+		for _, l := range want {
+			if !strings.Contains(out.String(), l+"\n") {
+				t.Errorf("no line %q in:\n%s", l, out.String())
+			}
+		}
 	}
 	run(e1, e2) // both hosts get their first rules
 	if want := []string{"firewall a allows e1 e2", "firewall b allows e1 e2"}; !slices.Equal(w.events, want) {
@@ -198,6 +208,8 @@ func testPoolRotation(t *testing.T) {
 	if waited := w.clock.Now().Sub(start); waited < 65*time.Second {
 		t.Fatalf("waited %v in all, want at least TTL 60s + slack 5s before the drop", waited)
 	}
+	stepLines("step 1/6 firewall: applied, allowing e2 e3 e1 (changed on a, b)",
+		"step 6/6 firewall: applied, allowing e2 e3 (changed on a, b)")
 	for i, n := range ns {
 		out := n.Run("iptables", "-S")
 		if !strings.Contains(out, "-s 192.0.2.3/32") || strings.Contains(out, "-s 192.0.2.1/32") {
@@ -225,6 +237,12 @@ func testPoolRotation(t *testing.T) {
 		!strings.Contains(lines[2], "rule lines differ (fleet apply converges it)") || len(HostProblems(hosts)) != 1 {
 		t.Fatalf("hosts after a hand-made rule on b:\n%s", b.String())
 	}
+	// The next run puts b back and says a needed nothing; the one after
+	// changes neither.
+	run(e2, e3)
+	stepLines("step 1/6 firewall: applied, allowing e2 e3 (changed on b; a already did)")
+	run(e2, e3)
+	stepLines("step 1/6 firewall: in sync, allowing e2 e3 (on every origin host)")
 }
 
 // TestPoolUnreachableHost: with origin host b unreachable (its namespace
