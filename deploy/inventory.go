@@ -23,7 +23,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"reflect"
 	"regexp"
 	"slices"
@@ -31,6 +30,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/firewall"
+	"github.com/edgefleet/edgefleet/internal/safefile"
 	"github.com/edgefleet/edgefleet/relay"
 )
 
@@ -485,13 +485,17 @@ func (c Config) ValidateDNS() error {
 	return errors.Join(errs...)
 }
 
+// maxSecretFile bounds dns.tsig.secret_file: a key clause is a few
+// hundred bytes.
+const maxSecretFile = 64 << 10
+
 // LoadSecret returns the key's base64 secret: secret itself, or read from
 // secret_file, which holds either the bare base64 secret or a key clause
 // as tsig-keygen prints it (the file BIND includes).
 func (t TSIG) LoadSecret() (string, error) {
 	secret := t.Secret
 	if t.SecretFile != "" {
-		b, err := os.ReadFile(t.SecretFile)
+		b, err := safefile.Read(t.SecretFile, maxSecretFile, nil)
 		if err != nil {
 			return "", fmt.Errorf("dns.tsig.secret_file: %w", err)
 		}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/safefile"
 	"golang.org/x/sys/unix"
 )
 
@@ -138,7 +139,7 @@ const stateVersion = 2
 
 // LoadState reads the state file; a missing one is an empty state.
 func LoadState(path string) (*State, error) {
-	b, err := os.ReadFile(path)
+	b, err := safefile.Read(path, safefile.MaxConfig, nil)
 	if errors.Is(err, fs.ErrNotExist) {
 		return NewState(), nil
 	}

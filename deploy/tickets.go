@@ -7,11 +7,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 
+	"github.com/edgefleet/edgefleet/internal/safefile"
 	"github.com/edgefleet/edgefleet/internal/ticketkeys"
 	"golang.org/x/crypto/ssh"
 )
@@ -152,17 +154,10 @@ func (p TicketPush) write(h ticketHost, data []byte, sum string) error {
 // ReadTicketMaster reads fleet's copy of the pool's keys at path; a
 // missing file is no keys (the first rotation makes one).
 func ReadTicketMaster(path string) (ticketkeys.Keys, error) {
-	st, err := os.Stat(path)
-	if errors.Is(err, os.ErrNotExist) {
+	raw, err := safefile.Read(path, ticketkeys.MaxFile, nil)
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() || st.Size() > ticketkeys.MaxFile {
-		return nil, fmt.Errorf("%s: not a regular file of at most %d bytes", path, ticketkeys.MaxFile)
-	}
-	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,7 @@ import (
 	"os"
 	"syscall"
 
-	"github.com/edgefleet/edgefleet/cmd/internal/cli"
+	"github.com/edgefleet/edgefleet/internal/safefile"
 )
 
 // maxPinsFile bounds core.tls.pins: about 150000 agents' lines (a
@@ -28,7 +28,7 @@ func readConfigFile(key, path string, limit int64, private bool) ([]byte, error)
 	if private {
 		check = checkPrivate
 	}
-	data, err := cli.ReadFile(path, limit, check)
+	data, err := safefile.Read(path, limit, check)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", key, err)
 	}

@@ -33,6 +33,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/safefile"
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
@@ -61,7 +62,7 @@ func Load(fs *pflag.FlagSet, path string, out any) error {
 		}
 	}
 	if path != "" {
-		data, err := ReadFile(path, MaxConfigFile, nil)
+		data, err := safefile.Read(path, safefile.MaxConfig, nil)
 		if err != nil {
 			return fmt.Errorf("config: %w", err)
 		}

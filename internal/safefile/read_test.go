@@ -1,4 +1,4 @@
-package cli
+package safefile
 
 import (
 	"os"
@@ -9,10 +9,10 @@ import (
 	"time"
 )
 
-// TestReadFileRefusesWhatIsNoFile: a FIFO (which would block a plain read
+// TestReadRefusesWhatIsNoFile: a FIFO (which would block a plain read
 // for ever), a directory and a file over the limit are refused at once;
 // a regular file and a symlink to one are read.
-func TestReadFileRefusesWhatIsNoFile(t *testing.T) {
+func TestReadRefusesWhatIsNoFile(t *testing.T) {
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "fifo")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
@@ -32,19 +32,19 @@ func TestReadFileRefusesWhatIsNoFile(t *testing.T) {
 			dir:  "is a directory, not a regular file",
 			big:  "is 101 bytes, more than 100",
 		} {
-			if _, err := ReadFile(path, 100, nil); err == nil || !strings.HasSuffix(err.Error(), want) {
-				t.Errorf("ReadFile(%s) = %v, want …%s", filepath.Base(path), err, want)
+			if _, err := Read(path, 100, nil); err == nil || !strings.HasSuffix(err.Error(), want) {
+				t.Errorf("Read(%s) = %v, want …%s", filepath.Base(path), err, want)
 			}
 		}
 		for _, path := range []string{ok, link} {
-			if b, err := ReadFile(path, 100, nil); err != nil || string(b) != "a: 1\n" {
-				t.Errorf("ReadFile(%s) = %q, %v", filepath.Base(path), b, err)
+			if b, err := Read(path, 100, nil); err != nil || string(b) != "a: 1\n" {
+				t.Errorf("Read(%s) = %q, %v", filepath.Base(path), b, err)
 			}
 		}
 	}()
 	select {
 	case <-done:
 	case <-time.After(time.Minute): // a hang guard: a blocking open of the FIFO
-		t.Fatal("ReadFile blocked")
+		t.Fatal("Read blocked")
 	}
 }

@@ -1,4 +1,9 @@
-package cli
+// Package safefile reads the files a binary is told to read (its
+// configuration, the state file, key files) without trusting what is
+// there: a regular file only, opened without blocking, bounded in size.
+//
+//	data, err := safefile.Read(path, safefile.MaxConfig, nil)
+package safefile
 
 import (
 	"fmt"
@@ -8,11 +13,11 @@ import (
 	"syscall"
 )
 
-// MaxConfigFile bounds a configuration file (fleet.yaml, edge.yaml,
-// origin.yaml): far more than any real one.
-const MaxConfigFile = 4 << 20
+// MaxConfig bounds a configuration file (fleet.yaml, edge.yaml,
+// origin.yaml) and the state file: far more than any real one.
+const MaxConfig = 4 << 20
 
-// ReadFile reads a file a binary is told to read, at start and on SIGHUP,
+// Read reads a file a binary is told to read, at start and on SIGHUP,
 // without trusting what is there: it opens without blocking (a FIFO with
 // no writer would hang the start, or a SIGHUP in the process's only signal
 // loop, and SIGTERM with it), takes a regular file only (a symlink to one
@@ -20,7 +25,7 @@ const MaxConfigFile = 4 << 20
 // refused), lets check (may be nil) refuse it by its metadata, and reads
 // at most limit bytes (a larger file is refused before it costs its size
 // in memory).
-func ReadFile(path string, limit int64, check func(fs.FileInfo) error) ([]byte, error) {
+func Read(path string, limit int64, check func(fs.FileInfo) error) ([]byte, error) {
 	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
