@@ -11,16 +11,21 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/edgefleet/edgefleet/internal/safefile"
 )
 
 // errNoState is a state file that does not exist yet: the first start,
 // which measures. Every other load error means no choice.
 var errNoState = errors.New("no state file")
 
+// maxStateFile bounds the state file: a ranking of a few dozen edges.
+const maxStateFile = 1 << 20
+
 // LoadState reads the state file at path. A missing file is errNoState
 // (wrapped); an unreadable or corrupt one is an error naming the file.
 func LoadState(path string) (Ranking, error) {
-	data, err := os.ReadFile(path)
+	data, err := safefile.Read(path, maxStateFile, nil)
 	if errors.Is(err, os.ErrNotExist) {
 		return Ranking{}, fmt.Errorf("state %s: %w", path, errNoState)
 	}

@@ -322,3 +322,9 @@ func TestSaveStateRemovesCrashTemps(t *testing.T) {
 		t.Fatalf("files after the save: %v, want %v", left, want)
 	}
 }
+
+// TestLoadStateRefusesFIFO: a state file that is a FIFO is refused at
+// once, naming it, rather than blocking the agent's start.
+func TestLoadStateRefusesFIFO(t *testing.T) {
+	testbed.RefusesFIFO(t, "state.json", func(path string) error { _, err := probe.LoadState(path); return err })
+}

@@ -18,12 +18,12 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
 	"slices"
 	"strings"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
 	"github.com/edgefleet/edgefleet/internal/listenaddr"
+	"github.com/edgefleet/edgefleet/internal/safefile"
 	"github.com/edgefleet/edgefleet/relay"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -173,10 +173,13 @@ func reloadOrigins(e *relay.Edge, cfg *edgeFile, reload func() (edgeFile, error)
 // protects nothing.
 const minToken = 16
 
+// maxTokenFile bounds a bearer token file: one line.
+const maxTokenFile = 4 << 10
+
 // readToken reads a bearer token file: one line, surrounding white space
 // dropped.
 func readToken(path string) (string, error) {
-	b, err := os.ReadFile(path)
+	b, err := safefile.Read(path, maxTokenFile, nil)
 	if err != nil {
 		return "", err
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -15,6 +14,7 @@ import (
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
 	"github.com/edgefleet/edgefleet/deploy"
 	"github.com/edgefleet/edgefleet/firewall"
+	"github.com/edgefleet/edgefleet/internal/safefile"
 	"github.com/edgefleet/edgefleet/probe"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -242,7 +242,7 @@ func trustedEdges(path string) ([]netip.Prefix, error) {
 	if path == "" {
 		return nil, nil
 	}
-	b, err := os.ReadFile(path)
+	b, err := safefile.Read(path, safefile.MaxConfig, nil)
 	if err != nil {
 		return nil, fmt.Errorf("origin.config: %w", err)
 	}
@@ -441,7 +441,7 @@ func rotateInventory(cmd *cobra.Command, p fleetParts, out string, in deploy.Edg
 		fmt.Fprintf(cmd.OutOrStdout(), "would edit %s: %s out, %s in (once %s passed its probe)\n", p.f.path, out, in, in.Name)
 		return next, nil, nil
 	}
-	src, err := os.ReadFile(p.f.path)
+	src, err := safefile.Read(p.f.path, safefile.MaxConfig, nil)
 	if err != nil {
 		return cfg, nil, fmt.Errorf("config: %w", err)
 	}

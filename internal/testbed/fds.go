@@ -3,8 +3,10 @@ package testbed
 import (
 	"net"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -58,5 +60,27 @@ func WaitOutput(t testing.TB, p *Proc, within time.Duration, want ...string) {
 			t.Fatalf("no %q in the output of %s after %v:\n%s", missing, p.Cmd.Path, within, out)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// RefusesFIFO makes a FIFO called name in a directory of its own and
+// checks that read, given its path, refuses it at once naming what it is
+// (safefile.Read's message): a plain read would block for ever, as no
+// one writes to it. It fails the test after 10 s of blocking.
+func RefusesFIFO(t testing.TB, name string, read func(path string) error) {
+	t.Helper()
+	fifo := filepath.Join(t.TempDir(), name)
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- read(fifo) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "is a named pipe (FIFO), not a regular file") {
+			t.Errorf("%s as a FIFO: %v, want it refused as a named pipe", name, err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("reading %s blocked on a FIFO", name)
 	}
 }

@@ -3,20 +3,22 @@ package dlp
 import (
 	"fmt"
 	"math"
-	"os"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/edgefleet/edgefleet/internal/safefile"
 )
 
-// ParseFile reads and parses a DLP file. A file that cannot be read is the
-// *fs.PathError of os.ReadFile (errors.Is(err, fs.ErrNotExist) when it is
-// missing: the core then runs in plain mode); a file with problems is an
-// ErrorList.
+// ParseFile reads and parses a DLP file, a regular file of at most
+// safefile.MaxConfig bytes (safefile.Read: a FIFO or a device is refused
+// at once). A file that cannot be opened is an *fs.PathError
+// (errors.Is(err, fs.ErrNotExist) when it is missing: the core then runs
+// in plain mode); a file with problems is an ErrorList.
 func ParseFile(path string) (*File, error) {
-	data, err := os.ReadFile(path)
+	data, err := safefile.Read(path, safefile.MaxConfig, nil)
 	if err != nil {
 		return nil, err
 	}

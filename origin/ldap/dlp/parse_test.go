@@ -322,3 +322,9 @@ func TestErrorFormat(t *testing.T) {
 		t.Errorf("%s", got)
 	}
 }
+
+// TestParseFileRefusesFIFO: a DLP file that is a FIFO (which would block
+// a plain read, at start or on SIGHUP) is refused at once, naming it.
+func TestParseFileRefusesFIFO(t *testing.T) {
+	testbed.RefusesFIFO(t, "ldap_proxy.json", func(path string) error { _, err := dlp.ParseFile(path); return err })
+}
