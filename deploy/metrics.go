@@ -7,10 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/edgefleet/edgefleet/internal/safefile"
 )
 
 // ActiveConnsMetric is the edge's gauge of open relayed connections.
@@ -50,7 +51,7 @@ func (d Deploy) Scrape() func(ctx context.Context, endpoint string) (int, error)
 // ReadMetricsToken reads a metrics bearer token file: one word of 16
 // characters or more (what the edge's metrics_token_file accepts).
 func ReadMetricsToken(path string) (string, error) {
-	b, err := os.ReadFile(path)
+	b, err := safefile.Read(path, 4<<10, nil)
 	if err != nil {
 		return "", err
 	}

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/edgefleet/edgefleet/internal/clock"
 	"github.com/edgefleet/edgefleet/internal/loglimit"
+	"github.com/edgefleet/edgefleet/internal/safefile"
 )
 
 // ServerConfig is the embedded authoritative server (`fleet dns serve`).
@@ -142,7 +142,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if s.cfg.NS == "" {
 		s.cfg.NS = "ns1." + s.cfg.Zone
 	}
-	b, err := os.ReadFile(cfg.ZoneFile)
+	b, err := safefile.Read(cfg.ZoneFile, safefile.MaxConfig, nil)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if s.zone, err = NewZone(s.cfg.Zone, s.cfg.NS, cfg.NSAddr); err != nil {

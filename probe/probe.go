@@ -11,6 +11,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/safefile"
 	"github.com/edgefleet/edgefleet/ldap/wire"
 )
 
@@ -30,7 +31,7 @@ const whoAmIID = 1
 func ClientTLS(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
 	conf := &tls.Config{ServerName: serverName}
 	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
+		pem, err := safefile.Read(caFile, safefile.MaxConfig, nil)
 		if err != nil {
 			return nil, fmt.Errorf("read ca %s: %w", caFile, err)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
 	"github.com/edgefleet/edgefleet/deploy"
+	"github.com/edgefleet/edgefleet/internal/safefile"
 	"github.com/spf13/cobra"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/agent"
@@ -150,7 +151,7 @@ version back. SSH authentication: the key file deploy.identity or
 // when identity is empty. The returned func closes the agent connection.
 func sshAuth(identity string) ([]ssh.AuthMethod, func(), error) {
 	if identity != "" {
-		pem, err := os.ReadFile(identity)
+		pem, err := safefile.Read(identity, 64<<10, nil)
 		if err != nil {
 			return nil, nil, fmt.Errorf("deploy.identity: %w", err)
 		}

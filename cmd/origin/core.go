@@ -11,11 +11,11 @@ import (
 	"maps"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"time"
 
 	"github.com/edgefleet/edgefleet/cmd/internal/cli"
+	"github.com/edgefleet/edgefleet/internal/safefile"
 	"github.com/edgefleet/edgefleet/internal/ticketkeys"
 	"github.com/edgefleet/edgefleet/origin"
 	"github.com/edgefleet/edgefleet/origin/ldap/core"
@@ -288,7 +288,7 @@ func pinNames(a, b map[string]string) []string {
 }
 
 func loadPool(path string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(path)
+	pem, err := safefile.Read(path, safefile.MaxConfig, nil)
 	if err != nil {
 		return nil, err
 	}
