@@ -687,19 +687,19 @@ func (c *Converger) allowStep(ctx context.Context, step string, edges []Edge, r 
 // passes) are probed again after it; one that stopped is a regression:
 // the previous rules are put back and the run fails.
 func (c *Converger) allow(ctx context.Context, step string, edges []Edge, st *State) error {
-	d, err := c.Firewall.Diff(edges)
+	var d, hosts []string // hosts: the origin hosts this step changes, in a pool
+	var err error
+	if p, ok := c.Firewall.(Pool); ok {
+		d, hosts, err = p.diff(edges)
+	} else {
+		d, err = c.Firewall.Diff(edges)
+	}
 	if err != nil {
 		return fmt.Errorf("firewall: %w", err)
 	}
 	if len(d) == 0 {
 		c.printf("step %s firewall: in sync, allowing %s%s", step, edgeNames(edges), c.onHosts(nil))
 		return nil
-	}
-	var hosts []string // the origin hosts this step changes, when there are several
-	if p, ok := c.Firewall.(Pool); ok {
-		if hosts, err = p.Changing(edges); err != nil {
-			return fmt.Errorf("firewall: %w", err)
-		}
 	}
 	var probed []Edge
 	for _, e := range edges {

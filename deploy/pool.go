@@ -39,17 +39,8 @@ func (p Pool) Diff(edges []Edge) ([]string, error) {
 	return out, err
 }
 
-// Changing names the hosts a change to exactly edges would touch (those
-// whose rules differ), in the pool's order, for the step lines of a
-// pool of more than one host; one host is named by nobody (nil).
-func (p Pool) Changing(edges []Edge) ([]string, error) {
-	if len(p) < 2 {
-		return nil, nil
-	}
-	_, hosts, err := p.diff(edges)
-	return hosts, err
-}
-
+// diff is Diff, and the hosts whose rules differ (those a change to
+// exactly edges touches), in the pool's order.
 func (p Pool) diff(edges []Edge) (out, hosts []string, err error) {
 	for _, h := range p {
 		d, err := h.Diff(edges)

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/safefile"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -206,7 +207,7 @@ func Push(ctx context.Context, p PushConfig) (PushResult, error) {
 // openBinary opens the edge binary and hashes it, refusing one that is
 // not the pinned SHA-256 (deploy.binary_sha256) when one is.
 func (p PushConfig) openBinary() (*os.File, string, error) {
-	bin, err := os.Open(p.Binary)
+	bin, _, err := safefile.Open(p.Binary)
 	if err != nil {
 		return nil, "", fmt.Errorf("edge binary: %w", err)
 	}

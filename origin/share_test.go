@@ -126,7 +126,7 @@ func TestSharesExact(t *testing.T) {
 		// A higher cap: the two open still count, the third gets in; a
 		// burst cut to 1 leaves the bucket (2 of 4 left) one token.
 		s.set(3, tokenbucket.Rate{PerSec: 1, Burst: 1}, "1/s")
-		admit(s, edgeA, true, t0.Add(time.Millisecond), "")
+		a3 := admit(s, edgeA, true, t0.Add(time.Millisecond), "")
 		admit(s, edgeA, true, t0.Add(2*time.Millisecond), RefusedConns)
 		s.release(a1)
 		admit(s, edgeA, true, t0.Add(3*time.Millisecond), RefusedRate)
@@ -142,10 +142,12 @@ func TestSharesExact(t *testing.T) {
 			}
 		}
 		s.release(a2)
-		// A cap again: what was admitted while off does not count.
+		s.release(a3) // edgeA holds none of the connections admitted under a limit
+		// A cap again: the ten admitted while off (still open) do not
+		// count; the first after it does.
 		s.set(1, tokenbucket.Rate{}, "0")
-		admit(s, edgeB, true, t0, "")
-		admit(s, edgeB, true, t0, RefusedConns)
+		admit(s, edgeA, true, t0, "")
+		admit(s, edgeA, true, t0, RefusedConns)
 	})
 
 	t.Run("off", func(t *testing.T) {

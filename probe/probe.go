@@ -45,7 +45,7 @@ func ClientTLS(caFile, certFile, keyFile, serverName string) (*tls.Config, error
 		return nil, errors.New("client certificate: give both cert and key, or neither")
 	}
 	if certFile != "" {
-		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		cert, err := safefile.X509KeyPair(certFile, keyFile)
 		if err != nil {
 			return nil, fmt.Errorf("client certificate %s: %w", certFile, err)
 		}

@@ -186,7 +186,7 @@ func (cfg coreSection) coreConfig() (core.Config, error) {
 		if cfg.TLS.Cert == "" || cfg.TLS.Key == "" {
 			return c, fmt.Errorf("core.tls.mode %s needs core.tls.cert and core.tls.key", c.TLSMode)
 		}
-		cert, err := tls.LoadX509KeyPair(cfg.TLS.Cert, cfg.TLS.Key)
+		cert, err := safefile.X509KeyPair(cfg.TLS.Cert, cfg.TLS.Key)
 		if err != nil {
 			return c, fmt.Errorf("core.tls.cert: %w", err)
 		}

@@ -280,15 +280,20 @@ func TestSIGHUPReloadsTrustedEdges(t *testing.T) {
 // refused (reason rate); after the file sets a cap of 3 and no rate, and
 // SIGHUP, the two connections held through the reload still count and
 // still relay, one more gets in and the next is refused (reason conns);
-// a file the check refuses (a negative cap) keeps the running limits.
-// Nothing asks for a restart.
+// a file the check refuses (a negative cap, or a good cap beside a bad
+// trusted_edges) keeps the running limits and leaves nothing behind: the
+// good cap, given again with the edges fixed, is applied. Nothing asks
+// for a restart.
 func TestSIGHUPReloadsPerEdge(t *testing.T) {
 	bin := buildOrigin(t)
 	front, metrics := testbed.FreeAddr(t, "127.0.0.1"), testbed.FreeAddr(t, "127.0.0.1")
 	inner := testbed.EchoTCP(t)
-	yaml := func(perEdge string) []byte {
-		return fmt.Appendf(nil, "front:\n  listen: [%q]\n  inner: %q\n  trusted_edges: [127.0.0.2]\n  per_edge: %s\npeers_api: \"\"\nmetrics: %q\nlog:\n  format: json\ncore:\n  enabled: false\n",
-			front, inner, perEdge, metrics)
+	yaml := func(perEdge string, edges ...string) []byte {
+		if edges == nil {
+			edges = []string{"127.0.0.2"}
+		}
+		return fmt.Appendf(nil, "front:\n  listen: [%q]\n  inner: %q\n  trusted_edges: [%s]\n  per_edge: %s\npeers_api: \"\"\nmetrics: %q\nlog:\n  format: json\ncore:\n  enabled: false\n",
+			front, inner, strings.Join(edges, ", "), perEdge, metrics)
 	}
 	cfg := testbed.WriteFile(t, t.TempDir(), "origin.yaml", string(yaml(`{conns: 0, rate: "1/h", burst: 2}`)))
 	p := testbed.Start(t, bin, "--config", cfg)
@@ -342,6 +347,26 @@ func TestSIGHUPReloadsPerEdge(t *testing.T) {
 	}
 	if strings.Contains(p.Output(), "need a restart") {
 		t.Errorf("the reload asked for a restart:\n%s", p.Output())
+	}
+
+	// A file that raises the cap and lists a link-local edge is refused
+	// whole: the cap stays 3, and the next file that raises it (the edge
+	// list fixed) is applied — the refused one left nothing behind that
+	// would hide the change.
+	os.WriteFile(cfg, yaml(`{conns: 4, rate: "0", burst: 2}`, `"fe80::/10"`), 0o600)
+	p.Cmd.Process.Signal(syscall.SIGHUP)
+	testbed.WaitOutput(t, p, 10*time.Second, `"msg":"reload failed, keeping the running configuration","err":"front.trusted_edges: \"fe80::/10\" is link-local`)
+	if strings.Contains(p.Output(), `"conns":4`) {
+		t.Errorf("a refused reload logged per_edge as reloaded:\n%s", p.Output())
+	}
+	if echoes(t, dialFrom(t, front, "127.0.0.2"), header, "x") {
+		t.Error("a refused reload raised the running cap of 3")
+	}
+	os.WriteFile(cfg, yaml(`{conns: 4, rate: "0", burst: 2}`), 0o600)
+	p.Cmd.Process.Signal(syscall.SIGHUP)
+	testbed.WaitOutput(t, p, 10*time.Second, `"msg":"per_edge reloaded","conns":4,"rate":"0","burst":2,"was":"conns 3, rate 0, burst 2"`)
+	if !echoes(t, dialFrom(t, front, "127.0.0.2"), header, "fourth") {
+		t.Errorf("no fourth connection under conns 4:\n%s", p.Output())
 	}
 }
 

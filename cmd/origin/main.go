@@ -216,10 +216,14 @@ func run(cfg originFile, reload func() (originFile, error)) error {
 // restart) and returns the configuration now in force. A file that fails a
 // check keeps the whole running configuration.
 func reloaded(cfg originFile, front *origin.Front, srv *core.Server, reload func() (originFile, error), log *slog.Logger) originFile {
+	running := cfg // what a failed reload returns: nothing of it applied
+	fail := func(err error) originFile {
+		log.Error("reload failed, keeping the running configuration", "err", err)
+		return running
+	}
 	next, err := reload()
 	if err != nil {
-		log.Error("reload failed, keeping the running configuration", "err", err)
-		return cfg
+		return fail(err)
 	}
 	changed := cli.Changed(cfg, next)
 	applied := false
@@ -229,48 +233,45 @@ func reloaded(cfg originFile, front *origin.Front, srv *core.Server, reload func
 	var keys [][32]byte
 	if srv != nil && cfg.Core.Enabled && cfg.Core.TLS.usesTicketKeyFile() {
 		if keys, err = readTicketKeys(cfg.Core.TLS.TicketKeyFile); err != nil {
-			log.Error("reload failed, keeping the running configuration", "err", err)
-			return cfg
+			return fail(err)
 		}
 	}
 	undoPins := func() {}
 	if srv != nil && next.Core.Enabled {
 		ok, undo, err := reloadPins(srv, next.Core.TLS.Pins, log)
 		if err != nil {
-			log.Error("reload failed, keeping the running configuration", "err", err)
-			return cfg
+			return fail(err)
 		}
 		applied, undoPins = ok, undo
 		cfg.Core.TLS.Pins = next.Core.TLS.Pins
 		changed = slices.DeleteFunc(changed, func(k string) bool { return k == "core.tls.pins" })
 	}
-	perEdge := func(k string) bool { return strings.HasPrefix(k, "front.per_edge.") }
-	undoPerEdge := func() {}
-	if slices.ContainsFunc(changed, perEdge) {
-		if err := front.SetPerEdge(next.Front.PerEdge); err != nil {
-			undoPins()
-			log.Error("reload failed, keeping the running configuration", "err", err)
-			return cfg
-		}
-		was := cfg.Front.PerEdge
-		undoPerEdge = func() { front.SetPerEdge(was) }
-		pe := next.Front.PerEdge
-		log.Info("per_edge reloaded", "conns", pe.Conns, "rate", pe.Rate, "burst", pe.Burst,
-			"was", fmt.Sprintf("conns %d, rate %s, burst %d", was.Conns, was.Rate, was.Burst))
-		cfg.Front.PerEdge = pe
-		changed = slices.DeleteFunc(changed, perEdge)
-		applied = true
-	}
 	if slices.Contains(changed, "front.trusted_edges") {
 		if err := front.SetTrustedEdges(next.Front.TrustedEdges); err != nil {
 			undoPins()
-			undoPerEdge()
-			log.Error("reload failed, keeping the running configuration", "err", err)
-			return cfg
+			return fail(err)
 		}
 		log.Info("trusted_edges reloaded", "trusted_edges", next.Front.TrustedEdges, "was", cfg.Front.TrustedEdges)
 		cfg.Front.TrustedEdges = next.Front.TrustedEdges
 		changed = slices.DeleteFunc(changed, func(k string) bool { return k == "front.trusted_edges" })
+		applied = true
+	}
+	// per_edge last of what can fail: reload checked it already, so that
+	// SetPerEdge refusing it now would be a bug, and it undoes the rest.
+	perEdge := func(k string) bool { return strings.HasPrefix(k, "front.per_edge.") }
+	if slices.ContainsFunc(changed, perEdge) {
+		if err := front.SetPerEdge(next.Front.PerEdge); err != nil {
+			undoPins()
+			if !slices.Equal(cfg.Front.TrustedEdges, running.Front.TrustedEdges) {
+				front.SetTrustedEdges(running.Front.TrustedEdges)
+			}
+			return fail(fmt.Errorf("[unexpected] %w", err))
+		}
+		was, pe := cfg.Front.PerEdge, next.Front.PerEdge
+		log.Info("per_edge reloaded", "conns", pe.Conns, "rate", pe.Rate, "burst", pe.Burst,
+			"was", fmt.Sprintf("conns %d, rate %s, burst %d", was.Conns, was.Rate, was.Burst))
+		cfg.Front.PerEdge = pe
+		changed = slices.DeleteFunc(changed, perEdge)
 		applied = true
 	}
 	if keys != nil {

@@ -6,6 +6,7 @@
 package safefile
 
 import (
+	"crypto/tls"
 	"fmt"
 	"io"
 	"io/fs"
@@ -26,19 +27,11 @@ const MaxConfig = 4 << 20
 // at most limit bytes (a larger file is refused before it costs its size
 // in memory).
 func Read(path string, limit int64, check func(fs.FileInfo) error) ([]byte, error) {
-	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
-	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
-	st, err := f.Stat()
+	f, st, err := Open(path)
 	if err != nil {
 		return nil, err
 	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is %s, not a regular file", path, fileKind(st.Mode()))
-	}
+	defer f.Close()
 	if check != nil {
 		if err := check(st); err != nil {
 			return nil, fmt.Errorf("%s %w", path, err)
@@ -55,6 +48,44 @@ func Read(path string, limit int64, check func(fs.FileInfo) error) ([]byte, erro
 		return nil, fmt.Errorf("%s is more than %d bytes", path, limit)
 	}
 	return data, nil
+}
+
+// Open opens a regular file as Read does (without blocking; a FIFO, a
+// device, a directory or a socket refused, naming what it is), for a
+// file too large to hold in memory at once (the edge binary fleet
+// pushes). The caller closes it.
+func Open(path string) (*os.File, fs.FileInfo, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, nil, fmt.Errorf("%s is %s, not a regular file", path, fileKind(st.Mode()))
+	}
+	return f, st, nil
+}
+
+// MaxPEM bounds a PEM file: a certificate chain, a key, a CA bundle.
+const MaxPEM = 4 << 20
+
+// X509KeyPair is tls.LoadX509KeyPair with both files read by Read.
+func X509KeyPair(certFile, keyFile string) (tls.Certificate, error) {
+	cert, err := Read(certFile, MaxPEM, nil)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	key, err := Read(keyFile, MaxPEM, nil)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.X509KeyPair(cert, key)
 }
 
 // fileKind names the type of a file that is not a regular one.

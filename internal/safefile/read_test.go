@@ -48,3 +48,27 @@ func TestReadRefusesWhatIsNoFile(t *testing.T) {
 		t.Fatal("Read blocked")
 	}
 }
+
+// TestOpenAndKeyPairRefuseFIFO: Open (the pushed edge binary) and
+// X509KeyPair (certificate and key files) refuse a FIFO at once, as Read
+// does; Open hands back a regular file.
+func TestOpenAndKeyPairRefuseFIFO(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Open(fifo); err == nil || !strings.Contains(err.Error(), "is a named pipe (FIFO), not a regular file") {
+		t.Errorf("Open of a FIFO: %v", err)
+	}
+	if _, err := X509KeyPair(fifo, fifo); err == nil || !strings.Contains(err.Error(), "is a named pipe (FIFO), not a regular file") {
+		t.Errorf("X509KeyPair of a FIFO: %v", err)
+	}
+	ok := filepath.Join(dir, "edge")
+	os.WriteFile(ok, []byte("binary"), 0o700)
+	f, st, err := Open(ok)
+	if err != nil || st.Size() != 6 {
+		t.Fatalf("Open of a regular file: %v, %v", st, err)
+	}
+	f.Close()
+}
