@@ -240,7 +240,7 @@ func (h *handler) Open(c *evloop.Conn) {
 func (f *Front) takeShare(c *evloop.Conn, fc *conn) bool {
 	// The clock read now, not the loop's reading (c.Now) taken when it
 	// woke: a loop woken for another connection may accept this one later.
-	sh, reason := f.shares.admit(c.Peer().Addr(), fc.trusted, f.now())
+	sh, reason, limit := f.shares.admit(c.Peer().Addr(), fc.trusted, f.now())
 	if reason == "" {
 		fc.share = sh
 		return true
@@ -248,7 +248,7 @@ func (f *Front) takeShare(c *evloop.Conn, fc *conn) bool {
 	f.m.conns.WithLabelValues(HeaderNone, ResultEdgeLimit).Inc()
 	if ok, suppressed := f.shell.Refusals.Allow(); ok {
 		f.log.Warn("edge over its share refused", "measured", fc.measured, "share", sh.label,
-			"reason", reason, "limit", f.shares.limit(reason), "suppressed", suppressed)
+			"reason", reason, "limit", limit, "suppressed", suppressed)
 	}
 	return false
 }

@@ -71,41 +71,32 @@ func (s *shares) set(conns int, rate tokenbucket.Rate, rateArg string) {
 	s.enabled.Store(conns > 0 || !rate.Unlimited())
 }
 
-// limit is the limit in force that refused a connection for reason.
-func (s *shares) limit(reason string) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if reason == RefusedConns {
-		return strconv.Itoa(s.conns)
-	}
-	return s.rateArg
-}
-
 // admit takes a new connection from ip, inside trusted_edges or not, at
 // now into its edge's share, and returns that share with "" — or, when
 // the edge is at per_edge.conns or over per_edge.rate, counts the refusal
-// and returns its reason. A nil share with "" means no limit is set. The
-// cap is checked first: a connection refused for it takes no token.
-func (s *shares) admit(ip netip.Addr, trusted bool, now time.Time) (*share, string) {
+// and returns its reason and the limit that refused it, as configured
+// (read under the same lock: a reload cannot slip between). A nil share
+// with "" means no limit is set. The cap is checked first: a connection
+// refused for it takes no token.
+func (s *shares) admit(ip netip.Addr, trusted bool, now time.Time) (sh *share, reason, limit string) {
 	if !s.enabled.Load() {
-		return nil, ""
+		return nil, "", ""
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sweep(now)
-	sh := s.of(ip, trusted)
-	reason := ""
+	sh = s.of(ip, trusted)
 	switch {
 	case s.conns > 0 && sh.open >= s.conns:
-		reason = RefusedConns
+		reason, limit = RefusedConns, strconv.Itoa(s.conns)
 	case !sh.bucket.Allow(now, s.rate):
-		reason = RefusedRate
+		reason, limit = RefusedRate, s.rateArg
 	default:
 		sh.open++
-		return sh, ""
+		return sh, "", ""
 	}
 	s.count(sh, reason)
-	return sh, reason
+	return sh, reason, limit
 }
 
 // release gives back a connection admit took into sh.

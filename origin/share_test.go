@@ -38,7 +38,7 @@ func TestSharesExact(t *testing.T) {
 	edgeA, edgeB := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
 	admit := func(s *shares, ip netip.Addr, trusted bool, at time.Time, want string) *share {
 		t.Helper()
-		sh, got := s.admit(ip, trusted, at)
+		sh, got, _ := s.admit(ip, trusted, at)
 		if got != want {
 			t.Fatalf("admit(%s, trusted %v) at +%v = %q, want %q", ip, trusted, at.Sub(t0), got, want)
 		}
@@ -119,9 +119,8 @@ func TestSharesExact(t *testing.T) {
 		s, _ := newTestShares(t, 2, tokenbucket.Rate{PerSec: 1, Burst: 4})
 		a1 := admit(s, edgeA, true, t0, "")
 		a2 := admit(s, edgeA, true, t0, "")
-		admit(s, edgeA, true, t0, RefusedConns)
-		if got := s.limit(RefusedConns); got != "2" {
-			t.Errorf("limit(conns) = %q, want 2", got)
+		if _, _, limit := s.admit(edgeA, true, t0); limit != "2" {
+			t.Errorf("refused for conns with limit %q, want 2", limit)
 		}
 		// A higher cap: the two open still count, the third gets in; a
 		// burst cut to 1 leaves the bucket (2 of 4 left) one token.
@@ -129,9 +128,8 @@ func TestSharesExact(t *testing.T) {
 		a3 := admit(s, edgeA, true, t0.Add(time.Millisecond), "")
 		admit(s, edgeA, true, t0.Add(2*time.Millisecond), RefusedConns)
 		s.release(a1)
-		admit(s, edgeA, true, t0.Add(3*time.Millisecond), RefusedRate)
-		if got := s.limit(RefusedRate); got != "1/s" {
-			t.Errorf("limit(rate) = %q, want 1/s", got)
+		if _, reason, limit := s.admit(edgeA, true, t0.Add(3*time.Millisecond)); reason != RefusedRate || limit != "1/s" {
+			t.Errorf("refused for %q with limit %q, want rate and 1/s", reason, limit)
 		}
 		// No limits: nothing is taken, and the connections admitted
 		// before are still given back without harm.
