@@ -40,26 +40,12 @@ func (d Deploy) Scrape() func(ctx context.Context, endpoint string) (int, error)
 		token := ""
 		if d.MetricsTokenFile != "" {
 			var err error
-			if token, err = ReadMetricsToken(d.MetricsTokenFile); err != nil {
+			if token, err = safefile.Token(d.MetricsTokenFile); err != nil {
 				return 0, fmt.Errorf("deploy.metrics_token_file: %w", err)
 			}
 		}
 		return scrapeConns(ctx, endpoint, token)
 	}
-}
-
-// ReadMetricsToken reads a metrics bearer token file: one word of 16
-// characters or more (what the edge's metrics_token_file accepts).
-func ReadMetricsToken(path string) (string, error) {
-	b, err := safefile.Read(path, 4<<10, nil)
-	if err != nil {
-		return "", err
-	}
-	tok := strings.TrimSpace(string(b))
-	if len(tok) < 16 || strings.ContainsAny(tok, " \t\r\n") {
-		return "", fmt.Errorf("%s: the token must be one word of at least 16 characters", path)
-	}
-	return tok, nil
 }
 
 func scrapeConns(ctx context.Context, endpoint, token string) (int, error) {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/listenaddr"
+	"github.com/edgefleet/edgefleet/internal/safefile"
 	"github.com/edgefleet/edgefleet/relay"
 	"golang.org/x/crypto/ssh"
 )
@@ -145,7 +146,7 @@ func Render(c Config, name string) (*Rendering, error) {
 	}
 	r := &Rendering{Edge: e}
 	if d.MetricsTokenFile != "" {
-		tok, err := ReadMetricsToken(d.MetricsTokenFile)
+		tok, err := safefile.Token(d.MetricsTokenFile)
 		if err != nil {
 			return nil, fmt.Errorf("deploy.metrics_token_file: %w", err)
 		}

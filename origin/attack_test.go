@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"net"
-	"os"
 	"reflect"
 	"runtime"
 	"sync"
@@ -73,10 +72,7 @@ func TestAttackFrontEveryStageLeavesNothing(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.MaxConns = 8 })
 	hdr := v2Header(t, "192.0.2.10:50000", "198.51.100.1:636", "edge-ams-1", "a1b2c3d4")
 	rst := func(c *net.TCPConn) { c.SetLinger(0); c.Close() }
-	fds := func() int {
-		ents, _ := os.ReadDir("/proc/self/fd")
-		return len(ents)
-	}
+	fds := func() int { return testbed.OpenFDs(0) }
 	warm := h.dialFrom("127.0.0.2")
 	roundTrip(t, warm, hdr, []byte("warm"))
 	warm.Close()

@@ -159,19 +159,6 @@ func TestKeyTableBytesPerEntry(t *testing.T) {
 	runtime.KeepAlive(tb)
 }
 
-// dialFrom connects to the edge from the loopback address src.
-func dialFrom(t *testing.T, src, to string) net.Conn {
-	t.Helper()
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
-	c, err := d.Dial("tcp", to)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	c.SetDeadline(time.Now().Add(20 * time.Second))
-	return c
-}
-
 // relayed reports whether c's bytes came back through the origin (an
 // echo), false when the edge closed it.
 func relayed(c net.Conn) bool {
@@ -208,48 +195,48 @@ func TestPerSourceLimitsExact(t *testing.T) {
 
 	var open []net.Conn
 	for i := range 3 {
-		c := dialFrom(t, "127.0.3.1", e.addr)
+		c := testbed.DialFrom(t, "127.0.3.1", e.addr)
 		if !relayed(c) {
 			t.Fatalf("connection %d of the source not relayed", i+1)
 		}
 		open = append(open, c)
 	}
-	if relayed(dialFrom(t, "127.0.3.1", e.addr)) {
+	if relayed(testbed.DialFrom(t, "127.0.3.1", e.addr)) {
 		t.Fatal("4th open connection of the source relayed past per_source.conns 3")
 	}
 	e.waitValue(t, 1, "edgefleet_edge_connections_total", "result", ResultConnLimit)
 	open[0].Close()
 	e.waitValue(t, 2, "edgefleet_edge_connections_active")
 	for i := range 2 { // tokens 4 and 5 of the burst, each closed after
-		c := dialFrom(t, "127.0.3.1", e.addr)
+		c := testbed.DialFrom(t, "127.0.3.1", e.addr)
 		if !relayed(c) {
 			t.Fatalf("new connection %d after a close not relayed", i+4)
 		}
 		c.Close()
 		e.waitValue(t, 2, "edgefleet_edge_connections_active")
 	}
-	if relayed(dialFrom(t, "127.0.3.1", e.addr)) {
+	if relayed(testbed.DialFrom(t, "127.0.3.1", e.addr)) {
 		t.Fatal("6th new connection in the same minute relayed past burst 5")
 	}
 	e.waitValue(t, 1, "edgefleet_edge_connections_total", "result", ResultRateLimited)
-	if !relayed(dialFrom(t, "127.0.3.2", e.addr)) {
+	if !relayed(testbed.DialFrom(t, "127.0.3.2", e.addr)) {
 		t.Fatal("another source of the same /24 refused")
 	}
 	clk.add(time.Minute)
-	if !relayed(dialFrom(t, "127.0.3.1", e.addr)) {
+	if !relayed(testbed.DialFrom(t, "127.0.3.1", e.addr)) {
 		t.Fatal("a minute later the source is still refused")
 	}
 	// The /24 holds 4 open connections: two more fill per_prefix.conns 6.
 	for _, src := range []string{"127.0.3.10", "127.0.3.11"} {
-		if !relayed(dialFrom(t, src, e.addr)) {
+		if !relayed(testbed.DialFrom(t, src, e.addr)) {
 			t.Fatalf("%s refused with the /24 under per_prefix.conns", src)
 		}
 	}
-	if relayed(dialFrom(t, "127.0.3.12", e.addr)) {
+	if relayed(testbed.DialFrom(t, "127.0.3.12", e.addr)) {
 		t.Fatal("a 7th connection of the /24 relayed past per_prefix.conns 6")
 	}
 	e.waitValue(t, 2, "edgefleet_edge_connections_total", "result", ResultConnLimit)
-	if !relayed(dialFrom(t, "127.0.4.1", e.addr)) {
+	if !relayed(testbed.DialFrom(t, "127.0.4.1", e.addr)) {
 		t.Fatal("a source of another /24 refused")
 	}
 	if got := seen.Load(); got != 10 {
@@ -269,7 +256,7 @@ func TestAcceptRate(t *testing.T) {
 	e := startEdge(t, Config{Origins: OriginList(o.addr), Limits: lim, MaxConns: minTableSize}, func(e *Edge) { e.Now = clk.now })
 	admitted := 0
 	for i := range 6 {
-		if relayed(dialFrom(t, fmt.Sprintf("127.0.5.%d", i+1), e.addr)) {
+		if relayed(testbed.DialFrom(t, fmt.Sprintf("127.0.5.%d", i+1), e.addr)) {
 			admitted++
 		}
 	}

@@ -15,16 +15,6 @@ import (
 	"github.com/edgefleet/edgefleet/internal/testbed"
 )
 
-// openFDs counts this process's descriptors.
-func openFDs(t testing.TB) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
-}
-
 // fdList names this process's descriptors, for a failure message.
 func fdList() string {
 	ents, _ := os.ReadDir("/proc/self/fd")
@@ -89,7 +79,7 @@ func TestAttackEveryStageLeavesNothing(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // the test origin's side closes
 	runtime.GC()
 	runtime.GC()
-	fd0 := openFDs(t)
+	fd0 := testbed.OpenFDs(0)
 
 	dial := func() net.Conn {
 		c, err := net.Dial("tcp", e.addr)
@@ -139,7 +129,7 @@ func TestAttackEveryStageLeavesNothing(t *testing.T) {
 	for {
 		runtime.GC() // the Go test origin's splice pipes (sync.Pool) go with a GC
 		out, in := ownSizes(e.Edge)
-		fd := openFDs(t)
+		fd := testbed.OpenFDs(0)
 		if out == 0 && in == 0 && fd <= fd0 {
 			break
 		}

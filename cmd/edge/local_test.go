@@ -2,11 +2,9 @@ package main
 
 import (
 	"bufio"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"regexp"
 	"strings"
 	"syscall"
@@ -131,22 +129,12 @@ func keepAlive(t *testing.T, addr string) {
 	c.SetDeadline(time.Time{})
 }
 
-// fdCount is how many descriptors the process pid holds, counted in
-// /proc (-1 when it cannot be read).
-func fdCount(pid int) int {
-	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	if err != nil {
-		return -1
-	}
-	return len(fds)
-}
-
 // waitFDs waits, up to 5 s, until the count of pid's descriptors
 // satisfies ok, and returns it (whatever it is after 5 s).
 func waitFDs(t *testing.T, pid int, ok func(int) bool) int {
 	t.Helper()
-	n := fdCount(pid)
-	for deadline := time.Now().Add(5 * time.Second); !ok(n) && time.Now().Before(deadline); n = fdCount(pid) {
+	n := testbed.OpenFDs(pid)
+	for deadline := time.Now().Add(5 * time.Second); !ok(n) && time.Now().Before(deadline); n = testbed.OpenFDs(pid) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return n
@@ -156,7 +144,7 @@ func waitFDs(t *testing.T, pid int, ok func(int) bool) int {
 // 200 ms (the edge closes a flood's descriptors after the test did).
 func settledFDs(t *testing.T, pid int) int {
 	t.Helper()
-	last, since := fdCount(pid), time.Now()
+	last, since := testbed.OpenFDs(pid), time.Now()
 	return waitFDs(t, pid, func(n int) bool {
 		if n != last {
 			last, since = n, time.Now()

@@ -66,7 +66,7 @@ func load(fs *pflag.FlagSet, path string) (edgeFile, error) {
 	}
 	if cfg.MetricsTokenFile != "" {
 		var err error
-		if cfg.token, err = readToken(cfg.MetricsTokenFile); err != nil {
+		if cfg.token, err = safefile.Token(cfg.MetricsTokenFile); err != nil {
 			return cfg, fmt.Errorf("metrics_token_file: %w", err)
 		}
 	}
@@ -167,30 +167,6 @@ func reloadOrigins(e *relay.Edge, cfg *edgeFile, reload func() (edgeFile, error)
 	e.SetOrigins(next.Origins)
 	log.Info("origins reloaded", "origins", relay.Names(next.Origins), "was", relay.Names(cfg.Origins))
 	cfg.Origins = next.Origins
-}
-
-// minToken is the shortest metrics token accepted: a guessable one
-// protects nothing.
-const minToken = 16
-
-// maxTokenFile bounds a bearer token file: one line.
-const maxTokenFile = 4 << 10
-
-// readToken reads a bearer token file: one line, surrounding white space
-// dropped.
-func readToken(path string) (string, error) {
-	b, err := safefile.Read(path, maxTokenFile, nil)
-	if err != nil {
-		return "", err
-	}
-	tok := strings.TrimSpace(string(b))
-	switch {
-	case len(tok) < minToken:
-		return "", fmt.Errorf("%s: the token must be at least %d characters", path, minToken)
-	case strings.ContainsAny(tok, " \t\r\n"):
-		return "", fmt.Errorf("%s: the token must be one word on one line", path)
-	}
-	return tok, nil
 }
 
 // bearer serves h to requests that carry token (Authorization: Bearer),

@@ -242,7 +242,7 @@ func TestSIGHUPReloadsTrustedEdges(t *testing.T) {
 	p := testbed.Start(t, bin, "--config", cfg)
 	testbed.WaitTCP(t, front, 10*time.Second)
 	header := "PROXY TCP4 198.51.100.7 203.0.113.1 50312 636\r\n"
-	dial := func(ip string) net.Conn { return dialFrom(t, front, ip) }
+	dial := func(ip string) net.Conn { return testbed.DialFrom(t, ip, front) }
 	held := dial("127.0.0.3")
 	if !echoes(t, held, header, "held before") {
 		t.Fatal("the trusted edge's connection does not relay")
@@ -305,13 +305,13 @@ func TestSIGHUPReloadsPerEdge(t *testing.T) {
 
 	var held []net.Conn
 	for i := range 2 {
-		c := dialFrom(t, front, "127.0.0.2")
+		c := testbed.DialFrom(t, "127.0.0.2", front)
 		if !echoes(t, c, header, "held") {
 			t.Fatalf("connection %d of the burst of 2 refused:\n%s", i+1, p.Output())
 		}
 		held = append(held, c)
 	}
-	if echoes(t, dialFrom(t, front, "127.0.0.2"), header, "x") {
+	if echoes(t, testbed.DialFrom(t, "127.0.0.2", front), header, "x") {
 		t.Fatal("a third connection got in under rate 1/h, burst 2")
 	}
 	testbed.WaitOutput(t, p, 10*time.Second, `"share":"127.0.0.2","reason":"rate","limit":"1/h"`)
@@ -319,12 +319,12 @@ func TestSIGHUPReloadsPerEdge(t *testing.T) {
 	os.WriteFile(cfg, yaml(`{conns: 3, rate: "0", burst: 2}`), 0o600)
 	p.Cmd.Process.Signal(syscall.SIGHUP)
 	testbed.WaitOutput(t, p, 10*time.Second, `"msg":"per_edge reloaded","conns":3,"rate":"0","burst":2,"was":"conns 0, rate 1/h, burst 2"`)
-	if c := dialFrom(t, front, "127.0.0.2"); !echoes(t, c, header, "third") {
+	if c := testbed.DialFrom(t, "127.0.0.2", front); !echoes(t, c, header, "third") {
 		t.Fatalf("no connection got in after the reload lifted the rate:\n%s", p.Output())
 	} else {
 		held = append(held, c)
 	}
-	if echoes(t, dialFrom(t, front, "127.0.0.2"), header, "x") {
+	if echoes(t, testbed.DialFrom(t, "127.0.0.2", front), header, "x") {
 		t.Fatal("a fourth connection got in under conns 3 (the two held through the reload did not count)")
 	}
 	for i, c := range held[:2] {
@@ -336,7 +336,7 @@ func TestSIGHUPReloadsPerEdge(t *testing.T) {
 	os.WriteFile(cfg, yaml(`{conns: -1, rate: "0", burst: 2}`), 0o600)
 	p.Cmd.Process.Signal(syscall.SIGHUP)
 	testbed.WaitOutput(t, p, 10*time.Second, `"msg":"reload failed, keeping the running configuration","err":"front.per_edge.conns: -1 is negative`)
-	if echoes(t, dialFrom(t, front, "127.0.0.2"), header, "x") {
+	if echoes(t, testbed.DialFrom(t, "127.0.0.2", front), header, "x") {
 		t.Error("a refused reload lifted the running cap of 3")
 	}
 	body := testbed.Scrape(t, metrics)
@@ -359,29 +359,15 @@ func TestSIGHUPReloadsPerEdge(t *testing.T) {
 	if strings.Contains(p.Output(), `"conns":4`) {
 		t.Errorf("a refused reload logged per_edge as reloaded:\n%s", p.Output())
 	}
-	if echoes(t, dialFrom(t, front, "127.0.0.2"), header, "x") {
+	if echoes(t, testbed.DialFrom(t, "127.0.0.2", front), header, "x") {
 		t.Error("a refused reload raised the running cap of 3")
 	}
 	os.WriteFile(cfg, yaml(`{conns: 4, rate: "0", burst: 2}`), 0o600)
 	p.Cmd.Process.Signal(syscall.SIGHUP)
 	testbed.WaitOutput(t, p, 10*time.Second, `"msg":"per_edge reloaded","conns":4,"rate":"0","burst":2,"was":"conns 3, rate 0, burst 2"`)
-	if !echoes(t, dialFrom(t, front, "127.0.0.2"), header, "fourth") {
+	if !echoes(t, testbed.DialFrom(t, "127.0.0.2", front), header, "fourth") {
 		t.Errorf("no fourth connection under conns 4:\n%s", p.Output())
 	}
-}
-
-// dialFrom connects to the front at addr from the local address ip (an
-// edge, trusted or not), closed when the test ends.
-func dialFrom(t *testing.T, addr, ip string) net.Conn {
-	t.Helper()
-	d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
-	c, err := d.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	c.SetDeadline(time.Now().Add(20 * time.Second))
-	return c
 }
 
 // echoes sends prefix and msg on c and reports whether msg came back

@@ -256,23 +256,20 @@ func reloaded(cfg originFile, front *origin.Front, srv *core.Server, reload func
 		changed = slices.DeleteFunc(changed, func(k string) bool { return k == "front.trusted_edges" })
 		applied = true
 	}
-	// per_edge last of what can fail: reload checked it already, so that
-	// SetPerEdge refusing it now would be a bug, and it undoes the rest.
+	// per_edge after everything that can fail: reload checked it already,
+	// as it checked the ticket keys applied below.
 	perEdge := func(k string) bool { return strings.HasPrefix(k, "front.per_edge.") }
 	if slices.ContainsFunc(changed, perEdge) {
 		if err := front.SetPerEdge(next.Front.PerEdge); err != nil {
-			undoPins()
-			if !slices.Equal(cfg.Front.TrustedEdges, running.Front.TrustedEdges) {
-				front.SetTrustedEdges(running.Front.TrustedEdges)
-			}
-			return fail(fmt.Errorf("[unexpected] %w", err))
+			log.Error("[unexpected] per_edge not reloaded", "err", err)
+		} else {
+			was, pe := cfg.Front.PerEdge, next.Front.PerEdge
+			log.Info("per_edge reloaded", "conns", pe.Conns, "rate", pe.Rate, "burst", pe.Burst,
+				"was", fmt.Sprintf("conns %d, rate %s, burst %d", was.Conns, was.Rate, was.Burst))
+			cfg.Front.PerEdge = pe
+			applied = true
 		}
-		was, pe := cfg.Front.PerEdge, next.Front.PerEdge
-		log.Info("per_edge reloaded", "conns", pe.Conns, "rate", pe.Rate, "burst", pe.Burst,
-			"was", fmt.Sprintf("conns %d, rate %s, burst %d", was.Conns, was.Rate, was.Burst))
-		cfg.Front.PerEdge = pe
 		changed = slices.DeleteFunc(changed, perEdge)
-		applied = true
 	}
 	if keys != nil {
 		if ok, err := srv.SetTicketKeys(keys); err != nil {

@@ -15,13 +15,9 @@ const maxPinsFile = 16 << 20
 
 // readConfigFile reads the file at path, named by the configuration key
 // key (core.tls.pins, core.tls.ticket_key_file), at start and on SIGHUP,
-// without trusting what is there: it opens without blocking (a FIFO with no
-// writer would hang the start, or the SIGHUP in the process's only signal
-// loop, and SIGTERM with it), takes a regular file only (a symlink to one
-// is fine; a FIFO, a device such as /dev/zero, a directory or a socket is
-// refused) and reads at most limit bytes (a larger file is refused before
-// it costs its size in memory). A private file (the ticket keys) must also
-// be readable by its owner alone, and owned by the process's user or by
+// as safefile.Read does (a regular file of at most limit bytes, opened
+// without blocking). A private file (the ticket keys) must also be
+// readable by its owner alone, and owned by the process's user or by
 // root, as ssh wants of a private key.
 func readConfigFile(key, path string, limit int64, private bool) ([]byte, error) {
 	var check func(fs.FileInfo) error

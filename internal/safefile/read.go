@@ -11,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strings"
 	"syscall"
 )
 
@@ -86,6 +87,28 @@ func X509KeyPair(certFile, keyFile string) (tls.Certificate, error) {
 		return tls.Certificate{}, err
 	}
 	return tls.X509KeyPair(cert, key)
+}
+
+// MinToken is the shortest bearer token Token accepts: a guessable one
+// protects nothing.
+const MinToken = 16
+
+// Token reads a bearer token file (the edge's metrics_token_file, which
+// fleet reads too): one word on one line of at least MinToken
+// characters, surrounding white space dropped.
+func Token(path string) (string, error) {
+	b, err := Read(path, 4<<10, nil)
+	if err != nil {
+		return "", err
+	}
+	tok := strings.TrimSpace(string(b))
+	switch {
+	case len(tok) < MinToken:
+		return "", fmt.Errorf("%s: the token must be at least %d characters", path, MinToken)
+	case strings.ContainsAny(tok, " \t\r\n"):
+		return "", fmt.Errorf("%s: the token must be one word on one line", path)
+	}
+	return tok, nil
 }
 
 // fileKind names the type of a file that is not a regular one.

@@ -72,3 +72,25 @@ func TestOpenAndKeyPairRefuseFIFO(t *testing.T) {
 	}
 	f.Close()
 }
+
+// TestToken: a bearer token file is one word of at least MinToken
+// characters, surrounding white space dropped; a short one, two words or
+// a FIFO are refused.
+func TestToken(t *testing.T) {
+	dir := t.TempDir()
+	for content, want := range map[string]string{
+		"  0123456789abcdef\n":    "",
+		"short\n":                 "the token must be at least 16 characters",
+		"0123456789 abcdef0123\n": "the token must be one word on one line",
+	} {
+		p := filepath.Join(dir, "token")
+		os.WriteFile(p, []byte(content), 0o600)
+		tok, err := Token(p)
+		switch {
+		case want == "" && (err != nil || tok != "0123456789abcdef"):
+			t.Errorf("%q: %q, %v", content, tok, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("%q: %v, want %q", content, err, want)
+		}
+	}
+}

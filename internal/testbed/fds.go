@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -61,6 +62,21 @@ func WaitOutput(t testing.TB, p *Proc, within time.Duration, want ...string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// OpenFDs is how many descriptors the process pid holds (0: this test
+// process), counted in /proc; -1 when they cannot be read (the process
+// has gone).
+func OpenFDs(pid int) int {
+	dir := "/proc/self/fd"
+	if pid != 0 {
+		dir = "/proc/" + strconv.Itoa(pid) + "/fd"
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return -1
+	}
+	return len(ents)
 }
 
 // RefusesFIFO makes a FIFO called name in a directory of its own and

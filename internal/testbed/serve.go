@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 )
 
 // ServeConns accepts on ln and runs handle for each connection in its
@@ -130,4 +131,19 @@ func EchoTCP(t testing.TB) string {
 		c.(*net.TCPConn).CloseWrite()
 	})
 	return ln.Addr().String()
+}
+
+// DialFrom connects to to from the local address src (an edge, trusted
+// or not, on loopback or in a namespace the test entered), with a 20 s
+// deadline on the connection, closed when the test ends.
+func DialFrom(t testing.TB, src, to string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
+	c, err := d.Dial("tcp", to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	return c
 }
