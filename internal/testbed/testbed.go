@@ -13,10 +13,13 @@ package testbed
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -167,15 +170,55 @@ func StartCmd(t testing.TB, cmd *exec.Cmd) *Proc {
 	return p
 }
 
-// FreeAddr returns "ip:port" with a port free on ip right now.
+// FreeAddr returns "ip:port" with a port free on ip right now, for a
+// server the test starts next. The port is taken below the kernel's
+// ephemeral range (net.ipv4.ip_local_port_range), at random: a port the
+// kernel handed out (":0") could be given again, before the server binds
+// it, to the source port of any client connection on the machine — with
+// the test packages running side by side, one did ("bind: address
+// already in use"). Where the range leaves no room below it, ":0" it is.
 func FreeAddr(t testing.TB, ip string) string {
 	t.Helper()
+	if lo := ephemeralLow(); lo > freeLow+1000 {
+		for range 200 {
+			port := freeLow + rand.IntN(lo-freeLow)
+			if _, dup := handedOut.LoadOrStore(port, true); dup {
+				continue // never twice in one process: its first taker may not have bound it yet
+			}
+			if ln, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port))); err == nil {
+				ln.Close()
+				return ln.Addr().String()
+			}
+		}
+	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
 		t.Fatalf("free port on %s: %v", ip, err)
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// handedOut holds the ports FreeAddr returned in this process.
+var handedOut sync.Map
+
+// freeLow is the lowest port FreeAddr picks: above the well-known and
+// registered services a test machine may run.
+const freeLow = 20000
+
+// ephemeralLow is the first port of this network namespace's ephemeral
+// range, or 0 when it cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0
+	}
+	lo, _ := strconv.Atoi(f[0])
+	return lo
 }
 
 // WaitTCP waits until addr accepts a TCP connection.
