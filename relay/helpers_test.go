@@ -3,11 +3,10 @@ package relay
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
-	"strings"
+	"strconv"
 	"testing"
 	"time"
 
@@ -134,15 +133,13 @@ func (te *testEdge) waitValue(t *testing.T, want float64, name string, labels ..
 		if time.Now().After(deadline) {
 			got := "none"
 			if v != nil {
-				got = strings.TrimRight(strings.TrimRight(strings.TrimSpace(fmtFloat(*v)), "0"), ".")
+				got = strconv.FormatFloat(*v, 'g', -1, 64)
 			}
-			t.Fatalf("%s%v = %s, want %v", name, labels, got, want)
+			t.Fatalf("%s%v = %s, want %v; log:\n%s", name, labels, got, want, te.logs.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 }
-
-func fmtFloat(f float64) string { b, _ := json.Marshal(f); return string(b) }
 
 // waitLines waits until n lines with msg were logged and returns them.
 func (te *testEdge) waitLines(t *testing.T, msg string, n int) []map[string]any {

@@ -32,11 +32,14 @@ func TestDescriptorShortageNamedOriginsStayUp(t *testing.T) {
 		return d.DialContext(ctx, network, n.Addr)
 	}}
 	t.Cleanup(func() { net.DefaultResolver = old })
+	served := make(chan struct{}, 1)
 	tagged := func(tag string) *testOrigin {
 		return startOrigin(t, true, func(c originConn) {
 			io.WriteString(c, tag)
 			c.CloseWrite()
 			io.Copy(io.Discard, c)
+			c.tcp.Close()
+			served <- struct{}{}
 		})
 	}
 	a, b := tagged("A"), tagged("B")
@@ -45,6 +48,11 @@ func TestDescriptorShortageNamedOriginsStayUp(t *testing.T) {
 	if got := roundTrip(t, e.addr, "x"); got != "A" {
 		t.Fatalf("before the shortage the client reached %q, want A", got)
 	}
+	// Every descriptor of that connection closed (the origin's, the
+	// edge's two) before the rest are taken: one closed later would let
+	// a query through.
+	<-served
+	e.waitLines(t, "connection closed", 1)
 
 	release := exhaustDescriptors(t, 2)
 	c, err := net.Dial("tcp", e.addr)

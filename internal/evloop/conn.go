@@ -1,8 +1,10 @@
 package evloop
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -11,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgefleet/edgefleet/internal/errclass"
 	"github.com/edgefleet/edgefleet/internal/pipepool"
 	"github.com/edgefleet/edgefleet/internal/rawio"
 	"github.com/edgefleet/edgefleet/internal/sockopt"
@@ -905,8 +908,31 @@ func (c *Conn) finish(res Result) {
 	l.s.Handler.Closed(c, res)
 }
 
+// withShortage adds to a failed lookup's error the local shortage one of
+// its queries met. A *net.DNSError stays one (callers copy it to rename
+// the host it names): the shortage goes into its text and its Unwrap, and
+// it is no longer "not found" but temporary.
+func withShortage(err, short error) error {
+	var de *net.DNSError
+	if !errors.As(err, &de) {
+		return fmt.Errorf("%w (a query's socket: %w)", err, short)
+	}
+	cp := *de
+	cp.Err += " (a query's socket: " + short.Error() + ")"
+	cp.UnwrapErr = errors.Join(de.Unwrap(), short)
+	cp.IsNotFound, cp.IsTemporary = false, true
+	return &cp
+}
+
 // Resolve looks up a host:port's first address (IPv4-mapped unmapped),
 // for a handler that dials a name: off the loop, then Post back to Dial.
+// The lookup goes through net.DefaultResolver's Dial (Go's resolver: the
+// binaries are built without cgo) and watches its sockets: when one could
+// not be opened for lack of local resources (errclass.LocalResources) and
+// the lookup failed, that error is wrapped into the one returned, whatever
+// the resolver concluded from the queries it could send ("no such host"
+// from a search-list name, say), so that a caller does not read this
+// host's shortage as the name's failure.
 func Resolve(ctx context.Context, addr string) (netip.AddrPort, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -916,8 +942,33 @@ func Resolve(ctx context.Context, addr string) (netip.AddrPort, error) {
 	if err != nil {
 		return netip.AddrPort{}, err
 	}
-	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	base := net.DefaultResolver
+	var mu sync.Mutex
+	var short error
+	r := &net.Resolver{PreferGo: true, StrictErrors: base.StrictErrors,
+		Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
+			var c net.Conn
+			var err error
+			if base.Dial != nil {
+				c, err = base.Dial(ctx, network, address)
+			} else {
+				var d net.Dialer
+				c, err = d.DialContext(ctx, network, address)
+			}
+			if err != nil && errclass.LocalResources(err) {
+				mu.Lock()
+				short = cmp.Or(short, err)
+				mu.Unlock()
+			}
+			return c, err
+		}}
+	ips, err := r.LookupNetIP(ctx, "ip", host)
 	if err != nil {
+		mu.Lock()
+		defer mu.Unlock()
+		if short != nil && !errclass.LocalResources(err) {
+			err = withShortage(err, short)
+		}
 		return netip.AddrPort{}, err
 	}
 	if len(ips) == 0 {
