@@ -51,7 +51,11 @@ func TestDescriptorShortageNamedOriginsStayUp(t *testing.T) {
 	// Every descriptor of that connection closed (the origin's, the
 	// edge's two) before the rest are taken: one closed later would let
 	// a query through.
-	<-served
+	select {
+	case <-served:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the origin did not close the first connection in 10 s")
+	}
 	e.waitLines(t, "connection closed", 1)
 
 	release := exhaustDescriptors(t, 2)

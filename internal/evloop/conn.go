@@ -1,7 +1,6 @@
 package evloop
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/errclass"
@@ -924,15 +924,52 @@ func withShortage(err, short error) error {
 	return &cp
 }
 
+// resolver is Resolve's: Go's (the binaries are built without cgo), one
+// for the process, so that concurrent lookups of one name are merged into
+// one (a resolver merges only its own), dialling through watchDial.
+var resolver = &net.Resolver{PreferGo: true, Dial: watchDial}
+
+// shortages counts the query sockets watchDial could not open for lack
+// of local resources; lastShortage is the error of the latest (stored
+// before the count moves).
+var (
+	shortages    atomic.Uint64
+	lastShortage atomic.Pointer[error]
+)
+
+// watchDial dials a query's server as net.DefaultResolver would (its Dial
+// when it has one, read at each call) and records a socket that could not
+// be opened for lack of local resources: socket(2)'s EMFILE, ENFILE,
+// ENOBUFS or ENOMEM. Only socket(2)'s: connect's EADDRNOTAVAIL to a
+// listed server this host has no route or address for (nameserver ::1
+// without IPv6, say) is that server's configuration, the same at every
+// lookup, not a shortage.
+func watchDial(ctx context.Context, network, address string) (net.Conn, error) {
+	var c net.Conn
+	var err error
+	if dial := net.DefaultResolver.Dial; dial != nil {
+		c, err = dial(ctx, network, address)
+	} else {
+		var d net.Dialer
+		c, err = d.DialContext(ctx, network, address)
+	}
+	var se *os.SyscallError
+	if err != nil && errors.As(err, &se) && se.Syscall == "socket" && errclass.LocalResources(se) {
+		lastShortage.Store(&err)
+		shortages.Add(1)
+	}
+	return c, err
+}
+
 // Resolve looks up a host:port's first address (IPv4-mapped unmapped),
 // for a handler that dials a name: off the loop, then Post back to Dial.
-// The lookup goes through net.DefaultResolver's Dial (Go's resolver: the
-// binaries are built without cgo) and watches its sockets: when one could
-// not be opened for lack of local resources (errclass.LocalResources) and
-// the lookup failed, that error is wrapped into the one returned, whatever
-// the resolver concluded from the queries it could send ("no such host"
-// from a search-list name, say), so that a caller does not read this
-// host's shortage as the name's failure.
+// When the lookup failed and a query socket could not be opened for lack
+// of local resources meanwhile (watchDial), that error is wrapped into the
+// one returned, whatever the resolver concluded from the queries it could
+// send ("no such host" from a search-list name, say), so that a caller
+// does not read this host's shortage as the name's failure. The shortage
+// may have been another lookup's: descriptors are the process's, and a
+// failure during a shortage is not held against the name.
 func Resolve(ctx context.Context, addr string) (netip.AddrPort, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -942,32 +979,11 @@ func Resolve(ctx context.Context, addr string) (netip.AddrPort, error) {
 	if err != nil {
 		return netip.AddrPort{}, err
 	}
-	base := net.DefaultResolver
-	var mu sync.Mutex
-	var short error
-	r := &net.Resolver{PreferGo: true, StrictErrors: base.StrictErrors,
-		Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
-			var c net.Conn
-			var err error
-			if base.Dial != nil {
-				c, err = base.Dial(ctx, network, address)
-			} else {
-				var d net.Dialer
-				c, err = d.DialContext(ctx, network, address)
-			}
-			if err != nil && errclass.LocalResources(err) {
-				mu.Lock()
-				short = cmp.Or(short, err)
-				mu.Unlock()
-			}
-			return c, err
-		}}
-	ips, err := r.LookupNetIP(ctx, "ip", host)
+	before := shortages.Load()
+	ips, err := resolver.LookupNetIP(ctx, "ip", host)
 	if err != nil {
-		mu.Lock()
-		defer mu.Unlock()
-		if short != nil && !errclass.LocalResources(err) {
-			err = withShortage(err, short)
+		if shortages.Load() != before && !errclass.LocalResources(err) {
+			err = withShortage(err, *lastShortage.Load())
 		}
 		return netip.AddrPort{}, err
 	}
