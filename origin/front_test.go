@@ -125,7 +125,7 @@ func TestSpoofedHeaders(t *testing.T) {
 
 func TestSpoofLogIsRateLimited(t *testing.T) {
 	h := newHarness(t, nil)
-	h.clock.freeze() // one rate-limit window, however slow the machine
+	h.clock.Freeze() // one rate-limit window, however slow the machine
 	const n = 3 * loglimit.RefusalBurst
 	for range n {
 		c := h.dialFrom("127.0.0.3")

@@ -29,35 +29,7 @@ type harness struct {
 	logs  *testbed.Buffer
 	addr  string // the front's address
 	inner *echoInner
-	clock *testClock
-}
-
-// testClock is the front's clock in the harness: real time until frozen.
-type testClock struct {
-	mu     sync.Mutex
-	frozen time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.frozen.IsZero() {
-		return c.frozen
-	}
-	return time.Now()
-}
-
-func (c *testClock) freeze() {
-	c.mu.Lock()
-	c.frozen = time.Now()
-	c.mu.Unlock()
-}
-
-// advance moves a frozen clock on by d.
-func (c *testClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.frozen = c.frozen.Add(d)
-	c.mu.Unlock()
+	clock *testbed.Clock // the front's: real time until frozen
 }
 
 func newHarness(t *testing.T, mod func(*Config)) *harness {
@@ -105,7 +77,7 @@ func newHarnessOn(t *testing.T, ln net.Listener, startInner func(*PeerTable) str
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.clock = &testClock{}
+	h.clock = testbed.RealClock()
 	h.front.Now = h.clock.Now
 	served := make(chan error, 1)
 	go func() { served <- h.front.Serve(ln) }()

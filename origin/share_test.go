@@ -170,7 +170,7 @@ func TestPerEdgeRate(t *testing.T) {
 		c.TrustedEdges = []string{"127.0.0.2", "127.0.0.3"}
 		c.PerEdge = PerEdge{Conns: 0, Rate: "1/h", Burst: 3}
 	})
-	h.clock.freeze()
+	h.clock.Freeze()
 	through := func(ip string, i int) {
 		t.Helper()
 		c := h.dialFrom(ip)
@@ -206,7 +206,7 @@ func TestPerEdgeRate(t *testing.T) {
 	refused("127.0.0.11", UntrustedShare, 1)
 	refused("127.0.0.2", "127.0.0.2", 2)
 
-	h.clock.advance(time.Hour)
+	h.clock.Advance(time.Hour)
 	through("127.0.0.2", 4)
 	refused("127.0.0.2", "127.0.0.2", 3)
 	if n := h.metric(conns(HeaderNone, ResultEdgeLimit)); n != 5 {

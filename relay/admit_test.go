@@ -16,19 +16,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// fixedClock is a clock the test moves by hand.
-type fixedClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fixedClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fixedClock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
 
 // TestKeyTableConnsAndRate checks one key's cap and bucket exactly, and
@@ -185,13 +172,13 @@ func countingOrigin(t *testing.T) (*testOrigin, *atomic.Int64) {
 // prefixes keep theirs.
 func TestPerSourceLimitsExact(t *testing.T) {
 	o, seen := countingOrigin(t)
-	clk := &fixedClock{t: time.Unix(1_000_000, 0)}
+	clk := testbed.NewClock(time.Unix(1_000_000, 0))
 	lim := Limits{
 		PerSource: KeyLimit{V4: 32, V6: 64, Conns: 3, Rate: "1/m", Burst: 5},
 		PerPrefix: KeyLimit{V4: 24, V6: 48, Conns: 6},
 		TableSize: minTableSize,
 	}
-	e := startEdge(t, Config{Origins: OriginList(o.addr), Limits: lim, MaxConns: minTableSize}, func(e *Edge) { e.Now = clk.now })
+	e := startEdge(t, Config{Origins: OriginList(o.addr), Limits: lim, MaxConns: minTableSize}, func(e *Edge) { e.Now = clk.Now })
 
 	var open []net.Conn
 	for i := range 3 {
@@ -222,7 +209,7 @@ func TestPerSourceLimitsExact(t *testing.T) {
 	if !relayed(testbed.DialFrom(t, "127.0.3.2", e.addr)) {
 		t.Fatal("another source of the same /24 refused")
 	}
-	clk.add(time.Minute)
+	clk.Advance(time.Minute)
 	if !relayed(testbed.DialFrom(t, "127.0.3.1", e.addr)) {
 		t.Fatal("a minute later the source is still refused")
 	}
@@ -251,9 +238,9 @@ func TestPerSourceLimitsExact(t *testing.T) {
 // own limits, still get through at accept_rate at most.
 func TestAcceptRate(t *testing.T) {
 	o, _ := countingOrigin(t)
-	clk := &fixedClock{t: time.Unix(1_000_000, 0)}
+	clk := testbed.NewClock(time.Unix(1_000_000, 0))
 	lim := Limits{PerSource: KeyLimit{V4: 32, V6: 64, Rate: "10/s"}, AcceptRate: "3/h", AcceptBurst: 3, TableSize: minTableSize}
-	e := startEdge(t, Config{Origins: OriginList(o.addr), Limits: lim, MaxConns: minTableSize}, func(e *Edge) { e.Now = clk.now })
+	e := startEdge(t, Config{Origins: OriginList(o.addr), Limits: lim, MaxConns: minTableSize}, func(e *Edge) { e.Now = clk.Now })
 	admitted := 0
 	for i := range 6 {
 		if relayed(testbed.DialFrom(t, fmt.Sprintf("127.0.5.%d", i+1), e.addr)) {

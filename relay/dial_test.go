@@ -1,28 +1,12 @@
 package relay
 
 import (
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/edgefleet/edgefleet/internal/testbed"
 	dto "github.com/prometheus/client_model/go"
 )
-
-// tickingClock advances by step at every reading: any two readings are
-// step apart at least, whatever the machine's speed.
-type tickingClock struct {
-	mu   sync.Mutex
-	now  time.Time
-	step time.Duration
-}
-
-func (c *tickingClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(c.step)
-	return c.now
-}
 
 // TestDialSecondsNeverNegative: with a clock that moves 1 ms at each
 // reading, every dial (a refused one and the accepted ones, which on
@@ -33,7 +17,7 @@ func (c *tickingClock) Now() time.Time {
 func TestDialSecondsNeverNegative(t *testing.T) {
 	o := startOrigin(t, true, echo)
 	dead := testbed.FreeAddr(t, "127.0.0.1")
-	clock := &tickingClock{now: time.Unix(1e9, 0), step: time.Millisecond}
+	clock := testbed.NewClock(time.Unix(1e9, 0)).Tick(time.Millisecond)
 	e := startEdge(t, Config{Origins: OriginList(dead, o.addr)}, func(e *Edge) { e.Now = clock.Now })
 	const n = 20
 	for range n {
