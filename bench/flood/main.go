@@ -58,7 +58,7 @@ var (
 	originCPU     = flag.String("origin-cpu", "0", "taskset CPU list of the origin")
 	floodCPU      = flag.String("flood-cpu", "1", "taskset CPU list of the flooder")
 	floodedCPU    = flag.String("flooded-edge-cpu", "1", "taskset CPU list of edge-a, the flooded edge (empty: it floats)")
-	restCPU       = flag.String("rest-cpu", "0", "CPU list of edge-b, slapd and the agents (this process and what it starts; empty: they float)")
+	restCPU       = flag.String("rest-cpu", "0", "CPU list (taskset form: 0, 0,1, 0-3) of edge-b, slapd and the agents (this process and what it starts; empty: they float)")
 	floodList     = flag.String("floods", "none,hello,tls", "the phases of each configuration: none (no flood), hello, tls")
 	keep          = flag.Bool("keep", false, "keep the temporary directory (configs, logs)")
 	out           = flag.String("out", "bench/results/flood.md", "also write the table here (empty: stdout only)")

@@ -110,23 +110,41 @@ func (s *Shape) Enter() (leave func(), err error) {
 
 // PinProcess pins every thread of this process, and so every process it
 // starts from now on (unless taskset places it elsewhere), to cpus, a
-// taskset list ("0", "0,1"); restore puts the affinity back.
+// taskset list ("0", "0,1", "0-3,6"); restore puts the affinity back.
 func PinProcess(cpus string) (restore func(), err error) {
-	var all, set unix.CPUSet
+	var all unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &all); err != nil {
 		return nil, err
 	}
-	for _, c := range strings.Split(cpus, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(c))
-		if err != nil {
-			return nil, fmt.Errorf("CPU list %q: %w", cpus, err)
-		}
-		set.Set(n)
+	set, err := ParseCPUList(cpus)
+	if err != nil {
+		return nil, err
 	}
 	if err := pinThreads(&set); err != nil {
 		return nil, fmt.Errorf("pinning this process to CPU %s: %w", cpus, err)
 	}
 	return func() { pinThreads(&all) }, nil
+}
+
+// ParseCPUList reads a taskset CPU list: numbers and ranges ("0-3")
+// separated by commas.
+func ParseCPUList(cpus string) (unix.CPUSet, error) {
+	var set unix.CPUSet
+	for _, item := range strings.Split(cpus, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(item), "-")
+		first, err := strconv.Atoi(lo)
+		last := first
+		if err == nil && isRange {
+			last, err = strconv.Atoi(hi)
+		}
+		if err != nil || first < 0 || last < first || last >= 1024 {
+			return set, fmt.Errorf("CPU list %q: %q is not a CPU number or range (0-1023, as 0 or 0-3)", cpus, item)
+		}
+		for n := first; n <= last; n++ {
+			set.Set(n)
+		}
+	}
+	return set, nil
 }
 
 // pinThreads sets the affinity of every thread of this process. A thread
