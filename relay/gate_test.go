@@ -107,17 +107,24 @@ func gated(t *testing.T, g TLSGate, origin string) *testEdge {
 	return startEdge(t, Config{Origins: OriginList(origin), TLSGate: g})
 }
 
-// echoedThrough sends b through the gated edge te to its echoing origin
-// and checks that all of it comes back.
-func echoedThrough(t *testing.T, te *testEdge, b []byte) {
+// sendTo connects to the edge and sends b; the connection has 30 s.
+func sendTo(t *testing.T, te *testEdge, b []byte) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", te.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
 	c.SetDeadline(time.Now().Add(30 * time.Second))
 	c.Write(b)
+	return c
+}
+
+// echoedThrough sends b through the gated edge te to its echoing origin
+// and checks that all of it comes back.
+func echoedThrough(t *testing.T, te *testEdge, b []byte) {
+	t.Helper()
+	c := sendTo(t, te, b)
+	defer c.Close()
 	got := make([]byte, len(b))
 	if _, err := io.ReadFull(c, got); err != nil || string(got) != string(b) {
 		t.Fatalf("echoed %d bytes: %v", len(got), err)
@@ -129,13 +136,8 @@ func echoedThrough(t *testing.T, te *testEdge, b []byte) {
 func refused(t *testing.T, te *testEdge, o *countingListener, b []byte, fin bool, result string) {
 	t.Helper()
 	before := te.value(t, "edgefleet_edge_connections_total", "result", result)
-	c, err := net.Dial("tcp", te.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := sendTo(t, te, b)
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(30 * time.Second))
-	c.Write(b)
 	if fin {
 		c.(*net.TCPConn).CloseWrite()
 	}
