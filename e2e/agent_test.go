@@ -45,13 +45,24 @@ type agentConfig struct {
 	// OpTimeout bounds one LDAP operation (0: 10 s): a session whose
 	// origin vanished without a RST ends after it.
 	OpTimeout time.Duration `json:"op_timeout"`
+	// Increments makes every other write a modify that increments
+	// counterDN's mailPreferenceOption by one (RFC 4525) instead of an
+	// add: a modify applied twice shows in the counter.
+	Increments bool `json:"increments"`
 }
+
+// counterDN is the entry the agent's increments count on; counterLDIF
+// makes it, at 0.
+var (
+	counterDN   = "cn=counter,ou=writes," + testbed.Suffix
+	counterLDIF = "dn: " + counterDN + "\nobjectClass: person\nobjectClass: pilotPerson\ncn: counter\nsn: counter\nmailPreferenceOption: 0\n\n"
+)
 
 // record is one line of the agent: a session (the edge it dialed), an
 // operation (read or write, its sequence number, the result), a move (the
 // watcher's better-edge event), an error that ended a session, the end.
 type record struct {
-	Kind string    `json:"kind"` // session, read, write, move, error, end
+	Kind string    `json:"kind"` // session, read, write, increment, move, error, end
 	Seq  int       `json:"seq,omitempty"`
 	Edge string    `json:"edge,omitempty"` // the session's edge (ip:port); for a move, its target
 	From string    `json:"from,omitempty"` // a move's origin
@@ -66,7 +77,8 @@ var errMoved = errors.New(probe.ReasonBetterEdge)
 
 // runAgent keeps an LDAP session through the edge a probe.Dialer picks,
 // with a probe.Watcher beside it, and issues a read (search for bob) and a
-// write (add of a fresh entry under ou=writes) in turn until stdin closes
+// write (add of a fresh entry under ou=writes; with Increments, every
+// other one an increment of counterDN) in turn until stdin closes
 // or Max passes. A better-edge event is a clean reconnect; an error ends
 // the session and the agent dials again after 100 ms.
 func runAgent(js string) int {
@@ -170,6 +182,15 @@ func (a *agentSession) run(ctx context.Context) error {
 				case len(res.Entries) != 1:
 					r.Err = fmt.Sprintf("%d entries for uid=bob, want 1", len(res.Entries))
 				default:
+					r.OK = true
+				}
+			} else if a.cfg.Increments && a.seq%4 == 0 {
+				r.Kind, r.DN = "increment", counterDN
+				req := ldap.NewModifyRequest(counterDN, nil)
+				req.Increment("mailPreferenceOption", "1")
+				if err = l.Modify(req); err != nil {
+					r.Err = err.Error()
+				} else {
 					r.OK = true
 				}
 			} else {

@@ -467,6 +467,34 @@ func entriesIn(t *testing.T, ns *testbed.Netns, addr, base string) []string {
 // tryEntriesIn is entriesIn's search, its error returned (base may not
 // exist yet on a replica).
 func tryEntriesIn(ns *testbed.Netns, addr, base string) ([]string, error) {
+	res, err := rootSearch(ns, addr, ldap.NewSearchRequest(base, ldap.ScopeSingleLevel, ldap.NeverDerefAliases,
+		0, 30, false, "(objectClass=*)", []string{"1.1"}, nil))
+	if err != nil {
+		return nil, err
+	}
+	var dns []string
+	for _, e := range res.Entries {
+		dns = append(dns, e.DN)
+	}
+	slices.Sort(dns)
+	return dns, nil
+}
+
+// counterIn reads counterDN's count in the directory at addr, as root.
+func counterIn(ns *testbed.Netns, addr string) (int, error) {
+	res, err := rootSearch(ns, addr, ldap.NewSearchRequest(counterDN, ldap.ScopeBaseObject, ldap.NeverDerefAliases,
+		0, 30, false, "(objectClass=*)", []string{"mailPreferenceOption"}, nil))
+	if err != nil {
+		return 0, err
+	}
+	if len(res.Entries) != 1 {
+		return 0, fmt.Errorf("%s: %d entries for %s", addr, len(res.Entries), counterDN)
+	}
+	return strconv.Atoi(res.Entries[0].GetAttributeValue("mailPreferenceOption"))
+}
+
+// rootSearch runs req as root on the directory at addr, inside ns.
+func rootSearch(ns *testbed.Netns, addr string, req *ldap.SearchRequest) (*ldap.SearchResult, error) {
 	c, err := ns.Dial("", addr, 5*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
@@ -477,17 +505,11 @@ func tryEntriesIn(ns *testbed.Netns, addr, base string) ([]string, error) {
 	if err := l.Bind(testbed.RootDN, testbed.RootPW); err != nil {
 		return nil, fmt.Errorf("bind %s: %w", addr, err)
 	}
-	res, err := l.Search(ldap.NewSearchRequest(base, ldap.ScopeSingleLevel, ldap.NeverDerefAliases,
-		0, 30, false, "(objectClass=*)", []string{"1.1"}, nil))
+	res, err := l.Search(req)
 	if err != nil {
 		return nil, fmt.Errorf("search %s: %w", addr, err)
 	}
-	var dns []string
-	for _, e := range res.Entries {
-		dns = append(dns, e.DN)
-	}
-	slices.Sort(dns)
-	return dns, nil
+	return res, nil
 }
 
 // waitIn waits until addr accepts inside ns, for at most 15 s.

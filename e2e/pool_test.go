@@ -105,7 +105,7 @@ func TestOriginPool(t *testing.T) {
 		peer := []string{poolLdapB, poolLdapA}[i]
 		cfg := testbed.SlapdConfig{Netns: ldapNs, Addr: ip + ":389", Conf: testbed.PoolSlapdConf(t, "../docs/origin-pool.md", sdir, i+1, ldapURL(peer))}
 		if i == 0 {
-			cfg.LDIF = testbed.DirectoryLDIF(0) + testbed.ReplicatorLDIF
+			cfg.LDIF = testbed.DirectoryLDIF(0) + testbed.ReplicatorLDIF + counterLDIF
 		}
 		slapds = append(slapds, testbed.StartSlapd(t, sdir, cfg))
 	}
@@ -237,6 +237,7 @@ edges:
 		CA: pki.Path("ca.pem"), Cert: pki.Path("agent.pem"), Key: pki.Path("agent.key"),
 		State: filepath.Join(dir, "agent-edges.json"), Every: 40 * time.Millisecond,
 		Interval: 500 * time.Millisecond, Max: 4 * time.Minute, OpTimeout: poolOpTimeout,
+		Increments: true,
 	})
 	ag.waitOps(t, "the first operations", 20, func(r record) bool { return r.OK })
 	// The probe's handshakes and the agent's session went through the
@@ -387,7 +388,7 @@ edges:
 			opened := false
 			for i, r := range recs {
 				opened = opened || r.Kind == "session"
-				if opened && (r.Kind == "read" || r.Kind == "write") && r.OK {
+				if opened && r.Kind != "session" && r.Kind != "move" && r.Kind != "error" && r.OK {
 					return i
 				}
 			}
@@ -433,11 +434,23 @@ edges:
 	written := map[string]bool{}
 	// An add sent twice answers entryAlreadyExists (68) the second time:
 	// the agent never retries one, so that answer is a replay.
+	// An increment applied twice counts twice: the counter ends between
+	// the increments that succeeded and those plus the ones that failed
+	// (an unknown outcome, 52, may have been applied once).
+	var incOK, incFailed int
 	for _, r := range recs {
-		if r.Kind == "write" {
+		switch r.Kind {
+		case "write":
 			written[r.DN] = r.OK
 			if strings.Contains(r.Err, `Result Code 68 "Entry Already Exists"`) {
 				t.Errorf("write %d (%s) through %s was applied twice: %s", r.Seq, r.DN, r.Edge, r.Err)
+			}
+		case "increment":
+			if r.OK {
+				incOK++
+			} else {
+				incFailed++
+				t.Logf("increment %d through %s failed (allowed, it must then be applied at most once): %s", r.Seq, r.Edge, r.Err)
 			}
 		}
 	}
@@ -448,6 +461,9 @@ edges:
 		return errA == nil && errB == nil && strings.Join(a, ";") == strings.Join(b, ";")
 	})
 	for _, dn := range entriesIn(t, ldapNs, slapds[0].Addr, "ou=writes,"+testbed.Suffix) {
+		if dn == counterDN {
+			continue
+		}
 		in[dn]++
 		if _, issued := written[dn]; !issued {
 			t.Errorf("the directory holds %s, which the agent never wrote", dn)
@@ -463,6 +479,22 @@ edges:
 		}
 	}
 	t.Logf("%d writes, %d succeeded, %d in the directories", len(written), okWrites, len(in))
+	var counts []int
+	waitFor(t, "both directories hold the same counter", func() bool {
+		counts = counts[:0]
+		for _, s := range slapds {
+			n, err := counterIn(ldapNs, s.Addr)
+			if err != nil {
+				return false
+			}
+			counts = append(counts, n)
+		}
+		return counts[0] == counts[1]
+	})
+	if incOK == 0 || counts[0] < incOK || counts[0] > incOK+incFailed {
+		t.Errorf("the counter is %d after %d increments that succeeded and %d that failed: want %d to %d, each applied once", counts[0], incOK, incFailed, incOK, incOK+incFailed)
+	}
+	t.Logf("%d increments, %d succeeded, the counter at %d in both directories", incOK+incFailed, incOK, counts[0])
 }
 
 // fleetStream runs fleet in ns, handing each line of its output (stdout
